@@ -1,0 +1,134 @@
+"""The phase-state language model (paper §2–3, SPEC §3).
+
+    θ^0_t = E[x_t]                                   byte → learned phases in T^k
+    θ ← θ + bound(v(θ) ⊙ a(θ))                       KuramotoAttention (layer.py)
+    θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward
+    logits_c = Σ_j α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout
+
+No normalisation layers: the state lives on a compact manifold. Choices the paper leaves
+open are fields of ``KuramotoConfig`` (documented there and in the README).
+"""
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from .layer import KuramotoAttention, PhaseGates
+from .lm import VOCAB_SIZE, ByteLM
+from .modules import Bound, BoundKind, KVCache, SwiGLU
+from .torus import lift, wrap
+
+
+@dataclass
+class KuramotoConfig:
+    dim: int = 128  # k, oscillators per token
+    depth: int = 4
+    heads: int = 4
+    ff_hidden: int = 352
+    ff: Literal["angles", "lift", "none"] = "angles"  # what the feed-forward step reads
+    ff_wrap: bool = True  # "angles": feed the principal representative wrap(θ) ∈ [-π, π)
+    shared_gates: bool = False  # one W_q, W_k pair for all layers
+    gates: bool = True
+    omega: Literal["learned", "zero"] = "learned"
+    value: Literal["circular", "projection"] = "circular"
+    bound: BoundKind = "norm"
+    tau: Literal["learned", "fixed"] = "learned"
+    tau_init: float = 1.0
+    attn_radius_init: float = 1.0
+    ff_radius_init: float = 1.0
+    value_init: float = 1.0
+    omega_base: float = 10000.0
+    init_std: float = 0.02
+    context: int = 256  # training context; the model itself has no maximum length
+
+    def layer_fields(self) -> dict:
+        return dict(
+            gates=self.gates, omega=self.omega, value=self.value, bound=self.bound,
+            tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
+            value_init=self.value_init, omega_base=self.omega_base,
+        )
+
+
+class PhaseFeedForward(nn.Module):
+    """θ ← θ + bound(SwiGLU(x)), x = wrap(θ) or θ ("angles", the paper's) or ψ(θ) ("lift").
+
+    The one component not built from the geometry: on raw angles its output depends on
+    the representative of θ; ``ff_wrap`` fixes it to [-π, π), "lift" makes it periodic.
+    """
+
+    def __init__(self, cfg: KuramotoConfig) -> None:
+        super().__init__()
+        self.mode, self.wrap = cfg.ff, cfg.ff_wrap
+        dim_in = 2 * cfg.dim if cfg.ff == "lift" else cfg.dim
+        self.mlp = SwiGLU(dim_in, cfg.ff_hidden, cfg.dim)
+        self.bound = Bound(cfg.dim, cfg.bound, cfg.ff_radius_init)
+
+    def forward(self, theta: Tensor) -> Tensor:
+        if self.mode == "lift":
+            x = lift(theta)
+        else:
+            x = wrap(theta) if self.wrap else theta
+        return theta + self.bound(self.mlp(x))
+
+
+class KuramotoBlock(nn.Module):
+    def __init__(self, cfg: KuramotoConfig, shared_gates: PhaseGates | None) -> None:
+        super().__init__()
+        self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, **cfg.layer_fields())
+        self.ff = PhaseFeedForward(cfg) if cfg.ff != "none" else None
+
+    def forward(self, theta: Tensor, cache: KVCache | None = None) -> Tensor:
+        theta = self.attn(theta, cache=cache)
+        return self.ff(theta) if self.ff is not None else theta
+
+
+class KuramotoLM(ByteLM):
+    """Byte-level LM whose hidden state is a bank of phase oscillators."""
+
+    def __init__(self, config: KuramotoConfig) -> None:
+        super().__init__()
+        if config.ff not in ("angles", "lift", "none"):
+            raise ValueError(f"ff must be 'angles', 'lift' or 'none', got {config.ff!r}")
+        self.config = config
+        self.phase_embedding = nn.Parameter(torch.empty(VOCAB_SIZE, config.dim).uniform_(-torch.pi, torch.pi))
+        self.shared_gates = PhaseGates(config.dim, config.heads) if config.shared_gates and config.gates else None
+        self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates) for _ in range(config.depth))
+        # Readout of ψ(θ): row c is (α_c cos μ_c, α_c sin μ_c), i.e. prototype phases μ_c
+        # with per-coordinate amplitudes α_c; a linear map of the lift is the same family.
+        self.prototypes = nn.Linear(2 * config.dim, VOCAB_SIZE)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        std = self.config.init_std
+        for block in self.blocks:
+            if block.ff is not None:
+                for lin in (block.ff.mlp.w_gate, block.ff.mlp.w_up):
+                    nn.init.normal_(lin.weight, std=std)
+                nn.init.normal_(block.ff.mlp.w_out.weight, std=std / (2 * self.config.depth) ** 0.5)
+            if block.attn.value_proj is not None:
+                nn.init.normal_(block.attn.value_proj.weight, std=std)
+        nn.init.normal_(self.prototypes.weight, std=std)
+        nn.init.zeros_(self.prototypes.bias)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"phase_embedding"}  # angles: shrinking them toward 0 has no meaning on T^k
+
+    def embed(self, idx: Tensor) -> Tensor:
+        return self.phase_embedding[idx]
+
+    def readout(self, theta: Tensor) -> Tensor:
+        return self.prototypes(lift(theta))
+
+    def phases(self, idx: Tensor) -> list[Tensor]:
+        """The phase state before and after every block: depth + 1 tensors (B, T, k)."""
+        theta = self.embed(idx)
+        states = [theta]
+        for block in self.blocks:
+            theta = block(theta)
+            states.append(theta)
+        return states
+
+    def config_dict(self) -> dict:
+        return {"family": "kuramoto", **asdict(self.config)}

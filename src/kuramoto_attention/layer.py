@@ -1,0 +1,231 @@
+"""Kuramoto attention: one adaptive Kuramoto synchronisation step (paper §2, SPEC §2).
+
+    g^q_t = ρ(W_q ψ(θ_t)),  g^k_t = ρ(W_k ψ(θ_t))                      gates (PhaseGates)
+    s_{t,u} = τ/√k · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u))
+    A_{t,·} = softmax_{u ≤ t} s_{t,·}
+    G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}},   a_{t,j} = Im(e^{−iθ_{t,j}} G_{t,j})
+    θ_t ← θ_t + bound(v(θ_t) ⊙ a_t)
+
+Two paths with identical parameters compute the same thing:
+
+* ``fused`` (default): with φ_t = θ_t + ω t the score is the dot product of
+  q_t = τ g^q_t ⊙ ψ(φ_t) and k_u = g^k_u ⊙ ψ(φ_u) (cos(x−y) = cos x cos y + sin x sin y)
+  and G is the attention output for values ψ(θ_u): one causal SDPA call, memory linear in T.
+* ``reference``: the literal formulas above, with the T×T×k kernel and the sum
+  Σ_u A_{t,u} sin(θ_u − θ_t) written out. For tests and diagnostics only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .modules import Bound, BoundKind, KVCache, causal_attention, rotary_angles
+from .torus import lift, tangent_projection
+
+Path = Literal["fused", "reference"]
+
+
+class PhaseGates(nn.Module):
+    """ρ(W ψ(θ)) for the query and key gates: softplus, then divide by the mean over
+    each head's coordinates, so the gates are a positive diagonal metric of mean 1.
+
+    One instance per layer (default) or one shared by all layers (``shared_gates``).
+    psi: (B, T, 2k)  ->  g^q, g^k: (B, T, H, k/H).
+    """
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.proj = nn.Linear(2 * dim, 2 * dim)  # W_q and W_k stacked
+        nn.init.normal_(self.proj.weight, std=0.02)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, psi: Tensor) -> tuple[Tensor, Tensor]:
+        b, t, _ = psi.shape
+        g = F.softplus(self.proj(psi)).view(b, t, 2, self.heads, -1)
+        g = g / g.mean(dim=-1, keepdim=True)
+        return g[:, :, 0], g[:, :, 1]
+
+
+class KuramotoAttention(nn.Module):
+    """The attention step of SPEC §2 on phases θ of shape (B, T, dim).
+
+    Fields (every variant of the SPEC is a switch of this one code path):
+      gates:       True: learned metric gates; False: all gates 1 (bare cosine kernel).
+      omega:       "learned" per-coordinate drift rates ω (init: RoPE's geometric
+                   frequencies, per head) or "zero" (ω ≡ 0, no position information).
+      value:       "circular": the raw-phase circular mean and tangent increment (the
+                   Kuramoto step); "projection": ablation, values W_v ψ(θ_u) averaged by A.
+      bound:       "norm" | "elementwise" | "none", with learned radius ``radius_init``.
+      tau:         "learned" (per head, log-parametrised) or "fixed" at ``tau_init``.
+      value_init:  initial bias of the signed value gate v(θ) (>0 starts synchronising).
+      omega_base:  base of the geometric ω initialisation (as RoPE's base).
+      shared_gates: a ``PhaseGates`` module to use instead of this layer's own.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        *,
+        gates: bool = True,
+        omega: Literal["learned", "zero"] = "learned",
+        value: Literal["circular", "projection"] = "circular",
+        bound: BoundKind = "norm",
+        tau: Literal["learned", "fixed"] = "learned",
+        tau_init: float = 1.0,
+        radius_init: float = 1.0,
+        value_init: float = 1.0,
+        omega_base: float = 10000.0,
+        shared_gates: PhaseGates | None = None,
+    ) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim={dim} must be divisible by heads={heads}")
+        for name, val, allowed in (
+            ("omega", omega, ("learned", "zero")),
+            ("value", value, ("circular", "projection")),
+            ("tau", tau, ("learned", "fixed")),
+        ):
+            if val not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {val!r}")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.use_gates, self.omega_mode, self.value_mode = gates, omega, value
+
+        self.gates: PhaseGates | None = None
+        if gates and shared_gates is None:
+            self.gates = PhaseGates(dim, heads)
+        self._shared_gates = [shared_gates] if gates and shared_gates is not None else []
+
+        if omega == "learned":
+            self.omega = nn.Parameter(rotary_angles(self.head_dim, omega_base).float().repeat(heads))
+        else:
+            self.register_buffer("omega", torch.zeros(dim), persistent=False)
+
+        log_tau = torch.full((heads,), math.log(tau_init))
+        if tau == "learned":
+            self.log_tau = nn.Parameter(log_tau)
+        else:
+            self.register_buffer("log_tau", log_tau)
+
+        self.value_gate = nn.Linear(2 * dim, dim)  # v(θ) = W_v ψ(θ) + b, signed
+        nn.init.normal_(self.value_gate.weight, std=0.02)
+        nn.init.constant_(self.value_gate.bias, value_init)
+        self.value_proj: nn.Linear | None = None
+        if value == "projection":
+            self.value_proj = nn.Linear(2 * dim, dim, bias=False)
+        self.bound = Bound(dim, bound, radius_init)
+
+    # ----------------------------------------------------------------- pieces
+    def _gates(self, psi: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T, 2k) -> g^q, g^k (B, H, T, k/H); all ones when gates are off."""
+        b, t, _ = psi.shape
+        module = self.gates if self.gates is not None else (self._shared_gates or [None])[0]
+        if module is None:
+            ones = psi.new_ones(b, self.heads, t, self.head_dim)
+            return ones, ones
+        gq, gk = module(psi)
+        return gq.transpose(1, 2), gk.transpose(1, 2)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        """(B, T, k) -> (B, H, T, k/H)."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def _merge(self, x: Tensor) -> Tensor:
+        """(B, H, T, k/H) -> (B, T, k)."""
+        b, h, t, d = x.shape
+        return x.transpose(1, 2).reshape(b, t, h * d)
+
+    def _values(self, theta: Tensor, psi: Tensor) -> Tensor:
+        """What A averages: ψ(θ_u) per head, (B, H, T, 2k/H), or the projection ablation."""
+        if self.value_proj is not None:
+            return self._heads(self.value_proj(psi))
+        th = self._heads(theta)
+        return torch.cat((th.cos(), th.sin()), dim=-1)
+
+    def _omega(self) -> Tensor:
+        return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
+
+    def _tau(self) -> Tensor:
+        return self.log_tau.exp().view(self.heads, 1, 1)
+
+    def _step(self, theta: Tensor, psi: Tensor, a: Tensor) -> Tensor:
+        """θ ← θ + bound(v(θ) ⊙ a): the bounded, value-gated move along the circle."""
+        return theta + self.bound(self.value_gate(psi) * a)
+
+    # ----------------------------------------------------------------- paths
+    def _increment_fused(self, theta: Tensor, psi: Tensor, cache: KVCache | None) -> Tensor:
+        """a (B, T, k) via one causal SDPA call (SPEC §4.5)."""
+        offset = cache.length if cache is not None else 0
+        pos = torch.arange(offset, offset + theta.shape[1], device=theta.device, dtype=theta.dtype)
+        th = self._heads(theta)  # (B, H, T, k/H)
+        phi = th + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
+        gq, gk = self._gates(psi)
+        cos_phi, sin_phi = phi.cos(), phi.sin()
+        q = torch.cat((gq * cos_phi, gq * sin_phi), dim=-1) * self._tau().to(theta.dtype)
+        k = torch.cat((gk * cos_phi, gk * sin_phi), dim=-1)
+        v = self._values(theta, psi)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+        if self.value_proj is not None:
+            return self._merge(out)
+        re_g, im_g = out.chunk(2, dim=-1)
+        return self._merge(tangent_projection(th, re_g, im_g))
+
+    def _scores_reference(self, theta: Tensor, psi: Tensor) -> Tensor:
+        """s_{t,u} written out with the T×T×(k/H) cosine kernel; (B, H, T, T), causal −inf."""
+        t_len = theta.shape[1]
+        th = self._heads(theta)
+        pos = torch.arange(t_len, device=theta.device, dtype=theta.dtype)
+        lag = (pos[:, None] - pos[None, :])[..., None]  # (T, T, 1): t − u
+        diff = th[:, :, :, None, :] - th[:, :, None, :, :]  # θ_t − θ_u: (B, H, T, T, k/H)
+        drift = self._omega().to(theta.dtype)[:, None] * lag  # ω_j (t − u): (H, T, T, k/H)
+        gq, gk = self._gates(psi)
+        kernel = gq[:, :, :, None, :] * gk[:, :, None, :, :] * torch.cos(diff + drift)
+        s = self._tau().to(theta.dtype) / math.sqrt(self.head_dim) * kernel.sum(-1)
+        causal = torch.ones(t_len, t_len, dtype=torch.bool, device=theta.device).tril()
+        return s.masked_fill(~causal, float("-inf"))
+
+    def _coupling_reference(self, theta: Tensor, psi: Tensor) -> tuple[Tensor, Tensor]:
+        """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})."""
+        attn = torch.softmax(self._scores_reference(theta, psi), dim=-1)  # (B, H, T, T)
+        if self.value_proj is not None:
+            return self._merge(attn @ self._values(theta, psi)), attn
+        th = self._heads(theta)
+        sin_diff = torch.sin(th[:, :, None, :, :] - th[:, :, :, None, :])  # [t, u] = sin(θ_u − θ_t)
+        a = (attn[..., None] * sin_diff).sum(dim=-2)
+        return self._merge(a), attn
+
+    # ----------------------------------------------------------------- API
+    def coupling(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The raw increment a (B, T, k) of SPEC §2 (before value gate and bound) and the
+        coupling matrix A (B, H, T, T), both from the reference path."""
+        return self._coupling_reference(theta, lift(theta))
+
+    def forward(
+        self,
+        theta: Tensor,
+        *,
+        return_attention: bool = False,
+        path: Path = "fused",
+        cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """θ (B, T, k) -> new θ (B, T, k); with ``return_attention`` also A (B, H, T, T)
+        (computed on the reference path). ``cache`` (fused path only) holds earlier tokens."""
+        psi = lift(theta)
+        if return_attention or path == "reference":
+            if cache is not None:
+                raise ValueError("the reference path does not take a cache; use path='fused'")
+            a, attn = self._coupling_reference(theta, psi)
+            new = self._step(theta, psi, a)
+            return (new, attn) if return_attention else new
+        if path != "fused":
+            raise ValueError(f"path must be 'fused' or 'reference', got {path!r}")
+        return self._step(theta, psi, self._increment_fused(theta, psi, cache))

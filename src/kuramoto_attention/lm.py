@@ -1,0 +1,82 @@
+"""What the two model families share: the byte-level LM interface and generation.
+
+A subclass provides ``embed(idx) -> h``, ``blocks`` (each ``block(h, cache=...)``) and
+``readout(h) -> logits``; this base class supplies forward, incremental generation,
+parameter counting, the weight-decay split and ``save_pretrained``/``from_pretrained``
+(huggingface_hub's ``PyTorchModelHubMixin``, safetensors + config.json, local use).
+"""
+
+import torch
+from huggingface_hub import PyTorchModelHubMixin
+from torch import Tensor, nn
+
+from .modules import KVCache
+
+VOCAB_SIZE = 256  # bytes
+
+
+class ByteLM(nn.Module, PyTorchModelHubMixin):
+    """Base class: idx (B, T) int64 bytes -> logits (B, T, 256)."""
+
+    blocks: nn.ModuleList
+
+    def embed(self, idx: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def readout(self, h: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of matrix-shaped parameters that must not be decayed (e.g. phases)."""
+        return set()
+
+    def forward(self, idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+        if idx.dtype != torch.long or idx.dim() != 2:
+            raise ValueError(f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")
+        h = self.embed(idx)
+        for i, block in enumerate(self.blocks):
+            h = block(h, cache=None if caches is None else caches[i])
+        return self.readout(h)
+
+    def num_params(self) -> int:
+        """Every parameter, embeddings included (shared modules counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def new_caches(self) -> list[KVCache]:
+        return [KVCache() for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Sample continuations of prompt (B, T0) -> (B, T0 + max_new_tokens).
+
+        With ``use_cache`` each step feeds only the newest token and reuses every earlier
+        token's keys/values; without it, each step recomputes the whole sequence.
+        """
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        out = prompt
+        caches = self.new_caches() if use_cache else None
+        step_input = prompt
+        for _ in range(max_new_tokens):
+            logits = self(step_input if use_cache else out, caches=caches)[:, -1].float()
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            out = torch.cat((out, nxt), dim=1)
+            step_input = nxt
+        return out

@@ -1,0 +1,129 @@
+"""Building blocks shared by both model families: bound, SwiGLU, RMSNorm, rotary, attention.
+
+Nothing here is specific to phases except ``Bound``, which wraps the torus primitives
+with a learned radius.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .torus import bound_elementwise, bound_norm
+
+BoundKind = Literal["norm", "elementwise", "none"]
+
+
+class Bound(nn.Module):
+    """The learned-radius tanh bound applied to every increment (SPEC §2, "bound").
+
+    ``norm``: r·tanh(‖x‖)·x/‖x‖ with one learned scalar r (norm over a token's coordinates).
+    ``elementwise``: r ⊙ tanh(x / r) with a learned radius per coordinate.
+    ``none``: identity (ablation). The radius is stored as log r so it stays positive.
+    """
+
+    def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 1.0) -> None:
+        super().__init__()
+        if kind not in ("norm", "elementwise", "none"):
+            raise ValueError(f"bound must be 'norm', 'elementwise' or 'none', got {kind!r}")
+        self.kind = kind
+        shape = (dim,) if kind == "elementwise" else (1,)
+        if kind != "none":  # no radius to learn, and no unused parameter
+            self.log_radius = nn.Parameter(torch.full(shape, math.log(radius_init)))
+
+    @property
+    def radius(self) -> Tensor:
+        return self.log_radius.exp()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.kind == "none":
+            return x
+        r = self.radius.to(x.dtype)
+        return bound_norm(x, r) if self.kind == "norm" else bound_elementwise(x, r)
+
+
+class SwiGLU(nn.Module):
+    """w_out( silu(w_gate x) ⊙ w_up x ): the feed-forward block of both model families."""
+
+    def __init__(self, dim_in: int, hidden: int, dim_out: int) -> None:
+        super().__init__()
+        self.w_gate = nn.Linear(dim_in, hidden, bias=False)
+        self.w_up = nn.Linear(dim_in, hidden, bias=False)
+        self.w_out = nn.Linear(hidden, dim_out, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_out(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with a learned gain (transformer only)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rotary_angles(head_dim: int, base: float = 10000.0) -> Tensor:
+    """Geometric frequencies base^{-i/n}, i = 0..n-1: RoPE's, and the initial ω of the phase model."""
+    return base ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)
+
+
+def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor) -> Tensor:
+    """RoPE on pairs (x_i, x_{i+n}) of the last axis: rotate pair i by freqs_i · position.
+
+    x: (B, H, T, 2n); freqs: (n,); positions: (T,) absolute positions.
+    """
+    angle = positions[:, None].to(freqs.dtype) * freqs  # (T, n)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    """Causal scaled dot-product attention where the T queries are the last T of S keys.
+
+    q: (B, H, T, d); k, v: (B, H, S, d) with S ≥ T (S > T when earlier keys come from a
+    cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T.
+    """
+    t, s = q.shape[-2], k.shape[-2]
+    if t == s:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if t == 1:  # one new token attends to everything cached
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+class KVCache:
+    """Per-layer keys and values of earlier tokens, for incremental generation.
+
+    For the transformer these are the rotated keys and the values; for Kuramoto attention
+    they are exactly what the fused path reads for each earlier token: the gated, drifted
+    key features g^k ⊙ ψ(θ_u + ω u) and the lift ψ(θ_u) (or the projected value).
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append (B, H, T, d) keys/values; return all keys/values so far."""
+        if self.k is None or self.v is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat((self.k, k), dim=-2)
+            self.v = torch.cat((self.v, v), dim=-2)
+        return self.k, self.v

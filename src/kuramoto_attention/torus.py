@@ -1,0 +1,70 @@
+"""Primitives on the torus T^k = R^k / 2πZ^k (paper section 2, SPEC §2).
+
+Every function here is elementwise or reduces over the last (coordinate) axis, so it
+works for any leading shape ``(...)``. These are the only places where the geometry is
+written down; the layer and the models call them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+TWO_PI = 2.0 * math.pi
+
+
+def lift(theta: Tensor) -> Tensor:
+    """ψ(θ) = (cos θ, sin θ): the embedding T^k → R^{2k}.
+
+    theta: (..., k) angles  ->  (..., 2k), cosines first, then sines.
+    """
+    return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
+
+
+def wrap(theta: Tensor) -> Tensor:
+    """The principal representative of θ in [-π, π) (same point of the torus)."""
+    return torch.remainder(theta + math.pi, TWO_PI) - math.pi
+
+
+def circular_mean(weights: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
+    """G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}}: the A-weighted resultant of the phases.
+
+    weights: (..., T, S) rows of A;  theta: (..., S, k)  ->  (Re G, Im G), each (..., T, k).
+    |G| ≤ 1 whenever the rows of A are probability vectors.
+    """
+    return weights @ torch.cos(theta), weights @ torch.sin(theta)
+
+
+def tangent_projection(theta: Tensor, re_g: Tensor, im_g: Tensor) -> Tensor:
+    """a_{t,j} = -sin θ_{t,j} Re G_{t,j} + cos θ_{t,j} Im G_{t,j} = Im(conj(e^{iθ}) G).
+
+    The component of the resultant G along the unit tangent of the circle at θ; by
+    Proposition 1 this equals Σ_u A_{t,u} sin(θ_u − θ_t). All inputs (..., k).
+    """
+    return torch.cos(theta) * im_g - torch.sin(theta) * re_g
+
+
+def _tanh_ratio(sq_norm: Tensor) -> Tensor:
+    """tanh(n)/n as a function of s = n², smooth and with finite gradient at s = 0."""
+    small = sq_norm < 1e-6
+    n = torch.sqrt(torch.where(small, torch.ones_like(sq_norm), sq_norm))
+    series = 1.0 - sq_norm / 3.0 + 2.0 * sq_norm * sq_norm / 15.0
+    return torch.where(small, series, torch.tanh(n) / n)
+
+
+def bound_norm(x: Tensor, radius: Tensor) -> Tensor:
+    """bound(x) = r · tanh(‖x‖) · x/‖x‖, norm over the last axis (one token's increment).
+
+    Small increments are scaled by r and keep their proportions; large ones are squashed
+    toward norm r. ‖bound(x)‖ < r always, the direction of x is kept, and the function is
+    smooth at x = 0 (where it is r·x to first order). x: (..., k); radius broadcasts.
+    """
+    sq = (x * x).sum(dim=-1, keepdim=True)
+    return radius * x * _tanh_ratio(sq)
+
+
+def bound_elementwise(x: Tensor, radius: Tensor) -> Tensor:
+    """bound(x) = r ⊙ tanh(x / r): each coordinate clipped smoothly to (-r, r)."""
+    return radius * torch.tanh(x / radius)

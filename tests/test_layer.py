@@ -1,0 +1,217 @@
+"""The mathematics of Kuramoto attention (SPEC §4), checked in float64."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from conftest import random_phases
+
+from kuramoto_attention.layer import KuramotoAttention, PhaseGates
+from kuramoto_attention.torus import lift
+
+B, T, K, H = 2, 7, 8, 2
+
+
+def make_layer(**fields) -> KuramotoAttention:
+    layer = KuramotoAttention(K, H, **fields).double()
+    with torch.no_grad():  # move away from the symmetric init so every term matters
+        for p in layer.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return layer
+
+
+def literal_scores(layer: KuramotoAttention, theta: torch.Tensor) -> torch.Tensor:
+    """s_{t,u} with explicit loops over heads, t, u: the paper's formula, nothing shared."""
+    psi = lift(theta)
+    gq, gk = layer._gates(psi)  # (B, H, T, k/H)
+    omega = layer.omega.view(H, -1)
+    tau = layer.log_tau.exp()
+    d = K // H
+    s = torch.full((B, H, T, T), float("-inf"), dtype=theta.dtype)
+    for h in range(H):
+        th = theta[..., h * d : (h + 1) * d]
+        for t in range(T):
+            for u in range(t + 1):
+                kern = gq[:, h, t] * gk[:, h, u] * torch.cos(th[:, t] - th[:, u] + omega[h] * (t - u))
+                s[:, h, t, u] = tau[h] / math.sqrt(d) * kern.sum(-1)
+    return s
+
+
+def test_scores_match_paper_formula():
+    layer, theta = make_layer(), random_phases(B, T, K)
+    _, attn = layer.coupling(theta)
+    assert torch.allclose(attn, torch.softmax(literal_scores(layer, theta), -1), atol=1e-12)
+
+
+def test_gates_positive_mean_one():
+    gates = PhaseGates(K, H).double()
+    gq, gk = gates(lift(random_phases(B, T, K)))
+    for g in (gq, gk):
+        assert (g > 0).all()
+        assert torch.allclose(g.mean(-1), torch.ones_like(g.mean(-1)))
+
+
+def test_proposition1_kuramoto_identity():
+    """a = -sin θ Re G + cos θ Im G equals Σ_u A_{t,u} sin(θ_u − θ_t)."""
+    layer, theta = make_layer(), random_phases(B, T, K)
+    a_ref, attn = layer.coupling(theta)
+    a_fused = layer._increment_fused(theta, lift(theta), None)
+    d = K // H
+    th = theta.view(B, T, H, d).transpose(1, 2)
+    re = attn @ th.cos()
+    im = attn @ th.sin()
+    tangent = (-th.sin() * re + th.cos() * im).transpose(1, 2).reshape(B, T, K)
+    kuramoto = torch.einsum("bhtu,bhtuj->bhtj", attn, torch.sin(th[:, :, None] - th[:, :, :, None]))
+    kuramoto = kuramoto.transpose(1, 2).reshape(B, T, K)
+    for a in (a_ref, a_fused, tangent):
+        assert torch.allclose(a, kuramoto, atol=1e-12)
+
+
+def test_proposition2_softmax_solves_entropy_regularised_selection():
+    layer, theta = make_layer(), random_phases(1, T, K)
+    s = layer._scores_reference(theta, lift(theta))[0]  # (H, T, T)
+    attn = torch.softmax(s, -1)
+
+    def objective(p: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        ent = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+        return (p * row).sum(-1) + ent
+
+    for h, t in itertools.product(range(H), range(T)):
+        row = s[h, t, : t + 1]
+        best = objective(attn[h, t, : t + 1], row)
+        assert torch.allclose(best, torch.logsumexp(row, -1), atol=1e-12)
+        rivals = torch.distributions.Dirichlet(torch.ones(t + 1, dtype=torch.float64) * 0.5).sample((2000,))
+        rivals = torch.cat((rivals, torch.eye(t + 1, dtype=torch.float64)))
+        assert (objective(rivals, row) <= best + 1e-12).all()
+        # and a small perturbation inside the simplex strictly lowers it
+        if t > 0:
+            nudged = attn[h, t, : t + 1] + 1e-3 * (rivals[0] - attn[h, t, : t + 1])
+            assert objective(nudged, row) < best
+
+
+def test_lemma3_increment_is_gradient_of_coherence_energy():
+    layer, theta = make_layer(), random_phases(B, T, K)
+    a, attn = layer.coupling(theta)
+    attn = attn.detach()  # fixed coupling A
+    d = K // H
+    th_fixed = theta.view(B, T, H, d).transpose(1, 2)
+    for t in range(T):
+        th_t = theta[:, t].clone().requires_grad_()
+        th_t_h = th_t.view(B, H, d)
+        # E_t = Σ_u A_{t,u} Σ_j cos(θ_{u,j} − θ_{t,j})
+        energy = (attn[:, :, t, :, None] * torch.cos(th_fixed - th_t_h[:, :, None])).sum()
+        (grad,) = torch.autograd.grad(energy, th_t)
+        assert torch.allclose(grad, a[:, t], atol=1e-12)
+
+
+def test_remark1_drift_is_rotary_on_the_circle():
+    """cos(θ_t − θ_u + ω(t−u)) = cos((θ_t + ωt) − (θ_u + ωu)): RoPE on the unit circle."""
+    layer, theta = make_layer(), random_phases(B, T, K)
+    s = literal_scores(layer, theta)
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    rotated = theta + layer.omega.detach() * pos  # rotate each query/key phase by ω·position
+    # gates read the unrotated phases: rotate only the kernel's phases
+    gq, gk = layer._gates(lift(theta))
+    d = K // H
+    rot = rotated.view(B, T, H, d).transpose(1, 2)
+    q = torch.cat((gq * rot.cos(), gq * rot.sin()), -1)
+    k = torch.cat((gk * rot.cos(), gk * rot.sin()), -1)
+    tau = layer.log_tau.exp().view(H, 1, 1)
+    dot = tau / math.sqrt(d) * q @ k.transpose(-1, -2)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    assert torch.allclose(dot[..., mask], s[..., mask], atol=1e-12)
+
+
+FIELDS = list(
+    itertools.product(
+        [True, False],
+        ["learned", "zero"],
+        ["circular", "projection"],
+        ["norm", "elementwise", "none"],
+        ["learned", "fixed"],
+    )
+)
+
+
+@pytest.mark.parametrize("gates,omega,value,bound,tau", FIELDS)
+def test_fused_equals_reference_forward_and_gradients(gates, omega, value, bound, tau):
+    layer = make_layer(gates=gates, omega=omega, value=value, bound=bound, tau=tau)
+    theta = random_phases(B, T, K).requires_grad_()
+    fused = layer(theta)
+    ref = layer(theta, path="reference")
+    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
+    weights = torch.randn_like(fused)
+    g_fused = torch.autograd.grad((fused * weights).sum(), [theta, *layer.parameters()])
+    g_ref = torch.autograd.grad((ref * weights).sum(), [theta, *layer.parameters()])
+    for a, b in zip(g_fused, g_ref, strict=True):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_shared_gates_fused_equals_reference():
+    shared = PhaseGates(K, H).double()
+    layer = KuramotoAttention(K, H, shared_gates=shared).double()
+    assert not any(n.startswith("gates") for n, _ in layer.named_parameters())
+    theta = random_phases(B, T, K)
+    assert torch.allclose(layer(theta), layer(theta, path="reference"), atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-4)])
+def test_fused_equals_reference_float32(dtype, atol):
+    layer = make_layer().to(dtype)
+    theta = random_phases(B, 32, K, dtype=dtype)
+    assert torch.allclose(layer(theta), layer(theta, path="reference"), atol=atol)
+
+
+def test_fused_equals_reference_bf16_autocast():
+    layer = make_layer().float()
+    theta = random_phases(B, 32, K, dtype=torch.float32)
+    ref = layer(theta, path="reference")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = layer(theta)
+    assert fused.dtype == torch.float32  # phases stay fp32
+    assert (fused - ref).abs().max() < 5e-2
+
+
+def test_return_attention_and_coupling_api():
+    layer, theta = make_layer(), random_phases(B, T, K)
+    new, attn = layer(theta, return_attention=True)
+    assert new.shape == (B, T, K) and attn.shape == (B, H, T, T)
+    assert torch.allclose(attn.sum(-1), torch.ones(B, H, T, dtype=torch.float64))
+    assert (attn.triu(1) == 0).all()  # causal
+    a, attn2 = layer.coupling(theta)
+    assert a.shape == (B, T, K) and torch.equal(attn, attn2)
+    assert (a.abs() <= 1 + 1e-12).all()
+
+
+@pytest.mark.parametrize("value", ["circular", "projection"])
+def test_attention_step_is_2pi_periodic(value):
+    layer = make_layer(value=value)
+    theta = random_phases(B, T, K)
+    shift = 2 * math.pi * torch.randint(-3, 4, theta.shape, dtype=torch.float64)
+    out, out_shifted = layer(theta), layer(theta + shift)
+    # every input is read through ψ(θ), so the increment is periodic: same point of the torus
+    assert torch.allclose(out_shifted - shift, out, atol=1e-10)
+
+
+def test_layer_causal():
+    layer, theta = make_layer(), random_phases(1, T, K)
+    changed = theta.clone()
+    changed[:, 4:] += 1.0
+    assert torch.allclose(layer(theta)[:, :4], layer(changed)[:, :4], atol=1e-12)
+
+
+def test_gradcheck_layer():
+    layer = KuramotoAttention(4, 2).double()
+    theta = random_phases(1, 4, 4).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: layer(x), (theta,))
+    assert torch.autograd.gradcheck(lambda x: layer(x, path="reference"), (theta,))
+
+
+def test_bad_fields_raise():
+    with pytest.raises(ValueError, match="divisible"):
+        KuramotoAttention(10, 3)
+    with pytest.raises(ValueError, match="omega"):
+        KuramotoAttention(8, 2, omega="fast")
+    with pytest.raises(ValueError, match="bound"):
+        KuramotoAttention(8, 2, bound="clip")

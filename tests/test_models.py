@@ -1,0 +1,105 @@
+import math
+
+import pytest
+import torch
+
+from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
+from kuramoto_attention.presets import NOMINAL, ConfigError, build_model, get_preset, preset_table
+
+TINY_KA = dict(dim=16, depth=2, heads=2, ff_hidden=24)
+TINY_TF = dict(dim=16, depth=2, heads=2, ff_hidden=24)
+
+
+def tiny_models():
+    yield "ka", KuramotoLM(KuramotoConfig(**TINY_KA)).double()
+    for ff in ("lift", "none"):
+        yield f"ka-ff-{ff}", KuramotoLM(KuramotoConfig(**TINY_KA, ff=ff)).double()
+    yield "ka-shared", KuramotoLM(KuramotoConfig(**TINY_KA, shared_gates=True)).double()
+    yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()
+    yield "tf-untied", TransformerLM(TransformerConfig(**TINY_TF, tied=False)).double()
+
+
+@pytest.mark.parametrize("name,model", list(tiny_models()))
+def test_forward_shape_and_causality(name, model):
+    idx = torch.randint(0, 256, (2, 12))
+    logits = model(idx)
+    assert logits.shape == (2, 12, 256)
+    changed = idx.clone()
+    changed[:, 7:] = torch.randint(0, 256, (2, 5))
+    assert torch.allclose(model(changed)[:, :7], logits[:, :7], atol=1e-12)
+    assert not torch.allclose(model(changed)[:, 7:], logits[:, 7:])
+
+
+@pytest.mark.parametrize("name,model", list(tiny_models()))
+def test_cached_generation_matches_recomputation(name, model):
+    idx = torch.randint(0, 256, (2, 10))
+    full = model(idx)
+    caches = model.new_caches()
+    pieces = [model(idx[:, :4], caches=caches)]  # a prompt, then one token at a time
+    pieces += [model(idx[:, t:t + 1], caches=caches) for t in range(4, 10)]
+    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-10)
+    caches = model.new_caches()
+    chunked = torch.cat([model(idx[:, :3], caches=caches), model(idx[:, 3:], caches=caches)], dim=1)
+    assert torch.allclose(chunked, full, atol=1e-10)
+
+
+def test_generate_greedy_same_with_and_without_cache():
+    model = KuramotoLM(KuramotoConfig(**TINY_KA))
+    prompt = torch.randint(0, 256, (1, 5))
+    a = model.generate(prompt, 8, temperature=0)
+    b = model.generate(prompt, 8, temperature=0, use_cache=False)
+    assert torch.equal(a, b) and a.shape == (1, 13)
+
+
+def test_kuramoto_state_stays_finite_and_phase_embedding_not_decayed():
+    model = KuramotoLM(KuramotoConfig(**TINY_KA))
+    states = model.phases(torch.randint(0, 256, (1, 9)))
+    assert len(states) == 3 and all(torch.isfinite(s).all() for s in states)
+    assert "phase_embedding" in model.no_weight_decay()
+    # no normalisation layers anywhere in the phase model
+    assert not any("norm" in type(m).__name__.lower() for m in model.modules())
+
+
+@pytest.mark.parametrize("name", list(NOMINAL))
+def test_presets_within_three_percent(name):
+    row = next(r for r in preset_table() if r["name"] == name)
+    assert abs(row["params"] / NOMINAL[name] - 1) <= 0.03
+    family, cfg = get_preset(name)
+    with torch.device("meta"):
+        model = build_model(family, cfg)
+    assert model.num_params() == row["params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_parameter_count_by_hand():
+    """ka: embedding 256k, per layer gates 2k·2k+2k, value gate 2k·k+k, ω k, τ H, radius 1,
+    SwiGLU 3·k·h + radius 1; readout 2k·256+256."""
+    k, h, heads, depth = 16, 24, 2, 2
+    per_layer = (4 * k * k + 2 * k) + (2 * k * k + k) + k + heads + 1 + 3 * k * h + 1
+    expected = 256 * k + depth * per_layer + 2 * k * 256 + 256
+    assert KuramotoLM(KuramotoConfig(**TINY_KA)).num_params() == expected
+
+
+def test_save_and_load_pretrained(tmp_path):
+    for model in (KuramotoLM(KuramotoConfig(**TINY_KA, ff="lift")), TransformerLM(TransformerConfig(**TINY_TF))):
+        model.save_pretrained(tmp_path / type(model).__name__)
+        loaded = type(model).from_pretrained(tmp_path / type(model).__name__)
+        assert loaded.config == model.config
+        idx = torch.randint(0, 256, (1, 6))
+        assert torch.equal(loaded(idx), model(idx))
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="unknown preset"):
+        get_preset("ka-7m")
+    with pytest.raises(ConfigError, match="ff"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff="sideways"))
+    with pytest.raises(ValueError, match="int64"):
+        KuramotoLM(KuramotoConfig(**TINY_KA))(torch.zeros(1, 3))
+
+
+def test_initial_loss_near_uniform():
+    for model in (KuramotoLM(KuramotoConfig(**TINY_KA)), TransformerLM(TransformerConfig(**TINY_TF))):
+        idx = torch.randint(0, 256, (4, 16))
+        targets = torch.randint(0, 256, (4, 16))
+        loss = torch.nn.functional.cross_entropy(model(idx).flatten(0, 1), targets.flatten())
+        assert abs(loss.item() - math.log(256)) < 0.3

@@ -1,0 +1,63 @@
+import math
+
+import torch
+
+from kuramoto_attention.torus import bound_elementwise, bound_norm, circular_mean, lift, tangent_projection, wrap
+
+
+def test_lift_is_on_unit_circle_and_periodic():
+    theta = torch.randn(5, 7, dtype=torch.float64) * 10
+    psi = lift(theta)
+    assert psi.shape == (5, 14)
+    assert torch.allclose(psi[:, :7] ** 2 + psi[:, 7:] ** 2, torch.ones(5, 7, dtype=torch.float64))
+    assert torch.allclose(lift(theta + 2 * math.pi), psi, atol=1e-12)
+
+
+def test_wrap_principal_representative():
+    theta = torch.randn(100, dtype=torch.float64) * 20
+    w = wrap(theta)
+    assert (w >= -math.pi).all() and (w < math.pi).all()
+    assert torch.allclose(lift(w), lift(theta), atol=1e-12)
+
+
+def test_circular_mean_modulus_at_most_one_and_tangent_bounded():
+    theta = torch.randn(6, 4, dtype=torch.float64) * 3
+    weights = torch.softmax(torch.randn(3, 6, dtype=torch.float64), dim=-1)
+    re, im = circular_mean(weights, theta)
+    mod = torch.sqrt(re**2 + im**2)
+    assert (mod <= 1 + 1e-12).all()
+    a = tangent_projection(torch.randn(3, 4, dtype=torch.float64), re, im)
+    assert (a.abs() <= mod + 1e-12).all()  # |a| ≤ |G| ≤ 1
+
+
+def test_bound_norm_never_exceeds_radius_and_keeps_direction():
+    r = torch.tensor(0.7, dtype=torch.float64)
+    x = torch.randn(50, 8, dtype=torch.float64) * torch.logspace(-6, 3, 50, dtype=torch.float64)[:, None]
+    y = bound_norm(x, r)
+    assert (y.norm(dim=-1) <= r * (1 + 1e-12)).all()  # = r only where tanh rounds to 1
+    cos = torch.nn.functional.cosine_similarity(x, y, dim=-1)
+    assert torch.allclose(cos, torch.ones_like(cos))
+    # small increments are scaled by r and keep their proportions
+    small = x[:3]
+    assert torch.allclose(bound_norm(small, r), r * small, rtol=1e-8)
+
+
+def test_bound_norm_finite_gradient_at_zero():
+    x = torch.zeros(3, 4, dtype=torch.float64, requires_grad=True)
+    r = torch.tensor(2.0, dtype=torch.float64)
+    bound_norm(x, r).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert torch.allclose(x.grad, torch.full_like(x, 2.0))  # d/dx (r x) at 0
+    assert torch.autograd.gradcheck(
+        lambda z: bound_norm(z, r), (torch.randn(2, 5, dtype=torch.float64, requires_grad=True),)
+    )
+    tiny = (torch.randn(2, 5, dtype=torch.float64) * 1e-4).requires_grad_()
+    assert torch.autograd.gradcheck(lambda z: bound_norm(z, r), (tiny,))
+
+
+def test_bound_elementwise():
+    r = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    x = torch.randn(20, 3, dtype=torch.float64) * 100
+    y = bound_elementwise(x, r)
+    assert (y.abs() <= r).all()
+    assert (torch.sign(y) == torch.sign(x)).all()
