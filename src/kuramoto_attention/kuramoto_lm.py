@@ -115,6 +115,9 @@ class KuramotoLM(ByteLM):
     def no_weight_decay(self) -> set[str]:
         return {"phase_embedding"}  # angles: shrinking them toward 0 has no meaning on T^k
 
+    def phase_parameter_names(self) -> set[str]:
+        return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith(".omega")}
+
     def embed(self, idx: Tensor) -> Tensor:
         return self.phase_embedding[idx]
 

@@ -30,6 +30,10 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         """Names of matrix-shaped parameters that must not be decayed (e.g. phases)."""
         return set()
 
+    def phase_parameter_names(self) -> set[str]:
+        """Names of parameters that are angles (own learning-rate multiplier, never decayed)."""
+        return set()
+
     def forward(self, idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         if idx.dtype != torch.long or idx.dim() != 2:
             raise ValueError(f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")

@@ -1,0 +1,228 @@
+"""The ``kuramoto`` command: params, train, eval, sample, data (and report, bench, experiment).
+
+User mistakes (unknown preset, missing data, corrupt checkpoint, bad values) end with one
+``error: ...`` line on stderr and exit status 2, never a traceback.
+"""
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import CheckpointError
+from .data import DataError
+from .presets import ConfigError
+
+USER_ERRORS = (ConfigError, DataError, CheckpointError)
+
+
+def _key_values(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--model expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_params(args: argparse.Namespace) -> None:
+    from .presets import preset_table
+
+    rows = preset_table()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{'preset':<9} {'family':<12} {'params':>10} {'depth':>5} {'width':>5} {'heads':>5} {'ff':>5}")
+    for r in rows:
+        print(f"{r['name']:<9} {r['family']:<12} {r['params']:>10,} {r['depth']:>5} {r['width']:>5} "
+              f"{r['heads']:>5} {r['ff_hidden']:>5}")
+
+
+TRAIN_FLAGS: dict[str, tuple[type, str]] = {
+    "corpus": (str, "corpus spec: stdlib (default, offline), enwik8, enwik7, enwik6, pycode, text:PATH"),
+    "data_dir": (str, "folder holding the corpora (default: $KURAMOTO_DATA)"),
+    "batch_size": (int, "sequences per step (per process)"),
+    "context": (int, "sequence length (default: the preset's)"),
+    "steps": (int, "budget in optimizer steps"),
+    "tokens": (int, "budget in training tokens"),
+    "minutes": (float, "budget in minutes of training"),
+    "lr": (float, "peak learning rate"),
+    "phase_lr_mult": (float, "learning-rate multiplier for phase parameters"),
+    "min_lr_ratio": (float, "final lr as a fraction of the peak"),
+    "warmup": (int, "linear warmup steps"),
+    "weight_decay": (float, "AdamW weight decay (matrices only)"),
+    "grad_clip": (float, "gradient-norm clip (0: off)"),
+    "precision": (str, "bf16 (autocast) or fp32"),
+    "device": (str, "auto, cpu or cuda[:N]"),
+    "seed": (int, "seed for init and batches"),
+    "eval_every": (int, "steps between validation estimates"),
+    "eval_batches": (int, "batches per validation estimate"),
+    "ckpt_every": (int, "steps between checkpoints"),
+}
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .train import load_run, prepare_run, train
+
+    overrides: dict[str, Any] = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
+    if args.compile:
+        overrides["compile"] = True
+    if args.no_progress:
+        overrides["progress"] = False
+    if args.resume:
+        if args.preset or args.config or args.model:
+            raise ConfigError("--resume continues a run with its saved config; drop --preset/--config/--model")
+        run = load_run(args.resume, overrides)
+    else:
+        run = prepare_run(args.preset, args.config, _key_values(args.model), overrides, args.run_dir)
+    summary = train(run, resume=bool(args.resume))
+    if summary is not None:
+        print(f"done: {summary['step']} steps, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
+              f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {run.train_cfg.eval_batches} batches; "
+              f"full split: kuramoto eval {run.run_dir} --split valid)")
+        print(f"run dir: {run.run_dir}")
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    import torch
+
+    from .checkpoint import load_model
+    from .data import load_corpus
+    from .evaluate import evaluate_bpc
+    from .train import load_run, resolve_device
+
+    run = load_run(args.run_dir, {})
+    device = resolve_device(args.device)
+    model, _ = load_model(Path(args.run_dir), map_location=device)
+    corpus_spec = args.corpus or run.train_cfg.corpus
+    corpus = load_corpus(corpus_spec, args.data_dir or run.train_cfg.data_dir)
+    context = args.context or run.train_cfg.context
+    stride = context if args.non_overlapping else args.stride
+    with torch.inference_mode():
+        result = evaluate_bpc(model, corpus.splits[args.split], context, stride=stride, batch_size=args.batch_size,
+                              device=device, precision=args.precision, max_bytes=args.max_bytes,
+                              progress=not args.json)
+    result.update(run_dir=str(args.run_dir), split=args.split, corpus=corpus.name)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{corpus.name} {args.split}: {result['bpc']:.4f} bits per byte over {result['bytes_scored']:,} bytes "
+              f"(context {result['context']}, stride {result['stride']})")
+
+
+def cmd_sample(args: argparse.Namespace) -> None:
+    import torch
+
+    from .checkpoint import load_model
+    from .train import resolve_device
+
+    if args.length < 1:
+        raise ConfigError("--length must be >= 1")
+    if args.top_k is not None and args.top_k < 1:
+        raise ConfigError("--top-k must be >= 1")
+    device = resolve_device(args.device)
+    model, _ = load_model(Path(args.run_dir), map_location=device)
+    model.eval()
+    prompt_bytes = args.prompt.encode("utf-8") or b"\n"
+    prompt = torch.tensor([list(prompt_bytes)], dtype=torch.long, device=device)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen)
+    sys.stdout.write(bytes(out[0].tolist()).decode("utf-8", errors="replace") + "\n")
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    from .data import fetch, load_corpus
+
+    if args.action == "fetch":
+        path = fetch(args.name, args.data_dir)
+        print(f"{args.name}: verified, at {path}")
+    else:
+        print(load_corpus(args.name, args.data_dir).describe())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kuramoto", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("params", help="parameter count, depth, width and heads of every preset")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser("train", help="train a model (preset or TOML config plus flag overrides)")
+    p.add_argument("--preset", help="ka-1m (default), tf-1m, ka-5m, tf-5m, ka-tiny, tf-tiny")
+    p.add_argument("--config", help="TOML file with preset = ..., [model] and [train] tables")
+    p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE", help="model field override")
+    p.add_argument("--run-dir", help="where to write logs and checkpoints (default runs/PRESET-TIME)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run exactly from its last checkpoint")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    for name, (typ, help_text) in TRAIN_FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=typ, help=help_text)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="bits per byte of a trained run over a whole split")
+    p.add_argument("run_dir")
+    p.add_argument("--split", choices=["train", "valid", "test"], default="valid")
+    p.add_argument("--stride", type=int, help="sliding-window stride (default context/2)")
+    p.add_argument("--non-overlapping", action="store_true", help="stride = context")
+    p.add_argument("--context", type=int, help="window length (default: the run's)")
+    p.add_argument("--corpus", help="evaluate on another corpus than the run's")
+    p.add_argument("--data-dir")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-bytes", type=int, help="only the first N bytes of the split")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("sample", help="generate text from a trained run")
+    p.add_argument("run_dir")
+    p.add_argument("--prompt", default="\n")
+    p.add_argument("--length", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("data", help="fetch or describe a corpus")
+    p.add_argument("action", choices=["fetch", "info"])
+    p.add_argument("name", help="fetch: enwik8; info: any corpus spec")
+    p.add_argument("--data-dir")
+    p.set_defaults(func=cmd_data)
+
+    for extra in _extra_commands():
+        extra(sub)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[Any], None]]:
+    """Subcommands that live in their own modules (report, bench, experiment), when present."""
+    found = []
+    for module in ("report", "bench", "experiment"):
+        try:
+            mod = __import__(f"kuramoto_attention.{module}", fromlist=["add_subcommand"])
+        except ImportError:
+            continue
+        found.append(mod.add_subcommand)
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the last checkpoint is intact; continue with --resume RUN_DIR", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
