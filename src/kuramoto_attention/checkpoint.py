@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from .lm import ByteLM
 from .presets import ConfigError, build_model, config_from_dict
@@ -72,11 +74,9 @@ def load_model(path: Path, map_location: str | torch.device = "cpu") -> tuple[By
         model_config = json.loads((path / "model_config.json").read_text())
         family, cfg = config_from_dict(model_config)
         model = build_model(family, cfg)
-        from safetensors.torch import load_file
-
         weights = load_file(path / "model.safetensors", device=str(map_location))
         missing, unexpected = model.load_state_dict(weights, strict=False)
-    except (OSError, json.JSONDecodeError, ConfigError, RuntimeError, ValueError) as exc:
+    except (OSError, json.JSONDecodeError, ConfigError, RuntimeError, ValueError, SafetensorError) as exc:
         raise CheckpointError(f"corrupt checkpoint in {path}: {str(exc).splitlines()[0]}") from None
     if missing or unexpected:
         raise CheckpointError(

@@ -142,12 +142,12 @@ class KuramotoAttention(nn.Module):
         b, h, t, d = x.shape
         return x.transpose(1, 2).reshape(b, t, h * d)
 
-    def _values(self, theta: Tensor, psi: Tensor) -> Tensor:
+    def _values(self, psi: Tensor) -> Tensor:
         """What A averages: ψ(θ_u) per head, (B, H, T, 2k/H), or the projection ablation."""
         if self.value_proj is not None:
             return self._heads(self.value_proj(psi))
-        th = self._heads(theta)
-        return torch.cat((th.cos(), th.sin()), dim=-1)
+        cos, sin = psi.chunk(2, dim=-1)
+        return torch.cat((self._heads(cos), self._heads(sin)), dim=-1)
 
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
@@ -161,23 +161,29 @@ class KuramotoAttention(nn.Module):
 
     # ----------------------------------------------------------------- paths
     def _increment_fused(self, theta: Tensor, psi: Tensor, cache: KVCache | None) -> Tensor:
-        """a (B, T, k) via one causal SDPA call (SPEC §4.5)."""
+        """a (B, T, k) via one causal SDPA call (SPEC §4.5).
+
+        cos θ and sin θ are computed once (in ψ) and reused: the drifted features use
+        cos(θ + ωt) = cos θ cos ωt − sin θ sin ωt, whose (T, k) rotation table is cheap.
+        """
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + theta.shape[1], device=theta.device, dtype=theta.dtype)
-        th = self._heads(theta)  # (B, H, T, k/H)
-        phi = th + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
+        rot = self._omega().to(theta.dtype) * pos[:, None]  # ω t: (H, T, k/H)
+        cos_r, sin_r = rot.cos(), rot.sin()
+        cos_t, sin_t = (self._heads(c) for c in psi.chunk(2, dim=-1))  # (B, H, T, k/H)
+        cos_phi = cos_t * cos_r - sin_t * sin_r  # φ_t = θ_t + ω t
+        sin_phi = sin_t * cos_r + cos_t * sin_r
         gq, gk = self._gates(psi)
-        cos_phi, sin_phi = phi.cos(), phi.sin()
         q = torch.cat((gq * cos_phi, gq * sin_phi), dim=-1) * self._tau().to(theta.dtype)
         k = torch.cat((gk * cos_phi, gk * sin_phi), dim=-1)
-        v = self._values(theta, psi)
+        v = self._values(psi)
         if cache is not None:
             k, v = cache.update(k, v)
         out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
         if self.value_proj is not None:
             return self._merge(out)
         re_g, im_g = out.chunk(2, dim=-1)
-        return self._merge(tangent_projection(th, re_g, im_g))
+        return self._merge(tangent_projection(cos_t, sin_t, re_g, im_g))
 
     def _scores_reference(self, theta: Tensor, psi: Tensor) -> Tensor:
         """s_{t,u} written out with the T×T×(k/H) cosine kernel; (B, H, T, T), causal −inf."""
@@ -197,7 +203,7 @@ class KuramotoAttention(nn.Module):
         """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})."""
         attn = torch.softmax(self._scores_reference(theta, psi), dim=-1)  # (B, H, T, T)
         if self.value_proj is not None:
-            return self._merge(attn @ self._values(theta, psi)), attn
+            return self._merge(attn @ self._values(psi)), attn
         th = self._heads(theta)
         sin_diff = torch.sin(th[:, :, None, :, :] - th[:, :, :, None, :])  # [t, u] = sin(θ_u − θ_t)
         a = (attn[..., None] * sin_diff).sum(dim=-2)

@@ -37,13 +37,14 @@ def circular_mean(weights: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
     return weights @ torch.cos(theta), weights @ torch.sin(theta)
 
 
-def tangent_projection(theta: Tensor, re_g: Tensor, im_g: Tensor) -> Tensor:
+def tangent_projection(cos_theta: Tensor, sin_theta: Tensor, re_g: Tensor, im_g: Tensor) -> Tensor:
     """a_{t,j} = -sin θ_{t,j} Re G_{t,j} + cos θ_{t,j} Im G_{t,j} = Im(conj(e^{iθ}) G).
 
     The component of the resultant G along the unit tangent of the circle at θ; by
-    Proposition 1 this equals Σ_u A_{t,u} sin(θ_u − θ_t). All inputs (..., k).
+    Proposition 1 this equals Σ_u A_{t,u} sin(θ_u − θ_t). Takes cos θ and sin θ (already
+    computed for the lift) rather than θ. All inputs (..., k).
     """
-    return torch.cos(theta) * im_g - torch.sin(theta) * re_g
+    return cos_theta * im_g - sin_theta * re_g
 
 
 def _tanh_ratio(sq_norm: Tensor) -> Tensor:

@@ -343,6 +343,11 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
     summary = {"run_dir": str(run.run_dir), "family": run.family, "params": model.num_params(), "step": step,
                "tokens": tokens, "elapsed_s": round(elapsed, 1), "valid_bpc_estimate": valid_bpc,
                "corpus": corpus.name}
+    if world > 1:  # DDP keeps replicas identical; record each rank's weights checksum to prove it
+        fingerprint = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+        gathered = [torch.zeros_like(fingerprint) for _ in range(world)]
+        dist.all_gather(gathered, fingerprint)
+        summary["rank_weight_checksums"] = [g.item() for g in gathered]
     if rank == 0:
         write_json_atomic(run.run_dir / "summary.json", summary)
     if world > 1:

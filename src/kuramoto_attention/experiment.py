@@ -1,0 +1,179 @@
+"""The replication protocol of issue 4 as code: ``kuramoto experiment run GROUP`` trains and
+evaluates every run of a group (one at a time, resuming interrupted runs, skipping finished
+ones) and writes one small JSON summary per run under ``results/GROUP/``;
+``kuramoto experiment report`` regenerates RESULTS.md and the plot from those files only.
+
+Groups, in the order they are meant to run:
+  screen    short (1.2M-token) runs of ka-1m variants: which open choices matter
+  lr        learning-rate sweep of ka-1m and tf-1m at 3M tokens
+  main      ka-1m and tf-1m, 3 seeds, 10M tokens, each at its best lr from ``lr``
+  ablation  ka-1m variants of SPEC §5 / issue 4, 1 seed, 10M tokens
+  pycode    the main comparison on pycode (bits per byte), 1 seed
+"""
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .presets import ConfigError
+
+RESULTS = Path("results")
+RUNS = Path("runs") / "experiments"
+
+PROTOCOL: dict[str, Any] = dict(corpus="enwik7", batch_size=32, context=256, tokens=10_000_000, warmup=100,
+                                min_lr_ratio=0.1, eval_every=100, eval_batches=8, ckpt_every=200, precision="bf16",
+                                compile=True, progress=False)
+SCREEN: dict[str, Any] = {**PROTOCOL, "tokens": 1_228_800, "compile": False, "eval_every": 50}
+SWEEP: dict[str, Any] = {**PROTOCOL, "tokens": 3_000_000}
+LRS = (1e-3, 2e-3, 4e-3, 8e-3)
+
+
+@dataclass(frozen=True)
+class Spec:
+    group: str
+    name: str
+    preset: str
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    eval_split: str = "test"
+
+
+def _screen() -> list[Spec]:
+    variants: dict[str, dict[str, Any]] = {
+        "default": {}, "ff-lift": {"ff": "lift"}, "ff-raw-angles": {"ff_wrap": False},
+        "bound-elementwise": {"bound": "elementwise"}, "radius-0.3": {"attn_radius_init": 0.3, "ff_radius_init": 0.3},
+        "radius-3": {"attn_radius_init": 3.0, "ff_radius_init": 3.0}, "tau-4": {"tau_init": 4.0},
+        "heads-1": {"heads": 1}, "value-init-0": {"value_init": 0.0},
+    }
+    specs = [Spec("screen", f"ka-{k}", "ka-1m", v, SCREEN, "valid") for k, v in variants.items()]
+    specs += [Spec("screen", "ka-phase-lr-5", "ka-1m", {}, {**SCREEN, "phase_lr_mult": 5.0}, "valid"),
+              Spec("screen", "ka-lr-4e-3", "ka-1m", {}, {**SCREEN, "lr": 4e-3}, "valid"),
+              Spec("screen", "tf", "tf-1m", {}, SCREEN, "valid")]
+    return specs
+
+
+def _lr() -> list[Spec]:
+    return [Spec("lr", f"{p}-lr-{lr:g}", p, {}, {**SWEEP, "lr": lr}, "valid") for p in ("ka-1m", "tf-1m") for lr in LRS]
+
+
+def best_lr(preset: str) -> float:
+    """The sweep's best learning rate for a preset, read from results/lr (never typed in)."""
+    rows = [r for r in load_results("lr") if r["preset"] == preset]
+    if not rows:
+        raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / 'lr'}; run `kuramoto experiment run lr`")
+    return min(rows, key=lambda r: r["eval_bpc"])["train"]["lr"]
+
+
+def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str = "main") -> list[Spec]:
+    return [Spec(group, f"{p}-seed{s}", p, {}, {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p)})
+            for p in ("ka-1m", "tf-1m") for s in seeds]
+
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "value-projection": {"value": "projection"}, "no-ff": {"ff": "none"}, "no-gates": {"gates": False},
+    "omega-zero": {"omega": "zero"}, "ff-lift": {"ff": "lift"}, "ff-angles": {"ff": "angles"},
+    "bound-elementwise": {"bound": "elementwise"}, "bound-norm": {"bound": "norm"}, "shared-gates": {"shared_gates": True},
+}
+
+
+def _ablation() -> list[Spec]:
+    from .presets import get_preset
+
+    base = asdict(get_preset("ka-1m")[1])
+    lr = best_lr("ka-1m")
+    # a variant equal to the preset's own default is the full model itself: skip it
+    return [Spec("ablation", f"ka-{k}", "ka-1m", v, {**PROTOCOL, "lr": lr})
+            for k, v in ABLATIONS.items() if any(base[f] != x for f, x in v.items())]
+
+
+def plan(group: str) -> list[Spec]:
+    groups = {"screen": _screen, "lr": _lr, "main": _main, "ablation": _ablation,
+              "pycode": lambda: _main("pycode", (0,), "pycode")}
+    if group not in groups:
+        raise ConfigError(f"unknown experiment group {group!r}; choose one of: {', '.join(groups)}")
+    return groups[group]()
+
+
+def load_results(group: str) -> list[dict[str, Any]]:
+    folder = RESULTS / group
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
+    """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
+    import torch
+
+    from .checkpoint import load_model, write_json_atomic
+    from .data import load_corpus
+    from .evaluate import evaluate_bpc
+    from .train import load_run, prepare_run, train
+
+    out = RESULTS / spec.group / f"{spec.name}.json"
+    run_dir = RUNS / spec.group / spec.name
+    train_overrides = {**spec.train, "data_dir": data_dir}
+    started = time.time()
+    if (run_dir / "checkpoint").exists() and (run_dir / "run.json").exists():
+        summary = train(load_run(run_dir, train_overrides), resume=True)
+    else:
+        summary = train(prepare_run(spec.preset, None, spec.model, train_overrides, str(run_dir)))
+    run = load_run(run_dir, {})
+    model, _ = load_model(run_dir)
+    corpus = load_corpus(run.train_cfg.corpus, data_dir)
+    with torch.inference_mode():
+        ev = evaluate_bpc(model, corpus.splits[spec.eval_split], run.train_cfg.context, precision="bf16")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m]
+    speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
+    result = {
+        "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
+        "model_overrides": spec.model, "model": asdict(run.model_cfg), "train": asdict(run.train_cfg),
+        "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
+        "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
+        "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
+        "valid_curve": curve, "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
+        "wall_s": round(time.time() - started, 1), "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, result)
+    return result
+
+
+def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -> None:
+    done = {r["name"] for r in load_results(group)}
+    for spec in plan(group):
+        if only and spec.name not in only:
+            continue
+        if spec.name in done:
+            print(f"[{group}] {spec.name}: done, skipping", flush=True)
+            continue
+        print(f"[{group}] {spec.name}: training", flush=True)
+        r = run_spec(spec, data_dir)
+        print(f"[{group}] {spec.name}: {r['eval_split']} {r['eval_bpc']:.4f} after {r['tokens']:,} tokens", flush=True)
+
+
+def add_subcommand(sub: Any) -> None:
+    p = sub.add_parser("experiment", help="run the replication protocol or regenerate RESULTS.md")
+    p.add_argument("action", choices=["run", "report", "replicate"],
+                   help="run GROUP; report: RESULTS.md from results/; replicate: every group, then report")
+    p.add_argument("group", nargs="?", help="screen, lr, main, ablation, pycode")
+    p.add_argument("--only", action="append", help="run only these run names")
+    p.add_argument("--data-dir")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: Any) -> None:
+    if args.action == "run":
+        if not args.group:
+            raise ConfigError("experiment run needs a GROUP: screen, lr, main, ablation or pycode")
+        run_group(args.group, args.data_dir, args.only)
+    elif args.action == "replicate":
+        for group in ("screen", "lr", "main", "ablation", "pycode"):
+            run_group(group, args.data_dir)
+    if args.action in ("report", "replicate"):
+        from .results import write_results_md
+
+        print(f"wrote {write_results_md()}")
