@@ -15,7 +15,7 @@ import torch
 from kuramoto_attention.checkpoint import load_model
 from kuramoto_attention.cli import main
 from kuramoto_attention.evaluate import evaluate_bpc, window_plan
-from kuramoto_attention.train import batch_generator, lr_at, TrainConfig
+from kuramoto_attention.train import TrainConfig, batch_generator, lr_at
 
 TINY = ["--context", "16", "--batch-size", "4", "--precision", "fp32", "--no-progress", "--eval-batches", "2"]
 
@@ -109,7 +109,7 @@ def test_window_plan_scores_every_target_once(n, context, stride):
     scored = []
     for start, k in window_plan(n, context, stride):
         ctx = min(context, n - 1)
-        assert 0 <= start and start + ctx <= n - 1
+        assert start >= 0 and start + ctx <= n - 1
         scored += list(range(start + ctx - k + 1, start + ctx + 1))  # target positions
     assert scored == list(range(1, n))
 
@@ -156,7 +156,8 @@ def test_eval_and_sample_cli(tmp_path, corpus, capsys):
     (["train", "--preset", "ka-tiny", "--steps", "1", "--model", "ff=sideways"], "ff"),
     (["train", "--preset", "ka-tiny", "--steps", "1", "--model", "width=3"], "no field"),
     (["train", "--preset", "ka-tiny", "--steps", "1", "--corpus", "text:/nonexistent/file.txt"], "nonexistent"),
-    (["train", "--preset", "ka-tiny", "--steps", "1", "--corpus", "enwik7", "--data-dir", "/nonexistent"], "/nonexistent"),
+    (["train", "--preset", "ka-tiny", "--steps", "1", "--corpus", "enwik7", "--data-dir", "/nonexistent"],
+     "/nonexistent"),
     (["train", "--preset", "ka-tiny", "--steps", "1", "--precision", "fp8"], "precision"),
     (["eval", "/nonexistent/run"], "run directory"),
     (["sample", "/nonexistent/run"], "does not exist"),

@@ -103,7 +103,7 @@ class Diagnostics:
         for f in fields(self):
             if not f.metadata.get("raw"):
                 out[f.name] = _json_safe(getattr(self, f.name))
-        out["value_gate_histogram"] = self.value_gate_histogram()
+        out["value_gate_histogram"] = _json_safe(self.value_gate_histogram())
         out["saturation_level"] = SATURATION_LEVEL
         return out
 
@@ -118,6 +118,8 @@ def _json_safe(value: Any) -> Any:
         value = value.tolist()
     if isinstance(value, list):
         return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     return value

@@ -26,7 +26,7 @@ RUNS = Path("runs") / "experiments"
 PROTOCOL: dict[str, Any] = dict(corpus="enwik7", batch_size=32, context=256, tokens=10_000_000, warmup=100,
                                 min_lr_ratio=0.1, eval_every=100, eval_batches=8, ckpt_every=200, precision="bf16",
                                 compile=True, progress=False)
-SCREEN: dict[str, Any] = {**PROTOCOL, "tokens": 1_228_800, "compile": False, "eval_every": 50}
+SCREEN: dict[str, Any] = {**PROTOCOL, "tokens": 1_638_400, "warmup": 30, "compile": False, "eval_every": 50}
 SWEEP: dict[str, Any] = {**PROTOCOL, "tokens": 3_000_000}
 LRS = (1e-3, 2e-3, 4e-3, 8e-3)
 
@@ -75,7 +75,8 @@ def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str
 ABLATIONS: dict[str, dict[str, Any]] = {
     "value-projection": {"value": "projection"}, "no-ff": {"ff": "none"}, "no-gates": {"gates": False},
     "omega-zero": {"omega": "zero"}, "ff-lift": {"ff": "lift"}, "ff-angles": {"ff": "angles"},
-    "bound-elementwise": {"bound": "elementwise"}, "bound-norm": {"bound": "norm"}, "shared-gates": {"shared_gates": True},
+    "bound-elementwise": {"bound": "elementwise"}, "bound-norm": {"bound": "norm"},
+    "shared-gates": {"shared_gates": True},
 }
 
 

@@ -55,9 +55,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     if path.exists():
         for line in path.read_text().splitlines():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(record, dict) and "step" in record:
+                records.append(record)
     return records
 
 
@@ -89,8 +91,8 @@ def _figure(w: float, h: float) -> Figure:
 def fig_curves(records: list[dict[str, Any]]) -> Figure:
     fig = _figure(7, 3.6)
     ax = fig.add_subplot()
-    train = [(r["tokens"], r["train_bpc"]) for r in records if "train_bpc" in r]
-    valid = [(r["tokens"], r["valid_bpc"]) for r in records if r.get("valid_bpc") is not None]
+    train = [(r.get("tokens", r["step"]), r["train_bpc"]) for r in records if r.get("train_bpc") is not None]
+    valid = [(r.get("tokens", r["step"]), r["valid_bpc"]) for r in records if r.get("valid_bpc") is not None]
     if train:
         x, y = zip(*train, strict=True)
         ax.plot(x, y, lw=0.6, alpha=0.35, color="C0", label="train (per step)")
