@@ -12,6 +12,7 @@ meaningless numbers, no timing assertions anywhere).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -35,7 +36,7 @@ from .presets import ConfigError, build_model, get_preset
 from .transformer import SelfAttention, TransformerLM
 
 GIB = 2**30
-# (target key, ratio threshold): ka/tf tokens/s in the default mode and in eager fp32, fused/reference memory, cache speed-up
+# thresholds: ka/tf tokens/s (default mode; eager fp32), fused/reference peak memory, cache speed-up
 DEFAULT_MODE, EAGER_FP32 = ("compile", "bf16"), ("eager", "fp32")
 TARGETS = {"default": 1.0, "eager_fp32": 0.9, "memory": 0.10, "generation": 10.0}
 
@@ -45,17 +46,17 @@ class Plan:
     """Every size the run uses, fixed up front so the document can state it."""
 
     pairs: tuple[tuple[str, str], ...]
-    batch: int
-    context: int
     modes: tuple[str, ...]
-    precisions: tuple[str, ...]
     mem_lengths: tuple[int, ...]
     mem_cap_bytes: int
-    gen_total: int
-    matmul_n: int
-    repeats: int
-    steps: int  # training steps per timed measurement
-    warmup: int
+    batch: int = 32
+    context: int = 256
+    gen_total: int = 1024  # prompt included
+    matmul_n: int = 2048
+    repeats: int = 5
+    steps: int = 3  # training steps per timed measurement
+    warmup: int = 2
+    precisions: tuple[str, ...] = ("fp32", "bf16")
 
 
 def add_subcommand(sub: Any) -> None:
@@ -65,39 +66,27 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("--json-out", help="raw measurements (default results/bench.json, or OUT's name with .json)")
     p.add_argument("--json", action="store_true", help="also print the raw measurements as JSON on stdout")
     p.add_argument("--repeats", type=int, help="interleaved repeats per measurement (default 5; quick 1)")
-    p.add_argument("--batch-size", type=int, help="training batch (default 32; quick 8)")
-    p.add_argument("--context", type=int, help="training context (default 256; quick 32)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, help="also measure torch.compile (default on; quick off)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="also measure torch.compile (default on; quick off)")
     p.add_argument("--mem-cap-gib", type=float, help="skip memory measurements estimated above this (default 12)")
     p.set_defaults(func=_cmd)
 
 
 def make_plan(args: Any) -> Plan:
-    q = bool(args.quick)
-    repeats = args.repeats if args.repeats is not None else (1 if q else 5)
-    batch = args.batch_size if args.batch_size is not None else (8 if q else 32)
-    context = args.context if args.context is not None else (32 if q else 256)
-    cap_gib = args.mem_cap_gib if args.mem_cap_gib is not None else 12.0
-    if min(repeats, batch, context) < 1 or cap_gib <= 0:
-        raise ConfigError("--repeats, --batch-size, --context and --mem-cap-gib must be positive")
-    compiled = args.compile if args.compile is not None else not q
-    available = _mem_available()  # never plan a measurement the machine cannot hold
-    cap = int(cap_gib * GIB) if available is None else min(int(cap_gib * GIB), int(0.6 * available))
-    return Plan(pairs=(("ka-tiny", "tf-tiny"),) if q else (("ka-1m", "tf-1m"), ("ka-5m", "tf-5m")),
-                batch=batch, context=context, modes=("eager", "compile") if compiled else ("eager",),
-                precisions=("fp32", "bf16"), mem_lengths=(64, 128) if q else (256, 512, 1024, 2048, 4096),
-                mem_cap_bytes=cap, gen_total=64 if q else 1024, matmul_n=256 if q else 2048, repeats=repeats,
-                steps=1 if q else 3, warmup=1 if q else 2)
-
-
-def _mem_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    """The issue's sizes, or tiny ones for ``--quick``; the memory cap never exceeds 60% of free RAM."""
+    cap = int((12.0 if args.mem_cap_gib is None else args.mem_cap_gib) * GIB)
+    if (args.repeats is not None and args.repeats < 1) or cap <= 0:
+        raise ConfigError("--repeats and --mem-cap-gib must be positive")
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        cap = min(cap, int(0.6 * 1024 * int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1])))
+    compiled = args.compile if args.compile is not None else not args.quick
+    modes = ("eager", "compile") if compiled else ("eager",)
+    if args.quick:
+        return Plan((("ka-tiny", "tf-tiny"),), modes, (64, 128), cap, batch=8, context=32, gen_total=64,
+                    matmul_n=256, repeats=args.repeats or 1, steps=1, warmup=1)
+    return Plan((("ka-1m", "tf-1m"), ("ka-5m", "tf-5m")), modes, (256, 512, 1024, 2048, 4096), cap,
+                repeats=args.repeats or 5)
 
 
 def _log(msg: str) -> None:
@@ -244,7 +233,7 @@ def bench_memory(plan: Plan) -> list[dict[str, Any]]:
             est = last[1] * (t / last[0]) ** 2 if last else per_t2 * t * t * 4
             row: dict[str, Any] = {"subject": name, "T": t, "estimate_bytes": int(est)}
             if est > plan.mem_cap_bytes:
-                rows.append({**row, "skipped": f"estimated {est / GIB:.1f} GiB > cap {plan.mem_cap_bytes / GIB:.1f} GiB"})
+                rows.append({**row, "skipped": f"estimate {est / GIB:.1f} GiB > cap {plan.mem_cap_bytes / GIB:.1f}"})
                 continue
             _log(f"memory {name} T={t}")
             inp = torch.randn(1, t, ka_cfg.dim, requires_grad=True)
@@ -321,19 +310,19 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- document
 def machine_info() -> dict[str, Any]:
     model = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                      if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return {"cpu": model, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "python": platform.python_version(), "platform": platform.platform(),
-            "load_average_at_start": os.getloadavg()[0], "date": datetime.datetime.now(datetime.UTC).isoformat("T", "seconds")}
+            "load_average_at_start": os.getloadavg()[0],
+            "date": datetime.datetime.now(datetime.UTC).isoformat("T", "seconds")}
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(map(str, r)) + " |" for r in rows), ""]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(map(str, r)) + " |" for r in rows), ""]
 
 
 def _mib(n: int | None) -> str:
@@ -351,13 +340,13 @@ def render(res: dict[str, Any]) -> str:
     lines += _table(["target", "measured", "required", "result"],
                     [[t["name"], "—" if t["value"] is None else f"{t['value']:.3f}", f"{t['op']} {t['threshold']}",
                       f"**{t['status']}**" + (f" ({t['note']})" if t["note"] else "")] for t in res["targets"]])
-    lines += ["## Machine", "", f"- CPU: {m['cpu']} ({m['cpu_capability']}); {m['cores']} cores, {m['cores_usable']} usable",
-              f"- torch {m['torch']}, {m['threads']} threads, Python {m['python']}, {m['platform']}",
-              f"- date {m['date']}; load average at start {m['load_average_at_start']:.2f} (timings assume an idle machine)",
-              "", "## Training throughput", "",
-              f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × context "
-              f"{plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. The two models "
-              "alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the compile) are excluded. "
+    lines += ["## Machine", "", f"- CPU: {m['cpu']} ({m['cpu_capability']}); {m['cores']} cores, "
+              f"{m['cores_usable']} usable", f"- torch {m['torch']}, {m['threads']} threads, Python {m['python']}, "
+              f"{m['platform']}", f"- date {m['date']}; load average at start {m['load_average_at_start']:.2f} "
+              "(timings assume an idle machine)", "", "## Training throughput", "",
+              f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × "
+              f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
+              "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the compile) are excluded. "
               "The **default training mode is bf16 autocast + torch.compile**. Utilisation: analytic model FLOP/s "
               "over the measured matmul peak of the same precision.", ""]
     peak = res["matmul_peak"]
@@ -367,7 +356,7 @@ def render(res: dict[str, Any]) -> str:
         if "error" in r:
             trows.append([*setting, "error", "", "", "", r["error"]])
             continue
-        util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.1f}%" for s in ("ka", "tf")]
+        util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
         trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util])
     lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util"], trows)
     lines += ["## Peak memory of one training step", "",
@@ -410,7 +399,7 @@ def render(res: dict[str, Any]) -> str:
 def _command(args: Any) -> str:
     """The command line that reproduces this run (only the options given)."""
     parts = ["kuramoto", "bench"] + (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
-    for flag in ("out", "json_out", "repeats", "batch_size", "context", "mem_cap_gib"):
+    for flag in ("out", "json_out", "repeats", "mem_cap_gib"):
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.compile is not None:
@@ -420,10 +409,9 @@ def _command(args: Any) -> str:
 
 def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     plan = make_plan(args)
-    if args.out:
-        out = Path(args.out)
-    else:
-        out = Path(tempfile.mkdtemp(prefix="kuramoto-bench-")) / "BENCHMARKS.md" if args.quick else Path("BENCHMARKS.md")
+    """Measure everything, judge the targets, write the Markdown and the JSON; returns (results, md, json)."""
+    out = Path(args.out or (tempfile.mkdtemp(prefix="kuramoto-bench-") if args.quick else ".")) / (
+        "" if args.out else "BENCHMARKS.md")
     json_path = Path(args.json_out) if args.json_out else (
         out.with_suffix(".json") if args.out or args.quick else Path("results") / "bench.json")
     res: dict[str, Any] = {"command": _command(args), "quick": bool(args.quick), "json_path": str(json_path),
