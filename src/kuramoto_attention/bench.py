@@ -1,12 +1,9 @@
-"""``kuramoto bench``: the speed and memory comparison of issue 6, measured side by side in one process.
+"""``kuramoto bench``: issue 6's speed and memory comparison, ka vs tf measured side by side in one process.
 
-Writes BENCHMARKS.md (tables, PASS/FAIL per target, machine and exact command) and a JSON file of
-every raw measurement, so each number in the document can be recomputed from the JSON. Four parts:
-training throughput (ka vs tf, eager/compile × fp32/bf16), peak memory of one training step against
-sequence length, cached vs recomputed generation, and achieved FLOP/s against the measured matmul peak.
-
-Timings are fair only on an otherwise idle machine; ``--quick`` is the CI smoke test (tiny models,
-meaningless numbers, no timing assertions anywhere).
+Parts: training throughput (eager/compile × fp32/bf16), peak memory of a training step against sequence
+length, cached vs recomputed generation, achieved FLOP/s against the measured matmul peak. Writes
+BENCHMARKS.md and a JSON of every raw measurement, from which each figure and PASS/FAIL is recomputable.
+Timings are fair only on an idle machine; ``--quick`` is the CI smoke test (tiny sizes, no timing asserts).
 """
 
 from __future__ import annotations
@@ -22,8 +19,11 @@ import statistics
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
+from itertools import accumulate, product
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,25 @@ from torch import nn
 
 from .layer import KuramotoAttention
 from .presets import ConfigError, build_model, get_preset
+from .train import TrainConfig, autocast, make_optimizer
 from .transformer import SelfAttention, TransformerLM
 
-GIB = 2**30
+MIB, GIB = 2**20, 2**30
 # thresholds: ka/tf tokens/s (default mode; eager fp32), fused/reference peak memory, cache speed-up
-DEFAULT_MODE, EAGER_FP32 = ("compile", "bf16"), ("eager", "fp32")
 TARGETS = {"default": 1.0, "eager_fp32": 0.9, "memory": 0.10, "generation": 10.0}
+FLOPS_METHOD = (
+    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight (a shared gate "
+    "module counted once per layer using it) plus the transformer's tied output head; embedding lookups are "
+    "gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, backward twice "
+    "forward) over the full T with no causal halving; for Kuramoto the query/key features and the values are ψ(θ) "
+    "of width 2k, for the transformer width d. Elementwise work (cos, sin, softmax, AdamW) is not counted.")
+MEMORY_METHOD = (
+    "One attention layer at ka-1m width (dim 128, 4 heads; the transformer: the attention module of a tf-1m "
+    "block), batch 1, fp32, forward + backward of the output's sum. Measured with `torch.profiler` "
+    "(`profile_memory=True`): every tensor allocation and free on the CPU allocator is an event, and the peak of "
+    "their running sum is the step's high-water mark above what existed before. This is exact for tensors and, "
+    "unlike a peak-RSS delta, unaffected by malloc caching, page reuse and other processes; scratch space that "
+    "libraries allocate outside torch's allocator is not seen.")
 
 
 @dataclass(frozen=True)
@@ -63,8 +76,8 @@ def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("bench", help="throughput, memory, generation and FLOP/s: ka vs tf; writes BENCHMARKS.md")
     p.add_argument("--quick", action="store_true", help="CI smoke run: tiny presets and sizes, no compile")
     p.add_argument("--out", help="Markdown output (default BENCHMARKS.md; with --quick a temporary folder)")
-    p.add_argument("--json-out", help="raw measurements (default results/bench.json, or OUT's name with .json)")
-    p.add_argument("--json", action="store_true", help="also print the raw measurements as JSON on stdout")
+    p.add_argument("--json", action="store_true", help="also print the raw measurements (results/bench.json, or "
+                   "beside --out) on stdout")
     p.add_argument("--repeats", type=int, help="interleaved repeats per measurement (default 5; quick 1)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction,
                    help="also measure torch.compile (default on; quick off)")
@@ -80,8 +93,7 @@ def make_plan(args: Any) -> Plan:
     with contextlib.suppress(OSError, StopIteration, ValueError):
         meminfo = Path("/proc/meminfo").read_text().splitlines()
         cap = min(cap, int(0.6 * 1024 * int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1])))
-    compiled = args.compile if args.compile is not None else not args.quick
-    modes = ("eager", "compile") if compiled else ("eager",)
+    modes = ("eager", "compile") if (not args.quick if args.compile is None else args.compile) else ("eager",)
     if args.quick:
         return Plan((("ka-tiny", "tf-tiny"),), modes, (64, 128), cap, batch=8, context=32, gen_total=64,
                     matmul_n=256, repeats=args.repeats or 1, steps=1, warmup=1)
@@ -90,19 +102,11 @@ def make_plan(args: Any) -> Plan:
 
 
 def _log(msg: str) -> None:
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
+    print(f"bench: {msg}", file=sys.stderr, flush=True)  # stderr: stdout stays pure JSON under --json
 
 
-# --------------------------------------------------------------------------- FLOPs
 def model_flops(model: nn.Module, context: int) -> dict[str, int]:
-    """Analytic training FLOPs per token: 6·N_mm + 6·L·T·(d_qk + d_v).
-
-    N_mm counts the weights multiplied per token: every nn.Linear weight (a shared gate module once
-    per layer that applies it) and the transformer's tied output head; the embedding lookups are
-    gathers, not matmuls. The attention term is QKᵀ and A·V at 2 FLOPs per multiply-add, forward plus
-    twice that backward, over the full T (no causal halving). Kuramoto's q/k features and values are
-    ψ(θ) of width 2k, the transformer's have width d. Elementwise work (cos, sin, softmax) is not counted.
-    """
+    """Analytic training FLOPs per token, counted as ``FLOPS_METHOD`` states (it goes into the document)."""
     cfg = model.config
     n_mm = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     if isinstance(model, TransformerLM):
@@ -117,26 +121,29 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
 
 
 def matmul_peak(n: int, repeats: int) -> dict[str, float]:
-    """Best FLOP/s of n×n @ n×n in fp32 and in bf16 tensors (what autocast hands to the CPU kernels)."""
+    """Best FLOP/s of n×n @ n×n on fp32 and on bf16 tensors (what autocast hands to the CPU kernels)."""
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         a @ b  # warm-up: thread pool and kernel selection
-        best = 0.0
-        for _ in range(max(3, repeats)):
-            t0 = time.perf_counter()
-            for _ in range(3):
-                a @ b
-            best = max(best, 3 * 2 * n**3 / (time.perf_counter() - t0))
-        out[name] = best
+        out[name] = 2 * n**3 / min(timeit.repeat(lambda a=a, b=b: a @ b, number=1, repeat=max(3, repeats)))
     return out
 
 
-# --------------------------------------------------------------------------- training throughput
+def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int, work: float) -> tuple[dict[str, list[float]], dict]:
+    """(work/second of each job, each job's last result), run A B A B … so drifts hit every job alike."""
+    runs: dict[str, list[float]] = {k: [] for k in jobs}
+    last: dict[str, Any] = {}
+    for _ in range(repeats):
+        for k, job in jobs.items():
+            t0 = time.perf_counter()
+            last[k] = job()
+            runs[k].append(work / (time.perf_counter() - t0))
+    return runs, last
+
+
 def _train_step(model: nn.Module, precision: str, compiled: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """One step as train.py takes it: autocast forward, fp32 loss, backward, clip, AdamW."""
-    from .train import TrainConfig, autocast, make_optimizer
-
     net = torch.compile(model) if compiled else model
     opt, device = make_optimizer(model, TrainConfig()), torch.device("cpu")
 
@@ -160,78 +167,59 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
     tokens = plan.batch * plan.context * plan.steps
     for ka_name, tf_name in plan.pairs:
         torch.manual_seed(0)
-        models = {n: build_model(*get_preset(n)) for n in (ka_name, tf_name)}
-        for mode in plan.modes:
-            for precision in plan.precisions:
-                _log(f"training {ka_name} vs {tf_name}, {mode} {precision}")
-                row: dict[str, Any] = {"pair": f"{ka_name} vs {tf_name}", "mode": mode, "precision": precision,
-                                       "batch": plan.batch, "context": plan.context, "tokens_per_measurement": tokens}
-                try:
-                    steps = {n: _train_step(m.train(), precision, mode == "compile") for n, m in models.items()}
-                    for step in steps.values():
-                        for _ in range(plan.warmup):
-                            step(x, y)
-                except Exception as exc:  # e.g. no C++ compiler for inductor: record it, keep benchmarking
-                    rows.append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
-                    continue
-                runs: dict[str, list[float]] = {n: [] for n in models}
-                for _ in range(plan.repeats):
-                    for n, step in steps.items():
-                        t0 = time.perf_counter()
-                        for _ in range(plan.steps):
-                            step(x, y)
-                        runs[n].append(tokens / (time.perf_counter() - t0))
-                for side, n in (("ka", ka_name), ("tf", tf_name)):
-                    flops = model_flops(models[n], plan.context)
-                    row[side] = {"preset": n, "tokens_per_s": runs[n], "median": statistics.median(runs[n]), **flops,
-                                 "achieved_flops": statistics.median(runs[n]) * flops["flops_per_token"]}
-                row["ratio"] = row["ka"]["median"] / row["tf"]["median"]
-                rows.append(row)
+        models = {n: build_model(*get_preset(n)).train() for n in (ka_name, tf_name)}
+        for mode, precision in product(plan.modes, plan.precisions):
+            _log(f"training {ka_name} vs {tf_name}, {mode} {precision}")
+            row: dict[str, Any] = {"pair": f"{ka_name} vs {tf_name}", "mode": mode, "precision": precision,
+                                   "batch": plan.batch, "context": plan.context, "tokens_per_measurement": tokens}
+            try:
+                torch.compiler.reset()  # earlier settings' graphs must not count against dynamo's recompile limit
+                steps = {n: _train_step(m, precision, mode == "compile") for n, m in models.items()}
+                for step in steps.values():
+                    for _ in range(plan.warmup):
+                        step(x, y)
+            except Exception as exc:  # e.g. no C++ compiler for inductor: record it, keep benchmarking
+                rows.append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                continue
+            jobs = {n: lambda step=step: [step(x, y) for _ in range(plan.steps)] for n, step in steps.items()}
+            runs, _ = interleaved(jobs, plan.repeats, tokens)
+            for side, n in (("ka", ka_name), ("tf", tf_name)):
+                med, flops = statistics.median(runs[n]), model_flops(models[n], plan.context)
+                row[side] = {"preset": n, "tokens_per_s": runs[n], "median": med, **flops,
+                             "achieved_flops": med * flops["flops_per_token"]}
+            rows.append({**row, "ratio": row["ka"]["median"] / row["tf"]["median"]})
     return rows
 
 
-# --------------------------------------------------------------------------- memory
 def peak_bytes(fn: Callable[[], None]) -> int:
-    """Peak of (bytes allocated − bytes freed) during fn, from the profiler's allocator events.
-
-    Every CPU tensor allocation and free passes through c10's allocator, which reports to the
-    profiler when ``profile_memory`` is on; replaying those events in time order gives the exact
-    high-water mark of tensor memory above what existed before fn, independent of malloc caching,
-    page reuse and other processes (which make RSS deltas unreliable for small sizes).
-    """
+    """Peak of (bytes allocated − bytes freed) during fn, replaying the profiler's allocator events in
+    time order (why this and not RSS: ``MEMORY_METHOD``)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return peak
+    return max(accumulate(nbytes for _, nbytes in events), default=0)
 
 
 def bench_memory(plan: Plan) -> list[dict[str, Any]]:
     """One attention layer at ka-1m width (dim 128, 4 heads), batch 1, fp32: forward + backward.
 
-    Before each measurement the peak is estimated, from the previous length's measurement scaled
-    by (T/T_prev)², or analytically for the first length (reference: 8 tensors of B·H·T²·k/H floats;
-    the others: 4 of B·H·T² as if scores were materialised); above the cap it is skipped, not run.
+    Each measurement is estimated first (analytic first length: reference 8 tensors of B·H·T²·k/H
+    floats, the others 4 of B·H·T² as if scores were materialised) so none can exhaust the machine.
     """
     ka_cfg, tf_cfg = get_preset("ka-1m")[1], get_preset("tf-1m")[1]
     torch.manual_seed(0)
     ka, tf = KuramotoAttention(ka_cfg.dim, ka_cfg.heads, **ka_cfg.layer_fields()), SelfAttention(tf_cfg)
-    subjects: dict[str, tuple[nn.Module, dict[str, str], int]] = {
+    subjects: dict[str, tuple[nn.Module, dict[str, str], int]] = {  # layer, forward kwargs, analytic bytes/T²/4
         "kuramoto-fused": (ka, {"path": "fused"}, 4 * ka_cfg.heads),
-        "kuramoto-reference": (ka, {"path": "reference"}, 8 * ka_cfg.dim),
-        "transformer": (tf, {}, 4 * tf_cfg.heads),
-    }
+        "kuramoto-reference": (ka, {"path": "reference"}, 8 * ka_cfg.dim), "transformer": (tf, {}, 4 * tf_cfg.heads)}
     rows = []
     for name, (layer, kwargs, per_t2) in subjects.items():
         last: tuple[int, int] | None = None
         for t in plan.mem_lengths:
-            est = last[1] * (t / last[0]) ** 2 if last else per_t2 * t * t * 4
-            row: dict[str, Any] = {"subject": name, "T": t, "estimate_bytes": int(est)}
+            est = int(last[1] * (t / last[0]) ** 2 if last else per_t2 * t * t * 4)
+            row: dict[str, Any] = {"subject": name, "T": t, "estimate_bytes": est}
             if est > plan.mem_cap_bytes:
                 rows.append({**row, "skipped": f"estimate {est / GIB:.1f} GiB > cap {plan.mem_cap_bytes / GIB:.1f}"})
                 continue
@@ -244,70 +232,54 @@ def bench_memory(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
-# --------------------------------------------------------------------------- generation
 def bench_generation(plan: Plan) -> list[dict[str, Any]]:
     """Greedy generation from a 1-token prompt to ``gen_total`` tokens, cached vs recomputed, alternated."""
     rows = []
-    n_new = plan.gen_total - 1
+    n_new, prompt = plan.gen_total - 1, torch.full((1, 1), 10, dtype=torch.long)  # prompt: one newline byte
     for name in plan.pairs[0]:
         torch.manual_seed(0)
         model = build_model(*get_preset(name)).eval()
-        prompt = torch.full((1, 1), 10, dtype=torch.long)
-        runs: dict[str, list[float]] = {"cache": [], "recompute": []}
-        outs = {}
-        for _ in range(plan.repeats):
-            for key in runs:
-                _log(f"generation {name} {key}")
-                t0 = time.perf_counter()
-                outs[key] = model.generate(prompt, n_new, temperature=0, use_cache=key == "cache")
-                runs[key].append(n_new / (time.perf_counter() - t0))
+        jobs = {k: partial(model.generate, prompt, n_new, temperature=0, use_cache=k == "cache")
+                for k in ("cache", "recompute")}
+        for k in jobs:
+            model.generate(prompt, 4, temperature=0, use_cache=k == "cache")  # warm-up
+        _log(f"generation {name}")
+        runs, outs = interleaved(jobs, plan.repeats, n_new)
         med = {k: statistics.median(v) for k, v in runs.items()}
         rows.append({"preset": name, "new_tokens": n_new, "tokens_per_s": runs, "median": med,
                      "ratio": med["cache"] / med["recompute"], "same_tokens": bool(torch.equal(*outs.values()))})
     return rows
 
 
-# --------------------------------------------------------------------------- targets
-def judge(value: float | None, threshold: float, op: str) -> str:
-    if value is None:
-        return "N/A"
-    return "PASS" if (value >= threshold if op == ">=" else value < threshold) else "FAIL"
+def _target(name: str, value: float | None, key: str, op: str = ">=", note: str = "") -> dict[str, Any]:
+    """One target row: PASS/FAIL of ``value op threshold``, N/A when there is no measurement."""
+    t = TARGETS[key]
+    status = "N/A" if value is None else "PASS" if (value >= t if op == ">=" else value < t) else "FAIL"
+    return {"name": name, "value": value, "op": op, "threshold": t, "status": status, "note": note}
 
 
 def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     """Every PASS/FAIL of the document, computed from the measurements (N/A when not measured)."""
     out = []
-    for key, (mode, prec), label in (("default", DEFAULT_MODE, "default mode (bf16 autocast + compile)"),
-                                     ("eager_fp32", EAGER_FP32, "eager fp32")):
+    for key, mode, prec, label in (("default", "compile", "bf16", "default mode (bf16 autocast + compile)"),
+                                   ("eager_fp32", "eager", "fp32", "eager fp32")):
         for ka_name, tf_name in res["plan"]["pairs"]:
             row = next((r for r in res["training"] if r["pair"] == f"{ka_name} vs {tf_name}" and r["mode"] == mode
                         and r["precision"] == prec and "ratio" in r), None)
-            value = row["ratio"] if row else None
-            out.append({"name": f"throughput {ka_name}/{tf_name}, {label}", "value": value, "op": ">=",
-                        "threshold": TARGETS[key], "status": judge(value, TARGETS[key], ">="),
-                        "note": "" if row else "not measured in this run"})
-    mem = {(r["subject"], r["T"]): r.get("peak_bytes") for r in res["memory"]}
+            out.append(_target(f"throughput {ka_name}/{tf_name}, {label}", row and row["ratio"], key,
+                               note="" if row else "not measured in this run"))
+    mem = {(r["subject"], r["T"]): r["peak_bytes"] for r in res["memory"] if "peak_bytes" in r}
+    both = [t for t in res["plan"]["mem_lengths"] if ("kuramoto-fused", t) in mem and ("kuramoto-reference", t) in mem]
+    ratio = {t: mem[("kuramoto-fused", t)] / mem[("kuramoto-reference", t)] for t in both}
     t_max = max(res["plan"]["mem_lengths"])
-    both = [t for t in res["plan"]["mem_lengths"]
-            if mem.get(("kuramoto-fused", t)) is not None and mem.get(("kuramoto-reference", t)) is not None]
-    value = note = None
-    if t_max in both:
-        value = mem[("kuramoto-fused", t_max)] / mem[("kuramoto-reference", t_max)]
-    elif both:
-        t = max(both)
-        note = (f"cannot be evaluated: reference skipped at T={t_max}; largest T with both measured: {t}, "
-                f"fused/reference = {mem[('kuramoto-fused', t)] / mem[('kuramoto-reference', t)]:.4f}")
-    out.append({"name": f"peak memory fused/reference at T={t_max}", "value": value, "op": "<",
-                "threshold": TARGETS["memory"], "status": judge(value, TARGETS["memory"], "<"),
-                "note": note or ("" if value is not None else "cannot be evaluated: nothing measured")})
+    note = "" if t_max in ratio else "cannot be evaluated: the reference was skipped at this length" + (
+        f"; largest T with both measured: {max(both)}, fused/reference = {ratio[max(both)]:.4f}" if both else "")
+    out.append(_target(f"peak memory fused/reference at T={t_max}", ratio.get(t_max), "memory", "<", note))
     for g in res["generation"]:
-        out.append({"name": f"generation speed-up with cache, {g['preset']}", "value": g["ratio"], "op": ">=",
-                    "threshold": TARGETS["generation"], "status": judge(g["ratio"], TARGETS["generation"], ">="),
-                    "note": ""})
+        out.append(_target(f"generation speed-up with cache, {g['preset']}", g["ratio"], "generation"))
     return out
 
 
-# --------------------------------------------------------------------------- document
 def machine_info() -> dict[str, Any]:
     model = platform.processor() or platform.machine()
     with contextlib.suppress(OSError, StopIteration):
@@ -316,8 +288,7 @@ def machine_info() -> dict[str, Any]:
     return {"cpu": model, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "python": platform.python_version(), "platform": platform.platform(),
-            "load_average_at_start": os.getloadavg()[0],
-            "date": datetime.datetime.now(datetime.UTC).isoformat("T", "seconds")}
+            "load_average_at_start": os.getloadavg()[0], "date": datetime.datetime.now(datetime.UTC).isoformat()[:19]}
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
@@ -325,18 +296,16 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
             *("| " + " | ".join(map(str, r)) + " |" for r in rows), ""]
 
 
-def _mib(n: int | None) -> str:
-    return "—" if n is None else f"{n / 2**20:.1f}"
+def _mib(r: dict[str, Any]) -> str:
+    return f"{r['peak_bytes'] / MIB:,.1f}" if "peak_bytes" in r else f"skipped (est. {r['estimate_bytes'] / MIB:,.0f})"
 
 
 def render(res: dict[str, Any]) -> str:
     """BENCHMARKS.md: targets first, then each part with its method; every figure comes from ``res``."""
-    m, plan = res["machine"], res["plan"]
-    lines = ["# Benchmarks", ""]
-    if res["quick"]:
-        lines += ["**Quick smoke run (`--quick`): tiny models and sizes; these numbers are not benchmarks.**", ""]
-    lines += ["Produced by `" + res["command"] + "`; raw measurements in `" + res["json_path"] + "`.", "",
-              "## Targets", ""]
+    m, plan, peak = res["machine"], res["plan"], res["matmul_peak"]
+    quick = ["**Quick smoke run (`--quick`): tiny models and sizes; these numbers are not benchmarks.**", ""]
+    lines = ["# Benchmarks", "", *(quick if res["quick"] else [])]
+    lines += [f"Produced by `{res['command']}`; raw measurements in `{res['json_path']}`.", "", "## Targets", ""]
     lines += _table(["target", "measured", "required", "result"],
                     [[t["name"], "—" if t["value"] is None else f"{t['value']:.3f}", f"{t['op']} {t['threshold']}",
                       f"**{t['status']}**" + (f" ({t['note']})" if t["note"] else "")] for t in res["targets"]])
@@ -346,10 +315,9 @@ def render(res: dict[str, Any]) -> str:
               "(timings assume an idle machine)", "", "## Training throughput", "",
               f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × "
               f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
-              "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the compile) are excluded. "
-              "The **default training mode is bf16 autocast + torch.compile**. Utilisation: analytic model FLOP/s "
-              "over the measured matmul peak of the same precision.", ""]
-    peak = res["matmul_peak"]
+              "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the "
+              "compile) are excluded. The **default training mode is bf16 autocast + torch.compile**. "
+              "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision.", ""]
     trows = []
     for r in res["training"]:
         setting = [r["pair"], r["mode"], r["precision"]]
@@ -359,22 +327,13 @@ def render(res: dict[str, Any]) -> str:
         util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
         trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util])
     lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util"], trows)
-    lines += ["## Peak memory of one training step", "",
-              "One attention layer at ka-1m width (dim 128, 4 heads; the transformer: one attention block of tf-1m), "
-              "batch 1, fp32, forward + backward of the output's sum. Measured with `torch.profiler` "
-              "(`profile_memory=True`): every tensor allocation and free on the CPU allocator is an event, and the "
-              "peak of their running sum is the step's high-water mark above what existed before (exact for tensors, "
-              "unaffected by malloc caching and other processes; library scratch space outside torch's allocator is "
-              f"not seen). A measurement estimated above {plan['mem_cap_bytes'] / GIB:.1f} GiB is skipped and its "
-              "estimate shown instead (previous length's peak × (T/T_prev)², or an analytic count for the first).", ""]
+    lines += ["## Peak memory of one training step", "", MEMORY_METHOD + f" A measurement estimated above "
+              f"{plan['mem_cap_bytes'] / GIB:.1f} GiB is skipped and its estimate shown (previous length's peak × "
+              "(T/T_prev)², or an analytic count).", ""]
     mem = {(r["subject"], r["T"]): r for r in res["memory"]}
     subjects = list(dict.fromkeys(r["subject"] for r in res["memory"]))
-
-    def cell(r: dict[str, Any]) -> str:
-        return _mib(r["peak_bytes"]) if "peak_bytes" in r else f"skipped (est. {_mib(r['estimate_bytes'])})"
-
     lines += _table(["T", *[f"{s} (MiB)" for s in subjects]],
-                    [[t, *[cell(mem[(s, t)]) for s in subjects]] for t in plan["mem_lengths"]])
+                    [[t, *[_mib(mem[(s, t)]) for s in subjects]] for t in plan["mem_lengths"]])
     lines += ["## Generation", "", f"Greedy generation of {plan['gen_total'] - 1} tokens after a 1-token prompt "
               "(eager fp32, batch 1): with the KV cache each step feeds one token; without it each step recomputes "
               "the whole sequence. Median tokens/s over the repeats, cache and recompute alternated.", ""]
@@ -383,23 +342,18 @@ def render(res: dict[str, Any]) -> str:
                       f"{g['ratio']:.1f}×", g["same_tokens"]] for g in res["generation"]])
     lines += ["## FLOP counting", "", f"Matmul peak of this machine ({plan['matmul_n']}² square matmuls, best of "
               f"repeats): fp32 {peak['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.1f} GFLOP/s.", "",
-              "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight (a shared "
-              "gate module counted once per layer using it) plus the transformer's tied output head; embedding "
-              "lookups are not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, backward "
-              "twice forward) over the full T with no causal halving; for Kuramoto the query/key features and the "
-              "values are ψ(θ) of width 2k, for the transformer width d. Elementwise work is not counted.", ""]
-    flops = {r[s]["preset"]: r[s] for r in res["training"] if "ka" in r for s in ("ka", "tf")}
+              FLOPS_METHOD, ""]
+    flops = {r[s]["preset"]: r[s] for r in res["training"] if "ratio" in r for s in ("ka", "tf")}
     lines += _table(["model", "N_mm", "d_qk", "d_v", "FLOPs/token"],
                     [[n, f"{f['matmul_params']:,}", f["d_qk"], f["d_v"], f"{f['flops_per_token']:,}"]
                      for n, f in flops.items()])
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- command
 def _command(args: Any) -> str:
     """The command line that reproduces this run (only the options given)."""
     parts = ["kuramoto", "bench"] + (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
-    for flag in ("out", "json_out", "repeats", "mem_cap_gib"):
+    for flag in ("out", "repeats", "mem_cap_gib"):
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.compile is not None:
@@ -407,13 +361,20 @@ def _command(args: Any) -> str:
     return shlex.join(parts)
 
 
+def output_paths(args: Any) -> tuple[Path, Path]:
+    """(Markdown, JSON). Only a full run without --out writes the repository's BENCHMARKS.md and
+    results/bench.json; --out puts the JSON beside it (same name, .json), and --quick alone a temporary
+    folder, so a smoke run never overwrites the real numbers."""
+    if args.out or args.quick:
+        out = Path(args.out or Path(tempfile.mkdtemp(prefix="kuramoto-bench-")) / "BENCHMARKS.md")
+        return out, out.with_suffix(".json")
+    return Path("BENCHMARKS.md"), Path("results") / "bench.json"
+
+
 def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
-    plan = make_plan(args)
     """Measure everything, judge the targets, write the Markdown and the JSON; returns (results, md, json)."""
-    out = Path(args.out or (tempfile.mkdtemp(prefix="kuramoto-bench-") if args.quick else ".")) / (
-        "" if args.out else "BENCHMARKS.md")
-    json_path = Path(args.json_out) if args.json_out else (
-        out.with_suffix(".json") if args.out or args.quick else Path("results") / "bench.json")
+    plan = make_plan(args)
+    out, json_path = output_paths(args)
     res: dict[str, Any] = {"command": _command(args), "quick": bool(args.quick), "json_path": str(json_path),
                            "machine": machine_info(), "plan": asdict(plan)}
     _log("matmul peak")

@@ -1,0 +1,149 @@
+"""``kuramoto bench --quick``: the CI smoke test of the benchmark (issue 6).
+
+No timing is asserted anywhere (CI machines are noisy); the tests check that every part is
+measured and written, and that each ratio and PASS/FAIL is derived from the raw measurements
+rather than typed in.
+"""
+
+import contextlib
+import copy
+import io
+import json
+import statistics
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kuramoto_attention import bench
+from kuramoto_attention.cli import main
+from kuramoto_attention.presets import build_model, get_preset
+
+SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## Peak memory of one training step",
+            "## Generation", "## FLOP counting"]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One quick run for the whole module (a few seconds), through the CLI entry point."""
+    out = tmp_path_factory.mktemp("bench") / "B.md"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        rc = main(["bench", "--quick", "--out", str(out), "--json"])
+    return {"rc": rc, "printed": json.loads(stdout.getvalue()), "md": out.read_text(),
+            "res": json.loads(out.with_suffix(".json").read_text()), "out": out}
+
+
+def _expected_status(value: float | None, threshold: float, op: str) -> str:
+    if value is None:
+        return "N/A"
+    return "PASS" if (value >= threshold if op == ">=" else value < threshold) else "FAIL"
+
+
+def test_quick_run_writes_markdown_and_json(quick: dict[str, Any]) -> None:
+    assert quick["rc"] == 0
+    assert quick["printed"] == quick["res"]  # --json prints exactly what the file holds
+    res, md = quick["res"], quick["md"]
+    for key in ("command", "machine", "plan", "matmul_peak", "training", "memory", "generation", "targets"):
+        assert key in res
+    for section in SECTIONS:
+        assert section in md
+    assert "Quick smoke run" in md
+    assert res["command"] == f"kuramoto bench --quick --json --out {quick['out']}"
+    assert f"`{res['command']}`" in md
+    for key in ("cpu", "cores", "torch", "threads", "date"):
+        assert res["machine"][key] not in (None, "")
+    assert res["plan"]["modes"] == ["eager"]  # quick: no compile
+    assert res["matmul_peak"]["fp32"] > 0 and res["matmul_peak"]["bf16"] > 0
+
+
+def test_training_ratios_come_from_raw_medians(quick: dict[str, Any]) -> None:
+    res, md = quick["res"], quick["md"]
+    settings = {(r["mode"], r["precision"]) for r in res["training"]}
+    assert settings == {("eager", "fp32"), ("eager", "bf16")}
+    for r in res["training"]:
+        for side in ("ka", "tf"):
+            raw = r[side]["tokens_per_s"]
+            assert len(raw) == res["plan"]["repeats"] and all(v > 0 for v in raw)
+            assert r[side]["median"] == pytest.approx(statistics.median(raw))
+            assert r[side]["achieved_flops"] == pytest.approx(r[side]["median"] * r[side]["flops_per_token"])
+        ratio = statistics.median(r["ka"]["tokens_per_s"]) / statistics.median(r["tf"]["tokens_per_s"])
+        assert r["ratio"] == pytest.approx(ratio)
+        assert f"| {r['ratio']:.3f} |" in md
+
+
+def test_targets_are_judged_from_measurements(quick: dict[str, Any]) -> None:
+    res, md = quick["res"], quick["md"]
+    targets = {t["name"]: t for t in res["targets"]}
+    for t in res["targets"]:
+        assert t["status"] == _expected_status(t["value"], t["threshold"], t["op"])
+        row = next(line for line in md.splitlines() if line.startswith(f"| {t['name']} |"))
+        assert f"**{t['status']}**" in row
+    eager = next(r for r in res["training"] if (r["mode"], r["precision"]) == ("eager", "fp32"))
+    assert targets["throughput ka-tiny/tf-tiny, eager fp32"]["value"] == pytest.approx(eager["ratio"])
+    assert targets["throughput ka-tiny/tf-tiny, default mode (bf16 autocast + compile)"]["status"] == "N/A"
+    mem = {(r["subject"], r["T"]): r["peak_bytes"] for r in res["memory"]}
+    fused_over_ref = mem[("kuramoto-fused", 128)] / mem[("kuramoto-reference", 128)]
+    assert targets["peak memory fused/reference at T=128"]["value"] == pytest.approx(fused_over_ref)
+    for g in res["generation"]:
+        assert g["ratio"] == pytest.approx(statistics.median(g["tokens_per_s"]["cache"])
+                                           / statistics.median(g["tokens_per_s"]["recompute"]))
+        assert targets[f"generation speed-up with cache, {g['preset']}"]["value"] == pytest.approx(g["ratio"])
+    # the verdicts follow the numbers: recomputing on edited measurements flips them
+    assert bench.evaluate_targets(res) == res["targets"]
+    edited = copy.deepcopy(res)
+    for r, value in zip(edited["training"], (5.0, 0.5), strict=True):
+        r["ratio"] = value
+    for g in edited["generation"]:
+        g["ratio"] = 100.0
+    verdicts = {t["name"]: t["status"] for t in bench.evaluate_targets(edited)}
+    assert verdicts["throughput ka-tiny/tf-tiny, eager fp32"] == "PASS"
+    assert all(verdicts[f"generation speed-up with cache, {g['preset']}"] == "PASS" for g in res["generation"])
+
+
+def test_memory_rows_and_generation(quick: dict[str, Any]) -> None:
+    res = quick["res"]
+    rows = {(r["subject"], r["T"]): r for r in res["memory"]}
+    assert set(rows) == {(s, t) for s in ("kuramoto-fused", "kuramoto-reference", "transformer") for t in (64, 128)}
+    assert all(r["peak_bytes"] > 0 for r in rows.values())
+    assert rows[("kuramoto-reference", 128)]["peak_bytes"] > rows[("kuramoto-fused", 128)]["peak_bytes"]
+    assert {g["preset"] for g in res["generation"]} == {"ka-tiny", "tf-tiny"}
+    assert all(g["new_tokens"] == 63 and g["same_tokens"] for g in res["generation"])
+
+
+def test_memory_over_the_cap_is_skipped_not_invented() -> None:
+    """With a 30 MiB cap the reference fits at T=64 (~15 MiB) but not at 128 (~4x): skipped with its
+    estimate, and the T=128 target says it cannot be evaluated, naming T=64 instead."""
+    plan = bench.Plan((("ka-tiny", "tf-tiny"),), ("eager",), (64, 128), 30 * 2**20)
+    rows = bench.bench_memory(plan)
+    ref = {r["T"]: r for r in rows if r["subject"] == "kuramoto-reference"}
+    assert "peak_bytes" in ref[64]
+    assert "peak_bytes" not in ref[128] and ref[128]["estimate_bytes"] > plan.mem_cap_bytes and ref[128]["skipped"]
+    res = {"plan": {"pairs": [], "mem_lengths": [64, 128]}, "training": [], "memory": rows, "generation": []}
+    (target,) = bench.evaluate_targets(res)
+    assert target["status"] == "N/A" and target["value"] is None
+    assert "cannot be evaluated" in target["note"] and "largest T with both measured: 64" in target["note"]
+
+
+def test_model_flops_counted_analytically() -> None:
+    tf = build_model(*get_preset("tf-tiny"))  # d=16, 2 layers, ff 32, tied head over 256 bytes
+    n_mm = 2 * (4 * 16 * 16 + 3 * 16 * 32) + 256 * 16
+    assert bench.model_flops(tf, 32) == {"matmul_params": n_mm, "d_qk": 16, "d_v": 16,
+                                         "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (16 + 16)}
+    ka = build_model(*get_preset("ka-tiny"))  # k=16: gates 2k→2k, value gate 2k→k, ff k→32→k, readout 2k→256
+    n_mm = 2 * (32 * 32 + 32 * 16 + 3 * 16 * 32) + 32 * 256
+    assert bench.model_flops(ka, 32) == {"matmul_params": n_mm, "d_qk": 32, "d_v": 32,
+                                         "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (32 + 32)}
+
+
+def test_output_paths_never_overwrite_the_real_benchmark() -> None:
+    assert bench.output_paths(Namespace(out=None, quick=False)) == (Path("BENCHMARKS.md"), Path("results/bench.json"))
+    md, js = bench.output_paths(Namespace(out=None, quick=True))
+    assert md.name == "BENCHMARKS.md" and md.parent != Path() and js == md.with_suffix(".json")
+    md.parent.rmdir()
+
+
+def test_bad_repeats_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--repeats", "0"]) == 2
+    assert "error: --repeats" in capsys.readouterr().err
