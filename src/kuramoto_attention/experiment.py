@@ -158,8 +158,9 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
 
 def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("experiment", help="run the replication protocol or regenerate RESULTS.md")
-    p.add_argument("action", choices=["run", "report", "replicate"],
-                   help="run GROUP; report: RESULTS.md from results/; replicate: every group, then report")
+    p.add_argument("action", choices=["run", "report", "replicate", "dynamics"],
+                   help="run GROUP; report: RESULTS.md from results/; replicate: every group, then report; "
+                        "dynamics [GROUP]: the paper's dynamics claims on a group's Kuramoto runs")
     p.add_argument("group", nargs="?", help="screen, lr, main, ablation, pycode")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
@@ -174,6 +175,11 @@ def _cmd(args: Any) -> None:
     elif args.action == "replicate":
         for group in ("screen", "lr", "main", "ablation", "pycode"):
             run_group(group, args.data_dir)
+    if args.action in ("dynamics", "replicate"):
+        from .dynamics import measure, write
+
+        group = args.group if args.action == "dynamics" and args.group else "main"
+        print(f"wrote {write(measure(group, args.data_dir))}")
     if args.action in ("report", "replicate"):
         from .results import write_results_md
 
