@@ -35,7 +35,8 @@ class PhaseGates(nn.Module):
     each head's coordinates, so the gates are a positive diagonal metric of mean 1.
 
     One instance per layer (default) or one shared by all layers (``shared_gates``).
-    psi: (B, T, 2k)  ->  g^q, g^k: (B, T, H, k/H).
+    psi: (B, T, 2k)  ->  g^q, g^k: (B, H, T, k/H). ``q_scale`` (H,) multiplies g^q in the
+    same pass (the fused path folds the temperature τ in here).
     """
 
     def __init__(self, dim: int, heads: int) -> None:
@@ -45,11 +46,14 @@ class PhaseGates(nn.Module):
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
-    def forward(self, psi: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, psi: Tensor, q_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
         g = F.softplus(self.proj(psi)).view(b, t, 2, self.heads, -1)
-        g = g / g.mean(dim=-1, keepdim=True)
-        return g[:, :, 0], g[:, :, 1]
+        scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
+        if q_scale is not None:
+            scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
+        g = g * scale
+        return g[:, :, 0].transpose(1, 2), g[:, :, 1].transpose(1, 2)
 
 
 class KuramotoAttention(nn.Module):
@@ -122,15 +126,16 @@ class KuramotoAttention(nn.Module):
         self.bound = Bound(dim, bound, radius_init)
 
     # ----------------------------------------------------------------- pieces
+    def _gate_module(self) -> PhaseGates | None:
+        return self.gates if self.gates is not None else (self._shared_gates or [None])[0]
+
     def _gates(self, psi: Tensor) -> tuple[Tensor, Tensor]:
         """(B, T, 2k) -> g^q, g^k (B, H, T, k/H); all ones when gates are off."""
-        b, t, _ = psi.shape
-        module = self.gates if self.gates is not None else (self._shared_gates or [None])[0]
+        module = self._gate_module()
         if module is None:
-            ones = psi.new_ones(b, self.heads, t, self.head_dim)
+            ones = psi.new_ones(psi.shape[0], self.heads, psi.shape[1], self.head_dim)
             return ones, ones
-        gq, gk = module(psi)
-        return gq.transpose(1, 2), gk.transpose(1, 2)
+        return module(psi)
 
     def _heads(self, x: Tensor) -> Tensor:
         """(B, T, k) -> (B, H, T, k/H)."""
@@ -143,11 +148,11 @@ class KuramotoAttention(nn.Module):
         return x.transpose(1, 2).reshape(b, t, h * d)
 
     def _values(self, psi: Tensor) -> Tensor:
-        """What A averages: ψ(θ_u) per head, (B, H, T, 2k/H), or the projection ablation."""
+        """What A averages: ψ(θ_u) per head, (B, H, T, 2k/H) = [cos θ_h, sin θ_h], or the projection ablation."""
         if self.value_proj is not None:
             return self._heads(self.value_proj(psi))
-        cos, sin = psi.chunk(2, dim=-1)
-        return torch.cat((self._heads(cos), self._heads(sin)), dim=-1)
+        b, t, _ = psi.shape
+        return psi.view(b, t, 2, self.heads, self.head_dim).permute(0, 3, 1, 2, 4).reshape(b, self.heads, t, -1)
 
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
@@ -163,27 +168,33 @@ class KuramotoAttention(nn.Module):
     def _increment_fused(self, theta: Tensor, psi: Tensor, cache: KVCache | None) -> Tensor:
         """a (B, T, k) via one causal SDPA call (SPEC §4.5).
 
-        cos θ and sin θ are computed once (in ψ) and reused: the drifted features use
-        cos(θ + ωt) = cos θ cos ωt − sin θ sin ωt, whose (T, k) rotation table is cheap.
+        Written for few passes over memory (eager mode is bound by elementwise traffic):
+        ψ(φ) is one cos over [φ, φ − π/2]; τ is folded into the query gate; the tangent
+        projection reads cos θ, sin θ from ψ(θ) in the (B, T, H, k/H) layout it is returned in.
         """
+        b, t, _ = theta.shape
+        d = self.head_dim
         offset = cache.length if cache is not None else 0
-        pos = torch.arange(offset, offset + theta.shape[1], device=theta.device, dtype=theta.dtype)
-        rot = self._omega().to(theta.dtype) * pos[:, None]  # ω t: (H, T, k/H)
-        cos_r, sin_r = rot.cos(), rot.sin()
-        cos_t, sin_t = (self._heads(c) for c in psi.chunk(2, dim=-1))  # (B, H, T, k/H)
-        cos_phi = cos_t * cos_r - sin_t * sin_r  # φ_t = θ_t + ω t
-        sin_phi = sin_t * cos_r + cos_t * sin_r
-        gq, gk = self._gates(psi)
-        q = torch.cat((gq * cos_phi, gq * sin_phi), dim=-1) * self._tau().to(theta.dtype)
-        k = torch.cat((gk * cos_phi, gk * sin_phi), dim=-1)
+        pos = torch.arange(offset, offset + t, device=theta.device, dtype=theta.dtype)
+        phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
+        trig = torch.cat((phi, phi - math.pi / 2), dim=-1).cos()  # ψ(φ) per head: (B, H, T, 2d)
+        tau = self.log_tau.exp().to(theta.dtype)
+        module = self._gate_module()
+        if module is None:
+            q, k = trig * tau.view(self.heads, 1, 1), trig
+        else:
+            gq, gk = module(psi, q_scale=tau)
+            q = (trig.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
+            k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
         v = self._values(psi)
         if cache is not None:
             k, v = cache.update(k, v)
-        out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+        out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d)).transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
-            return self._merge(out)
+            return out.reshape(b, t, self.dim)
+        cos_t, sin_t = (c.view(b, t, self.heads, d) for c in psi.chunk(2, dim=-1))
         re_g, im_g = out.chunk(2, dim=-1)
-        return self._merge(tangent_projection(cos_t, sin_t, re_g, im_g))
+        return tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
 
     def _scores_reference(self, theta: Tensor, psi: Tensor) -> Tensor:
         """s_{t,u} written out with the T×T×(k/H) cosine kernel; (B, H, T, T), causal −inf."""
