@@ -42,17 +42,30 @@ class Spec:
 
 
 def _screen() -> list[Spec]:
-    variants: dict[str, dict[str, Any]] = {
-        "default": {}, "ff-lift": {"ff": "lift"}, "ff-raw-angles": {"ff_wrap": False},
-        "bound-elementwise": {"bound": "elementwise"}, "radius-0.3": {"attn_radius_init": 0.3, "ff_radius_init": 0.3},
-        "radius-3": {"attn_radius_init": 3.0, "ff_radius_init": 3.0}, "tau-4": {"tau_init": 4.0},
+    """One change at a time against the ka-1m preset, plus the transformer, at 1.6M tokens."""
+    model_variants: dict[str, dict[str, Any]] = {
+        "default": {}, "ff-lift": {"ff": "lift"}, "radius-3": {"attn_radius_init": 3.0, "ff_radius_init": 3.0},
+        "ff-raw-angles": {"ff_wrap": False}, "bound-elementwise": {"bound": "elementwise"},
+        "radius-0.3": {"attn_radius_init": 0.3, "ff_radius_init": 0.3}, "tau-4": {"tau_init": 4.0},
         "heads-1": {"heads": 1}, "value-init-0": {"value_init": 0.0},
+        "radius-10": {"attn_radius_init": 10.0, "ff_radius_init": 10.0},
     }
-    specs = [Spec("screen", f"ka-{k}", "ka-1m", v, SCREEN, "valid") for k, v in variants.items()]
-    specs += [Spec("screen", "ka-phase-lr-5", "ka-1m", {}, {**SCREEN, "phase_lr_mult": 5.0}, "valid"),
-              Spec("screen", "ka-lr-4e-3", "ka-1m", {}, {**SCREEN, "lr": 4e-3}, "valid"),
-              Spec("screen", "tf", "tf-1m", {}, SCREEN, "valid")]
-    return specs
+    train_variants: dict[str, dict[str, Any]] = {
+        "phase-lr-20": {"phase_lr_mult": 20.0}, "lr-4e-3": {"lr": 4e-3}, "phase-lr-5": {"phase_lr_mult": 5.0},
+    }
+    combos: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # the single changes that helped, together
+        "radius-3-plr-20": ({"attn_radius_init": 3.0, "ff_radius_init": 3.0}, {"phase_lr_mult": 20.0}),
+        "radius-10-plr-20": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0}, {"phase_lr_mult": 20.0}),
+        "radius-10-plr-20-tau-4": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0, "tau_init": 4.0},
+                                   {"phase_lr_mult": 20.0}),
+    }
+    specs = [Spec("screen", "tf", "tf-1m", {}, SCREEN, "valid")]
+    specs += [Spec("screen", f"ka-{k}", "ka-1m", v, SCREEN, "valid") for k, v in model_variants.items()]
+    specs += [Spec("screen", f"ka-{k}", "ka-1m", {}, {**SCREEN, **v}, "valid") for k, v in train_variants.items()]
+    specs += [Spec("screen", f"ka-{k}", "ka-1m", m, {**SCREEN, **t}, "valid") for k, (m, t) in combos.items()]
+    order = ["tf", "ka-default", "ka-ff-lift", "ka-phase-lr-20", "ka-radius-3", "ka-lr-4e-3", "ka-tau-4",
+             "ka-radius-10", "ka-radius-3-plr-20", "ka-radius-10-plr-20", "ka-radius-10-plr-20-tau-4"]
+    return sorted(specs, key=lambda sp: order.index(sp.name) if sp.name in order else len(order))
 
 
 def _lr() -> list[Spec]:

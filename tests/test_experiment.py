@@ -1,0 +1,65 @@
+"""The replication protocol's bookkeeping: plans, best-lr selection, RESULTS.md generation."""
+
+import json
+import statistics
+
+import pytest
+
+from kuramoto_attention import experiment, results
+from kuramoto_attention.presets import ConfigError
+
+
+def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3, seed: int = 0, **model) -> dict:
+    family = "kuramoto" if preset.startswith("ka") else "transformer"
+    return {"group": group, "name": name, "preset": preset, "family": family, "model_overrides": model, "model": {},
+            "train": {"lr": lr, "seed": seed, "phase_lr_mult": 1.0}, "params": 1, "tokens": 10_000_000,
+            "corpus": "enwik7", "eval_split": "test", "eval_bpc": bpc, "valid_curve": [[0, 8.0], [10_000_000, bpc]]}
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiment, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    return tmp_path
+
+
+def write(tmp, rows):
+    for r in rows:
+        path = tmp / "results" / r["group"] / f"{r['name']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r))
+
+
+def test_best_lr_reads_the_sweep(in_tmp):
+    with pytest.raises(ConfigError, match="learning-rate sweep"):
+        experiment.best_lr("ka-1m")
+    write(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", bpc, lr=lr) for lr, bpc in
+                   [(1e-3, 2.0), (2e-3, 1.9), (4e-3, 1.95)]])
+    assert experiment.best_lr("ka-1m") == 2e-3
+    with pytest.raises(ConfigError, match="tf-1m"):  # the transformer's sweep is absent: main cannot be planned
+        experiment.plan("main")
+
+
+def test_plans_are_well_formed():
+    names = [s.name for s in experiment.plan("screen")]
+    assert len(names) == len(set(names)) and "tf" in names and "ka-default" in names
+    assert {s.preset for s in experiment.plan("lr")} == {"ka-1m", "tf-1m"}
+    with pytest.raises(ConfigError, match="unknown experiment group"):
+        experiment.plan("nonsense")
+
+
+def test_results_md_is_computed_from_files(in_tmp):
+    ka, tf = [1.70, 1.72, 1.68], [1.65, 1.66, 1.64]
+    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate(ka)]
+    rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate(tf)]
+    rows += [fake_result("ablation", "ka-no-ff", "ka-1m", 1.95, ff="none")]
+    write(in_tmp, rows)
+    path = results.write_results_md(in_tmp / "RESULTS.md")
+    text = path.read_text()
+    gap = statistics.mean(ka) - statistics.mean(tf)
+    assert f"{gap:+.4f}" in text
+    assert f"{statistics.mean(ka):.4f} ± {statistics.stdev(ka):.4f}" in text
+    assert f"{1.95 - 1.70:+.4f}" in text and "+0.27" in text  # ablation delta vs main seed 0, beside the paper's
+    assert (in_tmp / "results" / "curves.png").stat().st_size > 1000
+    assert "No runs yet" in text  # pycode group absent: said so, not invented
