@@ -202,3 +202,36 @@ def test_distributed_two_cpu_processes_keep_weights_identical(tmp_path, corpus):
     assert a == b
     assert summary["tokens"] == 6 * 4 * 16 * 2  # two ranks, different batches
     assert len(metrics(run)) == 6  # rank 0 alone writes logs
+
+
+def test_readme_main_command_defaults_work(tmp_path, capsys):
+    """The quickstart's `kuramoto train --steps N`: default preset and the offline stdlib corpus."""
+    assert main(["train", "--steps", "1", "--eval-batches", "1", "--batch-size", "2", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "corpus: stdlib" in out and "valid BPC" in out and f"run dir: {tmp_path / 'run'}" in out
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["model"]["family"] == "kuramoto"
+
+
+def test_minutes_and_tokens_budgets(tmp_path, corpus):
+    run = tmp_path / "minutes"
+    assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--minutes", "0.002", "--run-dir", str(run),
+                 *TINY]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["step"] >= 1 and summary["elapsed_s"] >= 0.12 - 0.05
+    run = tmp_path / "tokens"
+    assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--tokens", "640", "--run-dir", str(run),
+                 *TINY]) == 0
+    assert json.loads((run / "summary.json").read_text())["step"] == 10  # 640 tokens / (4 × 16) per step
+
+
+def test_toml_config_file(tmp_path, corpus):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('preset = "ka-tiny"\n[model]\nff = "lift"\nheads = 1\n[train]\nsteps = 3\nlr = 0.01\n')
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(cfg), "--corpus", corpus, "--run-dir", str(run), *TINY]) == 0
+    saved = json.loads((run / "run.json").read_text())
+    assert saved["model"]["ff"] == "lift" and saved["model"]["heads"] == 1 and saved["train"]["lr"] == 0.01
+    bad = tmp_path / "bad.toml"
+    bad.write_text("preset = [")
+    assert main(["train", "--config", str(bad), "--steps", "1"]) == 2

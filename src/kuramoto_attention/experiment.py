@@ -28,7 +28,7 @@ PROTOCOL: dict[str, Any] = dict(corpus="enwik7", batch_size=32, context=256, tok
                                 compile=True, progress=False)
 SCREEN: dict[str, Any] = {**PROTOCOL, "tokens": 1_638_400, "warmup": 30, "compile": False, "eval_every": 50}
 SWEEP: dict[str, Any] = {**PROTOCOL, "tokens": 3_000_000}
-LRS = (1e-3, 2e-3, 4e-3, 8e-3)
+LRS = (2e-3, 4e-3, 8e-3)
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,14 @@ def _screen() -> list[Spec]:
     combos: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # the single changes that helped, together
         "radius-3-plr-20": ({"attn_radius_init": 3.0, "ff_radius_init": 3.0}, {"phase_lr_mult": 20.0}),
         "radius-10-plr-20": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0}, {"phase_lr_mult": 20.0}),
-        "radius-10-plr-20-tau-4": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0, "tau_init": 4.0},
-                                   {"phase_lr_mult": 20.0}),
+        "radius-10-plr-50": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0}, {"phase_lr_mult": 50.0}),
     }
     specs = [Spec("screen", "tf", "tf-1m", {}, SCREEN, "valid")]
     specs += [Spec("screen", f"ka-{k}", "ka-1m", v, SCREEN, "valid") for k, v in model_variants.items()]
     specs += [Spec("screen", f"ka-{k}", "ka-1m", {}, {**SCREEN, **v}, "valid") for k, v in train_variants.items()]
     specs += [Spec("screen", f"ka-{k}", "ka-1m", m, {**SCREEN, **t}, "valid") for k, (m, t) in combos.items()]
     order = ["tf", "ka-default", "ka-ff-lift", "ka-phase-lr-20", "ka-radius-3", "ka-lr-4e-3", "ka-tau-4",
-             "ka-radius-10", "ka-radius-3-plr-20", "ka-radius-10-plr-20", "ka-radius-10-plr-20-tau-4"]
+             "ka-radius-10", "ka-radius-3-plr-20", "ka-radius-10-plr-20", "ka-radius-10-plr-50"]
     return sorted(specs, key=lambda sp: order.index(sp.name) if sp.name in order else len(order))
 
 
