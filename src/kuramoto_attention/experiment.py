@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .presets import ConfigError
+from .train import TrainConfig
+
+TRAIN_DEFAULTS = asdict(TrainConfig())
 
 RESULTS = Path("results")
 RUNS = Path("runs") / "experiments"
@@ -41,30 +44,49 @@ class Spec:
     eval_split: str = "test"
 
 
+# Round 1 screened against the first reading of the SPEC (radius 1, phases at the base lr); it is frozen
+# here so that its runs stay reproducible after the defaults moved to what it found.
+ROUND1_MODEL: dict[str, Any] = {"attn_radius_init": 1.0, "ff_radius_init": 1.0}
+ROUND1_TRAIN: dict[str, Any] = {**SCREEN, "phase_lr_mult": 1.0, "lr": 2e-3}
+RADIUS = {r: {"attn_radius_init": r, "ff_radius_init": r} for r in (0.3, 3.0, 10.0, 30.0)}
+
+
 def _screen() -> list[Spec]:
-    """One change at a time against the ka-1m preset, plus the transformer, at 1.6M tokens."""
+    """Round 1: one change at a time against the first reading, then the changes that helped, together."""
     model_variants: dict[str, dict[str, Any]] = {
-        "default": {}, "ff-lift": {"ff": "lift"}, "radius-3": {"attn_radius_init": 3.0, "ff_radius_init": 3.0},
-        "ff-raw-angles": {"ff_wrap": False}, "bound-elementwise": {"bound": "elementwise"},
-        "radius-0.3": {"attn_radius_init": 0.3, "ff_radius_init": 0.3}, "tau-4": {"tau_init": 4.0},
-        "heads-1": {"heads": 1}, "value-init-0": {"value_init": 0.0},
-        "radius-10": {"attn_radius_init": 10.0, "ff_radius_init": 10.0},
+        "default": {}, "ff-lift": {"ff": "lift"}, "radius-3": RADIUS[3.0], "ff-raw-angles": {"ff_wrap": False},
+        "bound-elementwise": {"bound": "elementwise"}, "radius-0.3": RADIUS[0.3], "tau-4": {"tau_init": 4.0},
+        "heads-1": {"heads": 1}, "value-init-0": {"value_init": 0.0}, "radius-10": RADIUS[10.0],
     }
     train_variants: dict[str, dict[str, Any]] = {
         "phase-lr-20": {"phase_lr_mult": 20.0}, "lr-4e-3": {"lr": 4e-3}, "phase-lr-5": {"phase_lr_mult": 5.0},
     }
-    combos: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # the single changes that helped, together
-        "radius-3-plr-20": ({"attn_radius_init": 3.0, "ff_radius_init": 3.0}, {"phase_lr_mult": 20.0}),
-        "radius-10-plr-20": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0}, {"phase_lr_mult": 20.0}),
-        "radius-10-plr-50": ({"attn_radius_init": 10.0, "ff_radius_init": 10.0}, {"phase_lr_mult": 50.0}),
+    combos: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "radius-3-plr-20": (RADIUS[3.0], {"phase_lr_mult": 20.0}),
+        "radius-10-plr-20": (RADIUS[10.0], {"phase_lr_mult": 20.0}),
+        "radius-10-plr-50": (RADIUS[10.0], {"phase_lr_mult": 50.0}),
     }
-    specs = [Spec("screen", "tf", "tf-1m", {}, SCREEN, "valid")]
-    specs += [Spec("screen", f"ka-{k}", "ka-1m", v, SCREEN, "valid") for k, v in model_variants.items()]
-    specs += [Spec("screen", f"ka-{k}", "ka-1m", {}, {**SCREEN, **v}, "valid") for k, v in train_variants.items()]
-    specs += [Spec("screen", f"ka-{k}", "ka-1m", m, {**SCREEN, **t}, "valid") for k, (m, t) in combos.items()]
+    specs = [Spec("screen", "tf", "tf-1m", {}, ROUND1_TRAIN, "valid")]
+    specs += [Spec("screen", f"ka-{k}", "ka-1m", {**ROUND1_MODEL, **v}, ROUND1_TRAIN, "valid")
+              for k, v in model_variants.items()]
+    specs += [Spec("screen", f"ka-{k}", "ka-1m", ROUND1_MODEL, {**ROUND1_TRAIN, **v}, "valid")
+              for k, v in train_variants.items()]
+    specs += [Spec("screen", f"ka-{k}", "ka-1m", {**ROUND1_MODEL, **m}, {**ROUND1_TRAIN, **t}, "valid")
+              for k, (m, t) in combos.items()]
     order = ["tf", "ka-default", "ka-ff-lift", "ka-phase-lr-20", "ka-radius-3", "ka-lr-4e-3", "ka-tau-4",
              "ka-radius-10", "ka-radius-3-plr-20", "ka-radius-10-plr-20", "ka-radius-10-plr-50"]
     return sorted(specs, key=lambda sp: order.index(sp.name) if sp.name in order else len(order))
+
+
+def _screen2() -> list[Spec]:
+    """Round 2: one change at a time against the current ka-1m defaults (round 1's winner)."""
+    variants: dict[str, dict[str, Any]] = {
+        "default": {}, "radius-30": RADIUS[30.0], "ff-lift": {"ff": "lift"}, "ff-raw-angles": {"ff_wrap": False},
+        "bound-elementwise": {"bound": "elementwise"}, "tau-0.5": {"tau_init": 0.5}, "heads-8": {"heads": 8},
+        "value-init-0": {"value_init": 0.0}, "omega-base-100": {"omega_base": 100.0},
+    }
+    train = {**SCREEN, "phase_lr_mult": TRAIN_DEFAULTS["phase_lr_mult"]}
+    return [Spec("screen2", f"ka-{k}", "ka-1m", v, train, "valid") for k, v in variants.items()]
 
 
 def _lr() -> list[Spec]:
@@ -103,7 +125,7 @@ def _ablation() -> list[Spec]:
 
 
 def plan(group: str) -> list[Spec]:
-    groups = {"screen": _screen, "lr": _lr, "main": _main, "ablation": _ablation,
+    groups = {"screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
               "pycode": lambda: _main("pycode", (0,), "pycode")}
     if group not in groups:
         raise ConfigError(f"unknown experiment group {group!r}; choose one of: {', '.join(groups)}")
@@ -150,12 +172,39 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
         "wall_s": round(time.time() - started, 1), "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
     }
+    if run.family == "kuramoto":
+        result["diagnostics"] = run_diagnostics(run_dir, data_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)
     return result
 
 
+def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
+    """Per-layer summary of a trained Kuramoto run (bound saturation, order parameters, learned scales)."""
+    from .checkpoint import load_model
+    from .diagnostics import diagnose_run
+
+    d = diagnose_run(run_dir, batch=4, data_dir=data_dir)
+    model, _ = load_model(run_dir)
+    return {
+        "attn_saturation": d.attn_saturation.tolist(),
+        "ff_saturation": [x if math.isfinite(x) else None for x in d.ff_saturation.tolist()],  # NaN: no ff
+        "local_order": d.local_order.mean(dim=1).tolist(), "global_order": d.global_order.mean(dim=1).tolist(),
+        "entropy": d.entropy.mean(dim=1).tolist(), "layer_median_abs_omega": d.layer_median_abs_omega.tolist(),
+        "attn_radius": [b.attn.bound.radius.mean().item() if b.attn.bound.kind != "none" else None
+                        for b in model.blocks],
+        "tau": [b.attn.log_tau.exp().tolist() for b in model.blocks],
+    }
+
+
 def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -> None:
+    from .checkpoint import write_json_atomic
+
+    for r in load_results(group):  # results written before diagnostics were recorded: add them once
+        run_dir = RUNS / group / r["name"]
+        if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
+            r["diagnostics"] = run_diagnostics(run_dir, data_dir)
+            write_json_atomic(RESULTS / group / f"{r['name']}.json", r)
     done = {r["name"] for r in load_results(group)}
     for spec in plan(group):
         if only and spec.name not in only:
