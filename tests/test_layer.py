@@ -170,7 +170,8 @@ def test_fused_equals_reference_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fused = layer(theta)
     assert fused.dtype == torch.float32  # phases stay fp32
-    assert (fused - ref).abs().max() < 5e-2
+    # bf16 keeps ~3 significant digits of the increment, whose scale is the bound radius
+    assert (fused - ref).abs().max() < 1e-2 * layer.bound.radius.item()
 
 
 def test_return_attention_and_coupling_api():
