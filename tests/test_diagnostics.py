@@ -151,3 +151,17 @@ def test_double_model_is_left_unchanged():
     d = diagnose(model, torch.randint(0, 256, (1, 5)))
     assert d.local_order.dtype == torch.float32
     assert next(model.parameters()).dtype == torch.float64 and model.training
+
+
+def test_self_weight_is_the_diagonal_mass():
+    from kuramoto_attention import KuramotoConfig, KuramotoLM
+    from kuramoto_attention.diagnostics import diagnose
+
+    model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8))
+    idx = torch.randint(0, 256, (2, 6))
+    d = diagnose(model, idx)
+    for layer, attn in enumerate(d.attention):
+        expected = attn.diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2))
+        assert torch.allclose(d.self_weight[layer], expected)
+    assert ((d.self_weight > 0) & (d.self_weight <= 1)).all()
+    assert "self_weight" in d.to_dict()

@@ -63,3 +63,19 @@ def test_results_md_is_computed_from_files(in_tmp):
     assert f"{1.95 - 1.70:+.4f}" in text and "+0.27" in text  # ablation delta vs main seed 0, beside the paper's
     assert (in_tmp / "results" / "curves.png").stat().st_size > 1000
     assert "No runs yet" in text  # pycode group absent: said so, not invented
+
+
+def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
+    from kuramoto_attention import dynamics
+
+    monkeypatch.setattr(dynamics, "RESULTS", in_tmp / "results")
+    (in_tmp / "results").mkdir(exist_ok=True)
+    agree = {"run": "a", "group": "main", "local_order": [0.95, 0.93], "global_order": [0.3, 0.6, 0.4],
+             "self_weight": [0.5, 0.2], "median_abs_omega": [0.5, 0.1], "timescale_tokens": [12.6, 62.8],
+             "local_near_one": True, "global_falls": True, "omega_decreasing": True,
+             "omega_depth_spearman": dynamics._spearman([0.5, 0.1])}
+    disagree = {**agree, "run": "b", "local_near_one": False, "omega_decreasing": False}
+    text = dynamics.write([agree, disagree]).read_text()
+    assert "holds in 1 of 2 runs" in text and "decreases with depth in 1 of 2 runs" in text
+    assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)
+    assert dynamics._spearman([0.1, 0.2, 0.3]) == pytest.approx(1.0)

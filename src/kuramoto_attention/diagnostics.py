@@ -48,6 +48,9 @@ class Diagnostics:
                                  each layer (row i+1): coherence over the whole sequence.
       entropy          (L, H)    −Σ_u A_{t,u} log A_{t,u} in nats, averaged over queries (log(t+1) if uniform).
       distance         (L, H)    Σ_u A_{t,u} (t − u), averaged over queries: how far back a head looks.
+      self_weight      (L, H)    A_{t,t} averaged over queries: attention a token pays itself, which moves
+                                 nothing (sin(θ_t − θ_t) = 0); the cosine kernel scores the self pair
+                                 highest unless the gates say otherwise, so this is the layer's "no-op" mass.
       sync_fraction    (L, H)    fraction of value gates v > 0 (pull toward the attended mean).
       repel_fraction   (L, H)    fraction of value gates v < 0 (push away); with sync_fraction sums to 1
                                  unless some v are exactly 0.
@@ -67,6 +70,7 @@ class Diagnostics:
     global_order: Tensor
     entropy: Tensor
     distance: Tensor
+    self_weight: Tensor
     sync_fraction: Tensor
     repel_fraction: Tensor
     omega: Tensor
@@ -231,7 +235,7 @@ def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
 def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     states = model.phases(idx)
     heads = model.config.heads
-    rows: dict[str, list[Any]] = {k: [] for k in ("local", "entropy", "distance", "sync", "repel", "attn_sat",
+    rows: dict[str, list[Any]] = {k: [] for k in ("local", "entropy", "distance", "self", "sync", "repel", "attn_sat",
                                                   "ff_sat", "attention", "value_gates")}
     for block, theta in zip(model.blocks, states[:-1], strict=True):
         layer: KuramotoAttention = block.attn
@@ -242,6 +246,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         rows["local"].append(local_order(attn, theta))
         rows["entropy"].append(attention_entropy(attn))
         rows["distance"].append(attention_distance(attn))
+        rows["self"].append(attn.diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2)))
         sync, repel = gate_sign_fractions(v, heads)
         rows["sync"].append(sync)
         rows["repel"].append(repel)
@@ -261,6 +266,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         global_order=torch.stack([global_order(s, heads) for s in states]).cpu(),
         entropy=stack("entropy"),
         distance=stack("distance"),
+        self_weight=stack("self"),
         sync_fraction=stack("sync"),
         repel_fraction=stack("repel"),
         omega=omega,

@@ -190,7 +190,8 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
         "attn_saturation": d.attn_saturation.tolist(),
         "ff_saturation": [x if math.isfinite(x) else None for x in d.ff_saturation.tolist()],  # NaN: no ff
         "local_order": d.local_order.mean(dim=1).tolist(), "global_order": d.global_order.mean(dim=1).tolist(),
-        "entropy": d.entropy.mean(dim=1).tolist(), "layer_median_abs_omega": d.layer_median_abs_omega.tolist(),
+        "entropy": d.entropy.mean(dim=1).tolist(),
+        "self_weight": d.self_weight.mean(dim=1).tolist(), "layer_median_abs_omega": d.layer_median_abs_omega.tolist(),
         "attn_radius": [b.attn.bound.radius.mean().item() if b.attn.bound.kind != "none" else None
                         for b in model.blocks],
         "tau": [b.attn.log_tau.exp().tolist() for b in model.blocks],
