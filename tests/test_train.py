@@ -175,6 +175,9 @@ def test_corrupt_and_mismatched_checkpoint(tmp_path, corpus, capsys):
     weights.write_bytes(weights.read_bytes()[:100])
     assert main(["eval", str(run)]) == 2
     assert "corrupt checkpoint" in capsys.readouterr().err
+    assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "2", "--run-dir", str(run), *TINY]) == 2
+    assert "already holds a checkpoint" in capsys.readouterr().err  # never overwrite earlier work
+    run = tmp_path / "run2"
     main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "2", "--run-dir", str(run), *TINY])
     cfg = run / "checkpoint" / "model_config.json"
     cfg.write_text(cfg.read_text().replace('"ff_hidden": 32', '"ff_hidden": 48'))

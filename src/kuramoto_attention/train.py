@@ -259,6 +259,9 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
     if len(train_data) <= cfg.context + 1 or len(valid_data) <= cfg.context + 1:
         raise ConfigError(f"corpus {corpus.name} is too small for context {cfg.context}; use a shorter --context")
 
+    if not resume and any((run.run_dir / name).exists() for name in ("checkpoint", "checkpoint.old")):
+        raise ConfigError(f"{run.run_dir} already holds a checkpoint; continue it with --resume {run.run_dir} "
+                          "or choose another --run-dir")
     torch.manual_seed(cfg.seed)
     state: dict[str, Any] = {"step": 0, "tokens": 0, "elapsed": 0.0}
     if resume:
