@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .experiment import ABLATIONS, PROTOCOL, RESULTS, load_results
+from .experiment import ABLATIONS, PROTOCOL, RESULTS, best_lr, load_results
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
 PAPER_DELTAS = {"ka-value-projection": "+0.25", "ka-no-ff": "+0.27", "ka-no-gates": "+0.09"}
@@ -99,7 +99,9 @@ def lr_section() -> str:
         return "_No learning-rate sweep yet (`kuramoto experiment run lr`)._"
     body = [[r["preset"], f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M", _fmt(r["eval_bpc"])]
             for r in sorted(rows, key=lambda r: (r["preset"], r["train"]["lr"]))]
-    return _table(["preset", "lr", "tokens", "valid BPC"], body)
+    best = ", ".join(f"{p} {best_lr(p):g}" for p in sorted({r["preset"] for r in rows}))
+    return (_table(["preset", "lr", "tokens", "valid BPC"], body)
+            + f"\n\nBest learning rate (used by the main, ablation and pycode groups): {best}.")
 
 
 def comparison_section(group: str, unit: str) -> str:
