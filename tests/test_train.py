@@ -238,3 +238,13 @@ def test_toml_config_file(tmp_path, corpus):
     bad = tmp_path / "bad.toml"
     bad.write_text("preset = [")
     assert main(["train", "--config", str(bad), "--steps", "1"]) == 2
+
+
+def test_resume_drops_a_metrics_line_cut_by_a_kill(tmp_path, corpus):
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tf-tiny", "--corpus", corpus, "--steps", "4", "--ckpt-every", "2",
+                 "--run-dir", str(run), *TINY]) == 0
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 5, "tokens": 3')  # a write interrupted mid-line
+    assert main(["train", "--resume", str(run), "--steps", "6", "--no-progress"]) == 0
+    assert [r["step"] for r in metrics(run)] == list(range(1, 7))

@@ -214,7 +214,7 @@ class MetricsLog:
     def __init__(self, run_dir: Path, resume_step: int | None) -> None:
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():  # drop records the checkpoint never saw
-            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(line + "\n" for line in kept))
             os.replace(tmp, self.path)
@@ -231,6 +231,14 @@ class MetricsLog:
             for k, v in record.items():
                 if k != "step" and isinstance(v, int | float):
                     self.tb.add_scalar(k, v, record["step"])
+
+
+def _step_of(line: str) -> float:
+    """The step of a metrics line; a line cut short by a kill counts as unseen (dropped on resume)."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
 
 
 def _distributed() -> tuple[int, int]:
