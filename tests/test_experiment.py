@@ -76,6 +76,7 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
              "omega_depth_spearman": dynamics._spearman([0.5, 0.1])}
     disagree = {**agree, "run": "b", "local_near_one": False, "omega_decreasing": False}
     text = dynamics.write([agree, disagree]).read_text()
-    assert "holds in 1 of 2 runs" in text and "decreases with depth in 1 of 2 runs" in text
+    assert "every layer in 1 of 2 runs" in text and "first in 2 of 2 runs" in text
+    assert "decreases with depth in 1 of 2 runs" in text
     assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)
     assert dynamics._spearman([0.1, 0.2, 0.3]) == pytest.approx(1.0)
