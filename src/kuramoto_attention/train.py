@@ -42,6 +42,7 @@ class TrainConfig:
     # Round 1 of the screen: ×20 and ×50 both far better than ×1 (50 by 0.011, one seed); 20 keeps phase
     # steps ≤ 0.16 rad at the highest swept lr.
     phase_lr_mult: float = 20.0
+    omega_lr_mult: float | None = None  # ω's own multiplier; None: the same as phase_lr_mult
     min_lr_ratio: float = 0.1
     warmup: int = 100
     weight_decay: float = 0.1
@@ -115,10 +116,10 @@ def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
     """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier."""
     no_decay, phases = model.no_weight_decay(), model.phase_parameter_names()
-    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "phase": []}
+    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "phase": [], "omega": []}
     for name, p in model.named_parameters():
         if name in phases:
-            groups["phase"].append(p)
+            groups["omega" if name.endswith(".omega") else "phase"].append(p)
         elif p.dim() >= 2 and name not in no_decay:
             groups["decay"].append(p)
         else:
@@ -127,6 +128,8 @@ def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
         {"params": groups["decay"], "weight_decay": cfg.weight_decay, "lr_mult": 1.0},
         {"params": groups["no_decay"], "weight_decay": 0.0, "lr_mult": 1.0},
         {"params": groups["phase"], "weight_decay": 0.0, "lr_mult": cfg.phase_lr_mult},
+        {"params": groups["omega"], "weight_decay": 0.0,
+         "lr_mult": cfg.phase_lr_mult if cfg.omega_lr_mult is None else cfg.omega_lr_mult},
     ]
     param_groups = [g for g in param_groups if g["params"]]
     return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
