@@ -50,6 +50,8 @@ class Spec:
 ROUND1_MODEL: dict[str, Any] = {"attn_radius_init": 1.0, "ff_radius_init": 1.0}
 ROUND1_TRAIN: dict[str, Any] = {**SCREEN, "phase_lr_mult": 1.0, "lr": 2e-3}
 RADIUS = {r: {"attn_radius_init": r, "ff_radius_init": r} for r in (0.3, 3.0, 10.0, 30.0)}
+# A SwiGLU reading ψ(θ) (2k inputs) has 5kh parameters instead of 3kh: h = 200 keeps ka-1m at 1.01M
+FF_LIFT_MATCHED: dict[str, Any] = {"ff": "lift", "ff_hidden": 200}
 
 
 def _screen() -> list[Spec]:
@@ -82,7 +84,8 @@ def _screen() -> list[Spec]:
 def _screen2() -> list[Spec]:
     """Round 2: one change at a time against the current ka-1m defaults (round 1's winner)."""
     variants: dict[str, dict[str, Any]] = {
-        "default": {}, "radius-30": RADIUS[30.0], "ff-lift": {"ff": "lift"}, "ff-raw-angles": {"ff_wrap": False},
+        "default": {}, "radius-30": RADIUS[30.0], "ff-lift": {"ff": "lift"}, "ff-lift-matched": FF_LIFT_MATCHED,
+        "ff-raw-angles": {"ff_wrap": False},
         "bound-elementwise": {"bound": "elementwise"}, "tau-0.5": {"tau_init": 0.5}, "heads-8": {"heads": 8},
         "value-init-0": {"value_init": 0.0}, "omega-base-100": {"omega_base": 100.0},
     }
@@ -114,7 +117,7 @@ def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str
 
 ABLATIONS: dict[str, dict[str, Any]] = {
     "value-projection": {"value": "projection"}, "no-ff": {"ff": "none"}, "no-gates": {"gates": False},
-    "omega-zero": {"omega": "zero"}, "ff-lift": {"ff": "lift"}, "ff-angles": {"ff": "angles"},
+    "omega-zero": {"omega": "zero"}, "ff-lift": FF_LIFT_MATCHED, "ff-angles": {"ff": "angles"},
     "bound-elementwise": {"bound": "elementwise"}, "bound-norm": {"bound": "norm"},
     "shared-gates": {"shared_gates": True},
 }
