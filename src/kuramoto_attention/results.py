@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .experiment import ABLATIONS, PROTOCOL, RESULTS, best_lr, load_results
+from .experiment import ABLATIONS, PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
 PAPER_DELTAS = {"ka-value-projection": "+0.25", "ka-no-ff": "+0.27", "ka-no-gates": "+0.09"}
@@ -55,7 +55,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _overrides(r: dict[str, Any]) -> str:
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items()]
-    if r["train"].get("phase_lr_mult", 1.0) != 1.0:
+    default_mult = TRAIN_DEFAULTS["phase_lr_mult"]
+    if r["train"].get("phase_lr_mult", default_mult) != default_mult:
         parts.append(f"phase_lr_mult={r['train']['phase_lr_mult']:g}")
     return ", ".join(parts) or "(preset)"
 
@@ -67,7 +68,8 @@ def _settings(r: dict[str, Any]) -> str:
         return "transformer preset"
     ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
     return (f"radius {m['attn_radius_init']:g}/{m['ff_radius_init']:g} ({m['bound']}), τ₀ {m['tau_init']:g}, "
-            f"ff {ff}, heads {m['heads']}, v₀ {m['value_init']:g}, phase lr ×{t['phase_lr_mult']:g}")
+            f"ff {ff} (hidden {m['ff_hidden']}), heads {m['heads']}, v₀ {m['value_init']:g}, "
+            f"phase lr ×{t['phase_lr_mult']:g}; {r['params']:,} params")
 
 
 def screen_section(group: str = "screen") -> str:
