@@ -32,7 +32,7 @@ from .kuramoto_lm import KuramotoLM
 from .layer import KuramotoAttention
 from .modules import Bound
 from .presets import ConfigError
-from .torus import lift
+from .torus import circular_mean, lift
 
 SATURATION_LEVEL = 0.95  # an increment "saturates" the bound when its size is ≥ 95% of the radius
 HIST_BINS = 41
@@ -139,7 +139,7 @@ def _heads(x: Tensor, heads: int) -> Tensor:
 def local_order(attn: Tensor, theta: Tensor) -> Tensor:
     """mean |G| per head; attn (B, H, T, T), theta (B, T, k) the layer input -> (H,)."""
     th = _heads(theta, attn.shape[1])
-    re_g, im_g = attn @ torch.cos(th), attn @ torch.sin(th)
+    re_g, im_g = circular_mean(attn, th)
     return torch.sqrt(re_g**2 + im_g**2).mean(dim=(0, 2, 3))
 
 

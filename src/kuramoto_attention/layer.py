@@ -100,7 +100,6 @@ class KuramotoAttention(nn.Module):
             if val not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {val!r}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
-        self.use_gates, self.omega_mode, self.value_mode = gates, omega, value
 
         self.gates: PhaseGates | None = None
         if gates and shared_gates is None:
