@@ -56,7 +56,8 @@ def test_proposition1_kuramoto_identity():
     """a = -sin θ Re G + cos θ Im G equals Σ_u A_{t,u} sin(θ_u − θ_t)."""
     layer, theta = make_layer(), random_phases(B, T, K)
     a_ref, attn = layer.coupling(theta)
-    a_fused = layer._increment_fused(theta, lift(theta), None)
+    psi = lift(theta)
+    a_fused = layer._increment_fused(theta, psi, psi, None)
     d = K // H
     th = theta.view(B, T, H, d).transpose(1, 2)
     re = attn @ th.cos()

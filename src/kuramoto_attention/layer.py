@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .modules import Bound, BoundKind, KVCache, causal_attention, rotary_angles
+from .modules import Bound, BoundKind, KVCache, causal_attention, compute_dtype, rotary_angles
 from .torus import lift, tangent_projection
 
 Path = Literal["fused", "reference"]
@@ -52,7 +52,7 @@ class PhaseGates(nn.Module):
         scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
-        g = g * scale
+        g = (g * scale.to(g.dtype)).to(psi.dtype)  # in psi's dtype (autocast may have changed it)
         return g[:, :, 0].transpose(1, 2), g[:, :, 1].transpose(1, 2)
 
 
@@ -161,39 +161,41 @@ class KuramotoAttention(nn.Module):
         return self.log_tau.exp().view(self.heads, 1, 1)
 
     def _step(self, theta: Tensor, psi: Tensor, a: Tensor) -> Tensor:
-        """θ ← θ + bound(v(θ) ⊙ a): the bounded, value-gated move along the circle."""
-        return theta + self.bound(self.value_gate(psi) * a)
+        """θ ← θ + bound(v(θ) ⊙ a): the bounded, value-gated move along the circle (in θ's dtype)."""
+        return theta + self.bound(self.value_gate(psi).to(theta.dtype) * a)
 
     # ----------------------------------------------------------------- paths
-    def _increment_fused(self, theta: Tensor, psi: Tensor, cache: KVCache | None) -> Tensor:
+    def _increment_fused(self, theta: Tensor, psi: Tensor, psi_mm: Tensor, cache: KVCache | None) -> Tensor:
         """a (B, T, k) via one causal SDPA call (SPEC §4.5).
 
         Written for few passes over memory (eager mode is bound by elementwise traffic):
-        ψ(φ) is one cos over [φ, φ − π/2]; τ is folded into the query gate; the tangent
-        projection reads cos θ, sin θ from ψ(θ) in the (B, T, H, k/H) layout it is returned in.
+        ψ(φ) is computed in fp32, then cast once to the attention's dtype, so
+        the gate products and the attention see one dtype (``psi_mm`` is ψ(θ) already cast);
+        τ is folded into the query gate; the tangent projection is fp32 and reads cos θ, sin θ
+        from ψ(θ) in the (B, T, H, k/H) layout the attention returns.
         """
         b, t, _ = theta.shape
         d = self.head_dim
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + t, device=theta.device, dtype=theta.dtype)
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
-        trig = torch.cat((phi, phi - math.pi / 2), dim=-1).cos()  # ψ(φ) per head: (B, H, T, 2d)
-        tau = self.log_tau.exp().to(theta.dtype)
+        trig = lift(phi).to(psi_mm.dtype)  # ψ(φ) per head: (B, H, T, 2d)
+        tau = self.log_tau.exp().to(psi_mm.dtype)
         module = self._gate_module()
         if module is None:
             q, k = trig * tau.view(self.heads, 1, 1), trig
         else:
-            gq, gk = module(psi, q_scale=tau)
+            gq, gk = module(psi_mm, q_scale=tau)
             q = (trig.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
             k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
-        v = self._values(psi)
+        v = self._values(psi_mm)
         if cache is not None:
             k, v = cache.update(k, v)
         out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d)).transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
-            return out.reshape(b, t, self.dim)
+            return out.reshape(b, t, self.dim).to(theta.dtype)
         cos_t, sin_t = (c.view(b, t, self.heads, d) for c in psi.chunk(2, dim=-1))
-        re_g, im_g = out.chunk(2, dim=-1)
+        re_g, im_g = out.to(theta.dtype).chunk(2, dim=-1)
         return tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
 
     def _scores_reference(self, theta: Tensor, psi: Tensor) -> Tensor:
@@ -245,4 +247,5 @@ class KuramotoAttention(nn.Module):
             return (new, attn) if return_attention else new
         if path != "fused":
             raise ValueError(f"path must be 'fused' or 'reference', got {path!r}")
-        return self._step(theta, psi, self._increment_fused(theta, psi, cache))
+        psi_mm = psi.to(compute_dtype(psi))  # read by the gates, the values and the value gate
+        return self._step(theta, psi_mm, self._increment_fused(theta, psi, psi_mm, cache))

@@ -72,6 +72,16 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype a matmul of x runs in: autocast's low precision when it is on, else x's own.
+
+    Casting a tensor that several matmuls (and the attention) read once, to this dtype, saves
+    autocast a cast per use and keeps the elementwise work around them single-dtype.
+    """
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
 def rotary_angles(head_dim: int, base: float = 10000.0) -> Tensor:
     """Geometric frequencies base^{-i/n}, i = 0..n-1: RoPE's, and the initial ω of the phase model."""
     return base ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)
