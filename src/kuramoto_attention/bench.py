@@ -261,7 +261,9 @@ def _target(name: str, value: float | None, key: str, op: str = ">=", note: str 
 def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     """Every PASS/FAIL of the document, computed from the measurements (N/A when not measured)."""
     out = []
-    for key, mode, prec, label in (("default", "compile", "bf16", "default mode (bf16 autocast + compile)"),
+    default = TrainConfig()  # the default mode is whatever `kuramoto train` does without flags
+    dmode = "compile" if default.compile else "eager"
+    for key, mode, prec, label in (("default", dmode, default.precision, f"default mode ({dmode} {default.precision})"),
                                    ("eager_fp32", "eager", "fp32", "eager fp32")):
         for ka_name, tf_name in res["plan"]["pairs"]:
             row = next((r for r in res["training"] if r["pair"] == f"{ka_name} vs {tf_name}" and r["mode"] == mode
@@ -316,7 +318,8 @@ def render(res: dict[str, Any]) -> str:
               f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × "
               f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
               "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the "
-              "compile) are excluded. The **default training mode is bf16 autocast + torch.compile**. "
+              f"compile) are excluded. The **default training mode** (what `kuramoto train` does without flags) "
+              f"is {'compiled' if TrainConfig().compile else 'eager'} {TrainConfig().precision}. "
               "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision.", ""]
     trows = []
     for r in res["training"]:
