@@ -136,10 +136,11 @@ def ablation_section() -> str:
     if not rows or not full:
         return "_No ablations yet (`kuramoto experiment run ablation`, after `main`)._"
     ref = full[0]["eval_bpc"]
-    body = [[r["name"], _overrides(r), _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
+    body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
              PAPER_DELTAS.get(r["name"], "—")] for r in rows]
-    return (f"Full model (main, seed 0): test BPC {_fmt(ref)}.\n\n"
-            + _table(["ablation", "change", "test BPC", "ΔBPC", "paper Δ"], body))
+    return (f"Full model (main, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An ablation that "
+            "removes a component also removes its parameters (no re-matching; the paper does not say whether it re-matched).\n\n"
+            + _table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
 def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
