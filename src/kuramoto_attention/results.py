@@ -139,7 +139,8 @@ def ablation_section() -> str:
     body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
              PAPER_DELTAS.get(r["name"], "—")] for r in rows]
     return (f"Full model (main, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An ablation that "
-            "removes a component also removes its parameters (no re-matching; the paper does not say whether it re-matched).\n\n"
+            "removes a component also removes its parameters (no re-matching; the paper does not say whether it "
+            "re-matched).\n\n"
             + _table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
