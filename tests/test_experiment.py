@@ -80,3 +80,16 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     assert "decreases with depth in 1 of 2 runs" in text
     assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)
     assert dynamics._spearman([0.1, 0.2, 0.3]) == pytest.approx(1.0)
+
+
+def test_frozen_wrapped_groups_keep_their_feed_forward(in_tmp):
+    """Groups run while the feed-forward read wrap(θ) stay reproducible after the default moved to raw θ."""
+    write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    for group in ("screen", "screen2", "main-wrapped", "ablation-wrapped"):
+        assert all(s.model.get("ff_wrap") in (True, False) for s in experiment.plan(group) if s.preset.startswith("ka"))
+    assert all(s.model["ff_wrap"] is True for s in experiment.plan("main-wrapped"))
+    assert {s.preset for s in experiment.plan("main-wrapped")} == {"ka-1m"}
+    assert all(s.model == {} for s in experiment.plan("main"))  # current defaults
+    wrapped = {s.name: s.model for s in experiment.plan("ablation-wrapped")}
+    assert wrapped["ka-no-gates"] == {"ff_wrap": True, "gates": False} and "ka-ff-angles" not in wrapped
+    assert "ka-no-gates" in {s.name for s in experiment.plan("ablation")}

@@ -5,11 +5,13 @@ ones) and writes one small JSON summary per run under ``results/GROUP/``;
 
 Groups, in the order they are meant to run:
   screen    round 1: short (1.6M-token) runs of ka-1m variants against the first reading of the SPEC
-  screen2   round 2: the same kind of runs against the current defaults
+  screen2   round 2: the same kind of runs against round 1's winner (feed-forward on wrap(θ))
   lr        learning-rate sweep of ka-1m and tf-1m at 3M tokens
   main      ka-1m and tf-1m, 3 seeds, 10M tokens, each at its best lr from ``lr``
   ablation  ka-1m variants of SPEC §5 / issue 4, 1 seed, 10M tokens
   pycode    the main comparison on pycode (bits per byte), 1 seed
+  main-wrapped, ablation-wrapped   main and ablation with the feed-forward reading wrap(θ) (the
+            default until screen2 measured raw θ better): frozen, kept reproducible
 """
 
 import json
@@ -47,7 +49,10 @@ class Spec:
 
 # Round 1 screened against the first reading of the SPEC (radius 1, phases at the base lr); it is frozen
 # here so that its runs stay reproducible after the defaults moved to what it found.
-ROUND1_MODEL: dict[str, Any] = {"attn_radius_init": 1.0, "ff_radius_init": 1.0}
+# Until screen2, the feed-forward read the principal angle wrap(θ) ∈ [-π, π); screen2 measured the raw
+# angle θ (the paper's reading) far better and it became the default. Groups run before are frozen with it.
+WRAPPED: dict[str, Any] = {"ff_wrap": True}
+ROUND1_MODEL: dict[str, Any] = {"attn_radius_init": 1.0, "ff_radius_init": 1.0, **WRAPPED}
 ROUND1_TRAIN: dict[str, Any] = {**SCREEN, "phase_lr_mult": 1.0, "lr": 2e-3}
 RADIUS = {r: {"attn_radius_init": r, "ff_radius_init": r} for r in (0.3, 3.0, 10.0, 30.0)}
 # A SwiGLU reading ψ(θ) (2k inputs) has 5kh parameters instead of 3kh: h = 200 keeps ka-1m at 1.01M
@@ -82,7 +87,7 @@ def _screen() -> list[Spec]:
 
 
 def _screen2() -> list[Spec]:
-    """Round 2: one change at a time against the current ka-1m defaults (round 1's winner)."""
+    """Round 2: one change at a time against round 1's winner (radius 10, phase lr ×20, ff on wrap(θ))."""
     variants: dict[str, dict[str, Any]] = {
         "default": {}, "radius-30": RADIUS[30.0], "ff-lift": {"ff": "lift"}, "ff-lift-matched": FF_LIFT_MATCHED,
         "ff-raw-angles": {"ff_wrap": False},
@@ -92,14 +97,16 @@ def _screen2() -> list[Spec]:
     train = {**SCREEN, "phase_lr_mult": TRAIN_DEFAULTS["phase_lr_mult"]}
     # trained ω drifted to timescales of 5-9 tokens in every layer of the main runs: ω at the base lr?
     train_variants = {"omega-lr-1": {"omega_lr_mult": 1.0}}
-    return ([Spec("screen2", f"ka-{k}", "ka-1m", v, train, "valid") for k, v in variants.items()]
-            + [Spec("screen2", f"ka-{k}", "ka-1m", {}, {**train, **v}, "valid") for k, v in train_variants.items()])
+    return ([Spec("screen2", f"ka-{k}", "ka-1m", {**WRAPPED, **v}, train, "valid") for k, v in variants.items()]
+            + [Spec("screen2", f"ka-{k}", "ka-1m", WRAPPED, {**train, **v}, "valid")
+               for k, v in train_variants.items()])
 
 
 def _lr() -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
     grid = {"ka-1m": LRS, "tf-1m": (*LRS, 1.6e-2)}
-    return [Spec("lr", f"{p}-lr-{lr:g}", p, {}, {**SWEEP, "lr": lr}, "valid") for p, lrs in grid.items() for lr in lrs]
+    return [Spec("lr", f"{p}-lr-{lr:g}", p, WRAPPED if p.startswith("ka") else {}, {**SWEEP, "lr": lr}, "valid")
+            for p, lrs in grid.items() for lr in lrs]
 
 
 def best_lr(preset: str) -> float:
@@ -110,9 +117,10 @@ def best_lr(preset: str) -> float:
     return min(rows, key=lambda r: r["eval_bpc"])["train"]["lr"]
 
 
-def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str = "main") -> list[Spec]:
-    return [Spec(group, f"{p}-seed{s}", p, {}, {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p)})
-            for p in ("ka-1m", "tf-1m") for s in seeds]
+def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str = "main",
+          presets: tuple[str, ...] = ("ka-1m", "tf-1m"), model: dict[str, Any] | None = None) -> list[Spec]:
+    return [Spec(group, f"{p}-seed{s}", p, model or {}, {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p)})
+            for p in presets for s in seeds]
 
 
 ABLATIONS: dict[str, dict[str, Any]] = {
@@ -123,19 +131,22 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def _ablation() -> list[Spec]:
+def _ablation(group: str = "ablation", model: dict[str, Any] | None = None) -> list[Spec]:
     from .presets import get_preset
 
-    base = asdict(get_preset("ka-1m")[1])
+    base = {**asdict(get_preset("ka-1m")[1]), **(model or {})}
     lr = best_lr("ka-1m")
-    # a variant equal to the preset's own default is the full model itself: skip it
-    return [Spec("ablation", f"ka-{k}", "ka-1m", v, {**PROTOCOL, "lr": lr})
+    # a variant equal to the full model's own setting is the full model itself: skip it
+    return [Spec(group, f"ka-{k}", "ka-1m", {**(model or {}), **v}, {**PROTOCOL, "lr": lr})
             for k, v in ABLATIONS.items() if any(base[f] != x for f, x in v.items())]
 
 
 def plan(group: str) -> list[Spec]:
     groups = {"screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
-              "pycode": lambda: _main("pycode", (0,), "pycode")}
+              "pycode": lambda: _main("pycode", (0,), "pycode"),
+              # the transformer has no feed-forward choice: its main runs serve both
+              "main-wrapped": lambda: _main(group="main-wrapped", presets=("ka-1m",), model=WRAPPED),
+              "ablation-wrapped": lambda: _ablation("ablation-wrapped", WRAPPED)}
     if group not in groups:
         raise ConfigError(f"unknown experiment group {group!r}; choose one of: {', '.join(groups)}")
     return groups[group]()
@@ -232,7 +243,8 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("action", choices=["run", "report", "replicate", "dynamics"],
                    help="run GROUP; report: RESULTS.md from results/; replicate: every group, then report; "
                         "dynamics [GROUP]: the paper's dynamics claims on a group's Kuramoto runs")
-    p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode")
+    p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode (frozen: main-wrapped, "
+                   "ablation-wrapped)")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)

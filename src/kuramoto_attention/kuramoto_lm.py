@@ -28,7 +28,10 @@ class KuramotoConfig:
     heads: int = 4
     ff_hidden: int = 352
     ff: Literal["angles", "lift", "none"] = "angles"  # what the feed-forward step reads
-    ff_wrap: bool = True  # "angles": feed the principal representative wrap(θ) ∈ [-π, π)
+    # "angles": True feeds the principal representative wrap(θ) ∈ [-π, π), False the raw θ (the paper's
+    # reading). Raw θ trained far better in screen round 2 (RESULTS.md): wrap(θ) jumps by 2π where a phase
+    # crosses ±π, so the feed-forward sees a discontinuous input.
+    ff_wrap: bool = False
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
     omega: Literal["learned", "zero"] = "learned"
@@ -57,7 +60,8 @@ class PhaseFeedForward(nn.Module):
     """θ ← θ + bound(SwiGLU(x)), x = wrap(θ) or θ ("angles", the paper's) or ψ(θ) ("lift").
 
     The one component not built from the geometry: on raw angles its output depends on
-    the representative of θ; ``ff_wrap`` fixes it to [-π, π), "lift" makes it periodic.
+    the representative of θ (the one the residual updates carried it to); ``ff_wrap``
+    fixes it to [-π, π) at the price of a jump at ±π; "lift" makes it periodic.
     """
 
     def __init__(self, cfg: KuramotoConfig) -> None:

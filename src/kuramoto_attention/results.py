@@ -130,17 +130,32 @@ def comparison_section(group: str, unit: str) -> str:
     return text
 
 
-def ablation_section() -> str:
-    rows = load_results("ablation")
-    full = [r for r in load_results("main") if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
+def wrapped_section() -> str:
+    """ka-1m with the feed-forward on wrap(θ) (the default before screen2), against main's transformer runs."""
+    ka, tf = load_results("main-wrapped"), [r for r in load_results("main") if r["family"] == "transformer"]
+    if not ka:
+        return "_No runs (`kuramoto experiment run main-wrapped`)._"
+    vals = [r["eval_bpc"] for r in ka]
+    sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
+    text = (f"ka-1m, feed-forward on wrap(θ), {len(vals)} seeds ({', '.join(_fmt(v) for v in vals)}): "
+            f"test BPC {_fmt(statistics.mean(vals))} ± {sd:.4f}, median {_fmt(statistics.median(vals))}")
+    if tf:
+        gap = statistics.mean(vals) - statistics.mean(r["eval_bpc"] for r in tf)
+        text += f"; gap to the transformer's mean (main): {gap:+.4f}"
+    return text + "."
+
+
+def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
+    rows = load_results(group)
+    full = [r for r in load_results(full_group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
     if not rows or not full:
-        return "_No ablations yet (`kuramoto experiment run ablation`, after `main`)._"
+        return f"_No ablations yet (`kuramoto experiment run {group}`, after `{full_group}`)._"
     ref = full[0]["eval_bpc"]
     body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
              PAPER_DELTAS.get(r["name"], "—")] for r in rows]
-    return (f"Full model (main, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An ablation that "
-            "removes a component also removes its parameters (no re-matching; the paper does not say whether it "
-            "re-matched).\n\n"
+    return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An "
+            "ablation that removes a component also removes its parameters (no re-matching; the paper does not "
+            "say whether it re-matched).\n\n"
             + _table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
@@ -168,6 +183,16 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         ablation_section(),
         "",
         f"Variants tried: {', '.join(ABLATIONS)} (a variant equal to the preset's default is the full model).",
+        "",
+        "## Superseded: the feed-forward on wrap(θ)",
+        "",
+        "Until screen round 2 the feed-forward read the principal angle wrap(θ) ∈ [−π, π); the raw angle θ "
+        "measured far better there and became the default. The runs made with wrap(θ) are kept (groups "
+        "main-wrapped and ablation-wrapped, reproducible with the same commands).",
+        "",
+        wrapped_section(),
+        "",
+        ablation_section("ablation-wrapped", "main-wrapped"),
         "",
         "## pycode (bits per byte)",
         "",
