@@ -20,7 +20,8 @@ from kuramoto_attention import bench
 from kuramoto_attention.cli import main
 from kuramoto_attention.presets import build_model, get_preset
 
-SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## Peak memory of one training step",
+SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## Profile of one eager training step",
+            "## Peak memory of one training step",
             "## Generation", "## FLOP counting"]
 
 
@@ -45,8 +46,11 @@ def test_quick_run_writes_markdown_and_json(quick: dict[str, Any]) -> None:
     assert quick["rc"] == 0
     assert quick["printed"] == quick["res"]  # --json prints exactly what the file holds
     res, md = quick["res"], quick["md"]
-    for key in ("command", "machine", "plan", "matmul_peak", "training", "memory", "generation", "targets"):
+    for key in ("command", "machine", "plan", "matmul_peak", "training", "profile", "memory", "generation", "targets"):
         assert key in res
+    for name, ops in res["profile"].items():  # both models profiled; shares of one step's operator time
+        assert ops and all(0 < o["share"] <= 1 for o in ops) and f"**{name}**" in md
+    assert set(res["profile"]) == {"ka-tiny", "tf-tiny"}
     for section in SECTIONS:
         assert section in md
     assert "Quick smoke run" in md

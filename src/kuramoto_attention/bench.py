@@ -191,6 +191,30 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
+    """Where one eager training step spends its time, per model of the first pair, in the default
+    precision: ``torch.profiler``'s operators by self CPU time (the evidence the optimisations act on)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    data = torch.randint(0, 256, (plan.batch, plan.context + 1), generator=torch.Generator().manual_seed(0))
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    out = {}
+    for name in plan.pairs[0]:
+        _log(f"profile {name}")
+        torch.manual_seed(0)
+        step = _train_step(build_model(*get_preset(name)).train(), TrainConfig().precision, compiled=False)
+        for _ in range(plan.warmup):
+            step(x, y)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(x, y)
+        ops = [e for e in prof.key_averages() if not e.key.startswith(("autograd::", "Optimizer."))]
+        total = sum(e.self_cpu_time_total for e in ops)
+        ops.sort(key=lambda e: -e.self_cpu_time_total)
+        out[name] = [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3,
+                      "share": e.self_cpu_time_total / total} for e in ops[:top]]
+    return out
+
+
 def peak_bytes(fn: Callable[[], None]) -> int:
     """Peak of (bytes allocated − bytes freed) during fn, replaying the profiler's allocator events in
     time order (why this and not RSS: ``MEMORY_METHOD``)."""
@@ -330,6 +354,13 @@ def render(res: dict[str, Any]) -> str:
         util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
         trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util])
     lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util"], trows)
+    lines += ["## Profile of one eager training step", "", f"`torch.profiler`, one step in the default precision "
+              f"({TrainConfig().precision}) after warm-up; operators by self CPU time, share of the step's total "
+              "operator time (autograd and optimizer wrappers excluded, their kernels counted).", ""]
+    for name, ops in res.get("profile", {}).items():
+        lines += [f"**{name}**", ""]
+        lines += _table(["operator", "calls", "self ms", "share"],
+                        [[f"`{o['op']}`", o["calls"], f"{o['self_ms']:,.1f}", f"{o['share']:.1%}"] for o in ops])
     lines += ["## Peak memory of one training step", "", MEMORY_METHOD + f" A measurement estimated above "
               f"{plan['mem_cap_bytes'] / GIB:.1f} GiB is skipped and its estimate shown (previous length's peak × "
               "(T/T_prev)², or an analytic count).", ""]
@@ -383,6 +414,7 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     _log("matmul peak")
     res["matmul_peak"] = matmul_peak(plan.matmul_n, plan.repeats)
     res["training"] = bench_training(plan)
+    res["profile"] = bench_profile(plan)
     res["memory"] = bench_memory(plan)
     res["generation"] = bench_generation(plan)
     res["targets"] = evaluate_targets(json.loads(json.dumps(res)))  # judged on exactly what the JSON holds
