@@ -93,3 +93,14 @@ def test_frozen_wrapped_groups_keep_their_feed_forward(in_tmp):
     wrapped = {s.name: s.model for s in experiment.plan("ablation-wrapped")}
     assert wrapped["ka-no-gates"] == {"ff_wrap": True, "gates": False} and "ka-ff-angles" not in wrapped
     assert "ka-no-gates" in {s.name for s in experiment.plan("ablation")}
+
+
+def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
+    rows = [fake_result("screen2", n, "ka-1m", b) for n, b in
+            [("ka-default", 3.0), ("ka-better", 2.8), ("ka-worse", 3.2), ("ka-same", 3.01)]]
+    rows.append(fake_result("screen2", "tf", "tf-1m", 2.5))  # the transformer is not a variant
+    write(in_tmp, rows)
+    text = results.findings_section()
+    assert "helped ka-better -0.200" in text and "hurt ka-worse +0.200" in text and "within ±0.05: ka-same" in text
+    assert "tf" not in text.split("helped")[1].split(";")[0]
+    assert "screen**" not in text  # round 1 absent: not reported

@@ -86,6 +86,28 @@ def screen_section(group: str = "screen") -> str:
                    "saturated increments attn / ff (mean over layers)"], body)
 
 
+def findings_section(threshold: float = 0.05) -> str:
+    """What mattered: per screening round, every change that moved valid BPC by more than ``threshold``."""
+    adopted = {"screen": "radius 10 and phase lr ×20 (together, ka-radius-10-plr-20)",
+               "screen2": "the feed-forward on the raw angle θ (ka-ff-raw-angles)"}
+    lines = []
+    for group in ("screen", "screen2"):
+        rows = load_results(group)
+        base = next((r for r in rows if r["name"] == "ka-default"), None)
+        if base is None:
+            continue
+        deltas = [(r["eval_bpc"] - base["eval_bpc"], r["name"]) for r in rows
+                  if r["family"] == "kuramoto" and r is not base]
+        moved = sorted(x for x in deltas if abs(x[0]) > threshold)
+        flat = [n for d, n in deltas if abs(d) <= threshold]
+        helped = ", ".join(f"{n} {d:+.3f}" for d, n in moved if d < 0) or "none"
+        hurt = ", ".join(f"{n} {d:+.3f}" for d, n in moved if d > 0) or "none"
+        lines.append(f"- **{group}** (against its ka-default, valid BPC {_fmt(base['eval_bpc'])}): helped {helped}; "
+                     f"hurt {hurt}; within ±{threshold}: {', '.join(flat) or 'none'}. Adopted as default: "
+                     f"{adopted[group]}.")
+    return "\n".join(lines) if lines else "_No screening runs yet._"
+
+
 def _saturation(r: dict[str, Any]) -> str:
     d = r.get("diagnostics")
     if not d:
@@ -173,6 +195,13 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "the whole 0.5 MB enwik7 test split (stride = context/2), `kuramoto eval RUN --split test`. "
         "enwik7 is the first 10 MB of enwik8, so the absolute numbers are not the paper's enwik8 numbers "
         "(less training text, a different test split); the comparison between the two models is the point.",
+        "",
+        "## What mattered",
+        "",
+        "Changes that moved validation BPC by more than 0.05 in a screening round (1.6M tokens, one seed; the "
+        "tables below have every run):",
+        "",
+        findings_section(),
         "",
         "## Main comparison: ka-1m vs tf-1m on enwik7",
         "",
