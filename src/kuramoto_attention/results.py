@@ -124,8 +124,12 @@ def lr_section() -> str:
     body = [[r["preset"], f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M", _fmt(r["eval_bpc"])]
             for r in sorted(rows, key=lambda r: (r["preset"], r["train"]["lr"]))]
     best = ", ".join(f"{p} {best_lr(p):g}" for p in sorted({r["preset"] for r in rows}))
-    return (_table(["preset", "lr", "tokens", "valid BPC"], body)
+    text = (_table(["preset", "lr", "tokens", "valid BPC"], body)
             + f"\n\nBest learning rate (used by the main, ablation and pycode groups): {best}.")
+    if any(r["model"].get("ff_wrap") for r in rows if r["family"] == "kuramoto"):
+        text += (" ka-1m was swept with the feed-forward on wrap(θ), before screen round 2; its best rate is reused "
+                 "for the raw-angle default without a new sweep.")
+    return text
 
 
 def comparison_section(group: str, unit: str) -> str:
