@@ -66,7 +66,7 @@ def tangent_projection(cos_theta: Tensor, sin_theta: Tensor, re_g: Tensor, im_g:
     Proposition 1 this equals Σ_u A_{t,u} sin(θ_u − θ_t). Takes cos θ and sin θ (already
     computed for the lift) rather than θ. All inputs (..., k).
     """
-    return cos_theta * im_g - sin_theta * re_g
+    return torch.addcmul(cos_theta * im_g, sin_theta, re_g, value=-1.0)
 
 
 def _tanh_ratio(sq_norm: Tensor) -> Tensor:
