@@ -126,7 +126,8 @@ def test_memory_over_the_cap_is_skipped_not_invented() -> None:
     ref = {r["T"]: r for r in rows if r["subject"] == "kuramoto-reference"}
     assert "peak_bytes" in ref[64]
     assert "peak_bytes" not in ref[128] and ref[128]["estimate_bytes"] > plan.mem_cap_bytes and ref[128]["skipped"]
-    res = {"plan": {"pairs": [], "mem_lengths": [64, 128]}, "training": [], "memory": rows, "generation": []}
+    res = {"plan": {"pairs": [], "mem_lengths": [64, 128]}, "training": [], "memory": rows, "generation": [],
+           "default_mode": {"mode": "eager", "precision": "bf16"}}
     (target,) = bench.evaluate_targets(res)
     assert target["status"] == "N/A" and target["value"] is None
     assert "cannot be evaluated" in target["note"] and "largest T with both measured: 64" in target["note"]

@@ -73,3 +73,15 @@ def test_lift_hand_fused_gradient():
     (expected,) = torch.autograd.grad((torch.cat((theta.cos(), theta.sin()), -1) * weights).sum(), theta)
     torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-12)
     assert lift(theta.detach()[0, 0]).shape == (14,)
+    t = theta.detach().transpose(0, 1)  # non-contiguous input
+    torch.testing.assert_close(lift(t), torch.cat((t.cos(), t.sin()), -1), rtol=0, atol=0)
+    b = theta.detach().bfloat16()
+    assert lift(b).dtype == torch.bfloat16
+    torch.testing.assert_close(lift(torch.arange(3)), lift(torch.arange(3.0)))  # integer angles: floats out
+
+
+def test_lift_does_not_break_a_compiled_graph():
+    import torch._dynamo
+
+    explanation = torch._dynamo.explain(lambda x: lift(x) * 2)(torch.randn(4, 6))
+    assert explanation.graph_break_count == 0

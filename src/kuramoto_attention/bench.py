@@ -285,9 +285,8 @@ def _target(name: str, value: float | None, key: str, op: str = ">=", note: str 
 def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     """Every PASS/FAIL of the document, computed from the measurements (N/A when not measured)."""
     out = []
-    default = TrainConfig()  # the default mode is whatever `kuramoto train` does without flags
-    dmode = "compile" if default.compile else "eager"
-    for key, mode, prec, label in (("default", dmode, default.precision, f"default mode ({dmode} {default.precision})"),
+    dmode, dprec = res["default_mode"]["mode"], res["default_mode"]["precision"]
+    for key, mode, prec, label in (("default", dmode, dprec, f"default mode ({dmode} {dprec})"),
                                    ("eager_fp32", "eager", "fp32", "eager fp32")):
         for ka_name, tf_name in res["plan"]["pairs"]:
             row = next((r for r in res["training"] if r["pair"] == f"{ka_name} vs {tf_name}" and r["mode"] == mode
@@ -343,7 +342,7 @@ def render(res: dict[str, Any]) -> str:
               f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
               "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the "
               f"compile) are excluded. The **default training mode** (what `kuramoto train` does without flags) "
-              f"is {'compiled' if TrainConfig().compile else 'eager'} {TrainConfig().precision}. "
+              f"is {res['default_mode']['mode']} {res['default_mode']['precision']}. "
               "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision.", ""]
     trows = []
     for r in res["training"]:
@@ -354,9 +353,9 @@ def render(res: dict[str, Any]) -> str:
         util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
         trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util])
     lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util"], trows)
-    lines += ["## Profile of one eager training step", "", f"`torch.profiler`, one step in the default precision "
-              f"({TrainConfig().precision}) after warm-up; operators by self CPU time, share of the step's total "
-              "operator time (autograd and optimizer wrappers excluded, their kernels counted).", ""]
+    lines += ["## Profile of one eager training step", "", "`torch.profiler`, one step in the default precision "
+              f"({res['default_mode']['precision']}) after warm-up; operators by self CPU time, share of the "
+              "step's total operator time (autograd and optimizer wrappers excluded, their kernels counted).", ""]
     for name, ops in res.get("profile", {}).items():
         lines += [f"**{name}**", ""]
         lines += _table(["operator", "calls", "self ms", "share"],
@@ -409,8 +408,11 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     """Measure everything, judge the targets, write the Markdown and the JSON; returns (results, md, json)."""
     plan = make_plan(args)
     out, json_path = output_paths(args)
+    default = TrainConfig()  # the default mode is what `kuramoto train` does without flags
     res: dict[str, Any] = {"command": _command(args), "quick": bool(args.quick), "json_path": str(json_path),
-                           "machine": machine_info(), "plan": asdict(plan)}
+                           "machine": machine_info(), "plan": asdict(plan),
+                           "default_mode": {"mode": "compile" if default.compile else "eager",
+                                            "precision": default.precision}}
     _log("matmul peak")
     res["matmul_peak"] = matmul_peak(plan.matmul_n, plan.repeats)
     res["training"] = bench_training(plan)

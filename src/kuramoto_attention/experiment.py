@@ -17,6 +17,7 @@ Groups, in the order they are meant to run:
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,12 +143,20 @@ def _ablation(group: str = "ablation", model: dict[str, Any] | None = None) -> l
             for k, v in ABLATIONS.items() if any(base[f] != x for f, x in v.items())]
 
 
+# The protocol's groups in run order (what `replicate` runs), then frozen groups kept reproducible.
+GROUPS: dict[str, Callable[[], list[Spec]]] = {
+    "screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
+    "pycode": lambda: _main("pycode", (0,), "pycode"),
+}
+FROZEN: dict[str, Callable[[], list[Spec]]] = {
+    # the transformer has no feed-forward choice: its main runs serve both
+    "main-wrapped": lambda: _main(group="main-wrapped", presets=("ka-1m",), model=dict(WRAPPED)),
+    "ablation-wrapped": lambda: _ablation("ablation-wrapped", dict(WRAPPED)),
+}
+
+
 def plan(group: str) -> list[Spec]:
-    groups = {"screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
-              "pycode": lambda: _main("pycode", (0,), "pycode"),
-              # the transformer has no feed-forward choice: its main runs serve both
-              "main-wrapped": lambda: _main(group="main-wrapped", presets=("ka-1m",), model=WRAPPED),
-              "ablation-wrapped": lambda: _ablation("ablation-wrapped", WRAPPED)}
+    groups = {**GROUPS, **FROZEN}
     if group not in groups:
         raise ConfigError(f"unknown experiment group {group!r}; choose one of: {', '.join(groups)}")
     return groups[group]()
@@ -165,6 +174,7 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     from .checkpoint import load_model, write_json_atomic
     from .data import load_corpus
     from .evaluate import evaluate_bpc
+    from .presets import apply_overrides, get_preset
     from .train import load_run, prepare_run, train
 
     out = RESULTS / spec.group / f"{spec.name}.json"
@@ -172,7 +182,12 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     train_overrides = {**spec.train, "data_dir": data_dir}
     started = time.time()
     if (run_dir / "checkpoint").exists() and (run_dir / "run.json").exists():
-        summary = train(load_run(run_dir, train_overrides), resume=True)
+        resumed = load_run(run_dir, train_overrides)
+        family, preset_cfg = get_preset(spec.preset)
+        if asdict(resumed.model_cfg) != asdict(apply_overrides(family, preset_cfg, spec.model)):
+            raise ConfigError(f"{run_dir} was started with another model config than {spec.group}/{spec.name} "
+                              "now specifies; move it away to rerun the spec from scratch")
+        summary = train(resumed, resume=True)
     else:
         summary = train(prepare_run(spec.preset, None, spec.model, train_overrides, str(run_dir)))
     run = load_run(run_dir, {})
@@ -242,7 +257,8 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
 def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("experiment", help="run the replication protocol or regenerate RESULTS.md")
     p.add_argument("action", choices=["run", "report", "replicate", "dynamics"],
-                   help="run GROUP; report: RESULTS.md from results/; replicate: every group, then report; "
+                   help="run GROUP; report: RESULTS.md from results/; replicate: every protocol group (not the "
+                        "frozen ones), then report; "
                         "dynamics [GROUP]: the paper's dynamics claims on a group's Kuramoto runs")
     p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode (frozen: main-wrapped, "
                    "ablation-wrapped)")
@@ -254,10 +270,10 @@ def add_subcommand(sub: Any) -> None:
 def _cmd(args: Any) -> None:
     if args.action == "run":
         if not args.group:
-            raise ConfigError("experiment run needs a GROUP: screen, lr, main, ablation or pycode")
+            raise ConfigError(f"experiment run needs a GROUP: {', '.join([*GROUPS, *FROZEN])}")
         run_group(args.group, args.data_dir, args.only)
     elif args.action == "replicate":
-        for group in ("screen", "screen2", "lr", "main", "ablation", "pycode"):
+        for group in GROUPS:
             run_group(group, args.data_dir)
     if args.action in ("dynamics", "replicate"):
         from .dynamics import measure, write

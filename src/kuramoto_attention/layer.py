@@ -169,10 +169,10 @@ class KuramotoAttention(nn.Module):
         """a (B, T, k) via one causal SDPA call (SPEC §4.5).
 
         Written for few passes over memory (eager mode is bound by elementwise traffic):
-        ψ(φ) is computed in fp32, then cast once to the attention's dtype, so
-        the gate products and the attention see one dtype (``psi_mm`` is ψ(θ) already cast);
-        τ is folded into the query gate; the tangent projection is fp32 and reads cos θ, sin θ
-        from ψ(θ) in the (B, T, H, k/H) layout the attention returns.
+        ψ(φ) is computed in θ's dtype, then cast once to the attention's dtype, so the gate
+        products and the attention see one dtype (``psi_mm`` is ψ(θ) already cast); τ is
+        folded into the query gate; the tangent projection is in θ's dtype and reads cos θ,
+        sin θ from ψ(θ) in the (B, T, H, k/H) layout the attention returns.
         """
         b, t, _ = theta.shape
         d = self.head_dim
@@ -180,10 +180,10 @@ class KuramotoAttention(nn.Module):
         pos = torch.arange(offset, offset + t, device=theta.device, dtype=theta.dtype)
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         trig = lift(phi).to(psi_mm.dtype)  # ψ(φ) per head: (B, H, T, 2d)
-        tau = self.log_tau.exp().to(psi_mm.dtype)
+        tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
-            q, k = trig * tau.view(self.heads, 1, 1), trig
+            q, k = trig * tau.to(trig.dtype).view(self.heads, 1, 1), trig
         else:
             gq, gk = module(psi_mm, q_scale=tau)
             q = (trig.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)

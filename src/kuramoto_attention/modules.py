@@ -79,7 +79,9 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     autocast a cast per use and keeps the elementwise work around them single-dtype.
     """
     device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(device):  # autocast leaves other dtypes alone
+        return torch.get_autocast_dtype(device)
+    return x.dtype
 
 
 def rotary_angles(head_dim: int, base: float = 10000.0) -> Tensor:

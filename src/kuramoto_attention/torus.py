@@ -19,10 +19,14 @@ def lift(theta: Tensor) -> Tensor:
     """ψ(θ) = (cos θ, sin θ): the embedding T^k → R^{2k}.
 
     theta: (..., k) angles  ->  (..., 2k), cosines first, then sines.
-    Hand-fused (``_Lift``): cos and sin are written straight into the two halves of the
-    output, and the backward dθ = cos θ · g_sin − sin θ · g_cos reuses them instead of
-    evaluating sin and cos again. Once differentiable (no double backward).
+    In eager mode hand-fused (``_Lift``): cos and sin are written straight into the two
+    halves of the output, and the backward dθ = cos θ · g_sin − sin θ · g_cos reuses them
+    instead of evaluating sin and cos again (once differentiable: no double backward).
+    Under torch.compile the plain expression is used: the compiler fuses it anyway, and
+    ``out=`` into a slice would break its graph.
     """
+    if torch.compiler.is_compiling() or not theta.is_floating_point():
+        return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
     return _Lift.apply(theta)
 
 
