@@ -121,21 +121,31 @@ class KVCache:
     For the transformer these are the rotated keys and the values; for Kuramoto attention
     they are exactly what the fused path reads for each earlier token: the gated, drifted
     key features g^k ⊙ ψ(θ_u + ω u) and the lift ψ(θ_u) (or the projected value).
+
+    Stored in buffers whose capacity doubles when full, so appending one token copies one
+    token (amortised), not the whole history (a ``torch.cat`` per step made copying the
+    largest cost of cached generation). New entries are cast to the buffers' dtype, fixed
+    by the first update.
     """
 
     def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self.length = 0
 
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
+    def _grow(self, buf: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        new = like.new_empty(*like.shape[:-2], capacity, like.shape[-1], dtype=like.dtype if buf is None else buf.dtype)
+        if buf is not None:
+            new[..., : self.length, :] = buf[..., : self.length, :]
+        return new
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append (B, H, T, d) keys/values; return all keys/values so far."""
-        if self.k is None or self.v is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat((self.k, k), dim=-2)
-            self.v = torch.cat((self.v, v), dim=-2)
-        return self.k, self.v
+        """Append (B, H, T, d) keys/values; return all keys/values so far, (B, H, S, d) views."""
+        end = self.length + k.shape[-2]
+        if self._k is None or self._v is None or end > self._k.shape[-2]:
+            capacity = max(end, 2 * (0 if self._k is None else self._k.shape[-2]), 16)
+            self._k, self._v = self._grow(self._k, k, capacity), self._grow(self._v, v, capacity)
+        self._k[..., self.length : end, :] = k
+        self._v[..., self.length : end, :] = v
+        self.length = end
+        return self._k[..., :end, :], self._v[..., :end, :]

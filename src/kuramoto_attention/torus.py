@@ -27,16 +27,23 @@ def lift(theta: Tensor) -> Tensor:
     """
     if torch.compiler.is_compiling() or not theta.is_floating_point():
         return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
-    return _Lift.apply(theta)
+    if theta.requires_grad and torch.is_grad_enabled():
+        return _Lift.apply(theta)
+    return _lift_into_halves(theta)  # no graph to record: skip the Function's Python overhead
+
+
+def _lift_into_halves(theta: Tensor) -> Tensor:
+    k = theta.shape[-1]
+    out = theta.new_empty(*theta.shape[:-1], 2 * k)
+    torch.cos(theta, out=out[..., :k])
+    torch.sin(theta, out=out[..., k:])
+    return out
 
 
 class _Lift(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, theta: Tensor) -> Tensor:
-        k = theta.shape[-1]
-        out = theta.new_empty(*theta.shape[:-1], 2 * k)
-        torch.cos(theta, out=out[..., :k])
-        torch.sin(theta, out=out[..., k:])
+        out = _lift_into_halves(theta)
         ctx.save_for_backward(out)
         return out
 
