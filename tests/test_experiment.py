@@ -82,17 +82,21 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     assert dynamics._spearman([0.1, 0.2, 0.3]) == pytest.approx(1.0)
 
 
-def test_frozen_wrapped_groups_keep_their_feed_forward(in_tmp):
-    """Groups run while the feed-forward read wrap(θ) stay reproducible after the default moved to raw θ."""
+def test_frozen_groups_keep_their_feed_forward(in_tmp):
+    """Groups run while the feed-forward read wrap(θ), then raw θ, stay reproducible after the default moved."""
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    for group in ("screen", "screen2", "main-wrapped", "ablation-wrapped"):
-        assert all(s.model.get("ff_wrap") in (True, False) for s in experiment.plan(group) if s.preset.startswith("ka"))
-    assert all(s.model["ff_wrap"] is True for s in experiment.plan("main-wrapped"))
-    assert {s.preset for s in experiment.plan("main-wrapped")} == {"ka-1m"}
+    for group in ("screen", "screen2", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
+        assert all("ff" in s.model and "ff_hidden" in s.model for s in experiment.plan(group)
+                   if s.preset.startswith("ka"))
+    assert all(s.model == experiment.WRAPPED for s in experiment.plan("main-wrapped"))
+    assert all(s.model == experiment.RAW for s in experiment.plan("main-raw"))
+    assert {s.preset for s in experiment.plan("main-raw")} == {"ka-1m"}
     assert all(s.model == {} for s in experiment.plan("main"))  # current defaults
-    wrapped = {s.name: s.model for s in experiment.plan("ablation-wrapped")}
-    assert wrapped["ka-no-gates"] == {"ff_wrap": True, "gates": False} and "ka-ff-angles" not in wrapped
-    assert "ka-no-gates" in {s.name for s in experiment.plan("ablation")}
+    raw = {s.name: s.model for s in experiment.plan("ablation-raw")}
+    assert raw["ka-no-gates"] == {**experiment.RAW, "gates": False} and "ka-ff-angles" not in raw
+    assert raw["ka-ff-lift"] == {**experiment.RAW, **experiment.FF_LIFT_MATCHED}
+    current = {s.name for s in experiment.plan("ablation")}
+    assert "ka-ff-angles" in current and "ka-ff-lift" not in current  # the lift is the full model now
 
 
 def test_findings_list_what_moved_against_the_rounds_default(in_tmp):

@@ -72,9 +72,9 @@ def test_presets_within_three_percent(name):
 
 def test_parameter_count_by_hand():
     """ka: embedding 256k, per layer gates 2k·2k+2k, value gate 2k·k+k, ω k, τ H, radius 1,
-    SwiGLU 3·k·h + radius 1; readout 2k·256+256."""
+    SwiGLU on ψ(θ) 2k·h + 2k·h + h·k + radius 1; readout 2k·256+256."""
     k, h, heads, depth = 16, 24, 2, 2
-    per_layer = (4 * k * k + 2 * k) + (2 * k * k + k) + k + heads + 1 + 3 * k * h + 1
+    per_layer = (4 * k * k + 2 * k) + (2 * k * k + k) + k + heads + 1 + 5 * k * h + 1
     expected = 256 * k + depth * per_layer + 2 * k * 256 + 256
     assert KuramotoLM(KuramotoConfig(**TINY_KA)).num_params() == expected
 

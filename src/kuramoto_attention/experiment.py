@@ -10,8 +10,9 @@ Groups, in the order they are meant to run:
   main      ka-1m and tf-1m, 3 seeds, 10M tokens, each at its best lr from ``lr``
   ablation  ka-1m variants of SPEC §5 / issue 4, 1 seed, 10M tokens
   pycode    the main comparison on pycode (bits per byte), 1 seed
-  main-wrapped, ablation-wrapped   main and ablation with the feed-forward reading wrap(θ) (the
-            default until screen2 measured raw θ better): frozen, kept reproducible
+  frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
+  main-wrapped, ablation-wrapped   on wrap(θ), the default until screen2 measured raw θ better
+  main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
 """
 
 import json
@@ -50,9 +51,12 @@ class Spec:
 
 # Round 1 screened against the first reading of the SPEC (radius 1, phases at the base lr); it is frozen
 # here so that its runs stay reproducible after the defaults moved to what it found.
-# Until screen2, the feed-forward read the principal angle wrap(θ) ∈ [-π, π); screen2 measured the raw
-# angle θ (the paper's reading) far better and it became the default. Groups run before are frozen with it.
-WRAPPED: dict[str, Any] = {"ff_wrap": True}
+# The feed-forward's input moved twice: wrap(θ) ∈ [-π, π) until screen2 measured the raw angle θ (the
+# paper's reading) far better, then raw θ until the 10M-token ablation measured ψ(θ) better still (at the
+# same parameter count). Groups run before each move are frozen with the settings they ran with.
+ANGLES: dict[str, Any] = {"ff": "angles", "ff_hidden": 336}  # 3kh weights: h = 336 gives ka-1m 1.01M
+WRAPPED: dict[str, Any] = {**ANGLES, "ff_wrap": True}
+RAW: dict[str, Any] = {**ANGLES, "ff_wrap": False}
 ROUND1_MODEL: dict[str, Any] = {"attn_radius_init": 1.0, "ff_radius_init": 1.0, **WRAPPED}
 ROUND1_TRAIN: dict[str, Any] = {**SCREEN, "phase_lr_mult": 1.0, "lr": 2e-3}
 RADIUS = {r: {"attn_radius_init": r, "ff_radius_init": r} for r in (0.3, 3.0, 10.0, 30.0)}
@@ -126,7 +130,7 @@ def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str
 
 # In run order: first those never measured, then the three the paper reports (measured with wrap(θ)).
 ABLATIONS: dict[str, dict[str, Any]] = {
-    "ff-lift": FF_LIFT_MATCHED, "ff-angles": {"ff": "angles"}, "omega-zero": {"omega": "zero"},
+    "ff-lift": FF_LIFT_MATCHED, "ff-angles": RAW, "omega-zero": {"omega": "zero"},
     "bound-elementwise": {"bound": "elementwise"}, "bound-norm": {"bound": "norm"},
     "shared-gates": {"shared_gates": True},
     "value-projection": {"value": "projection"}, "no-ff": {"ff": "none"}, "no-gates": {"gates": False},
@@ -152,6 +156,8 @@ FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # the transformer has no feed-forward choice: its main runs serve both
     "main-wrapped": lambda: _main(group="main-wrapped", presets=("ka-1m",), model=dict(WRAPPED)),
     "ablation-wrapped": lambda: _ablation("ablation-wrapped", dict(WRAPPED)),
+    "main-raw": lambda: _main(group="main-raw", presets=("ka-1m",), model=dict(RAW)),
+    "ablation-raw": lambda: _ablation("ablation-raw", dict(RAW)),
 }
 
 
@@ -261,7 +267,7 @@ def add_subcommand(sub: Any) -> None:
                         "frozen ones), then report; "
                         "dynamics [GROUP]: the paper's dynamics claims on a group's Kuramoto runs")
     p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode (frozen: main-wrapped, "
-                   "ablation-wrapped)")
+                   "ablation-wrapped, main-raw, ablation-raw)")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)

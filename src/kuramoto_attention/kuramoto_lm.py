@@ -26,11 +26,13 @@ class KuramotoConfig:
     dim: int = 128  # k, oscillators per token
     depth: int = 4
     heads: int = 4
-    ff_hidden: int = 352
-    ff: Literal["angles", "lift", "none"] = "angles"  # what the feed-forward step reads
-    # "angles": True feeds the principal representative wrap(θ) ∈ [-π, π), False the raw θ (the paper's
-    # reading). Raw θ trained far better in screen round 2 (RESULTS.md): wrap(θ) jumps by 2π where a phase
-    # crosses ±π, so the feed-forward sees a discontinuous input.
+    ff_hidden: int = 200
+    # What the feed-forward step reads: "lift" ψ(θ) (default), "angles" θ (the paper's block), "none".
+    # At 10M tokens the lift beat raw angles by 0.098 BPC at the same parameter count (RESULTS.md).
+    ff: Literal["angles", "lift", "none"] = "lift"
+    # ff="angles" only: True feeds the principal representative wrap(θ) ∈ [-π, π), False the raw θ (the
+    # paper's reading). Raw θ trained far better in screen round 2 (RESULTS.md): wrap(θ) jumps by 2π where
+    # a phase crosses ±π, so the feed-forward sees a discontinuous input.
     ff_wrap: bool = False
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
@@ -57,7 +59,7 @@ class KuramotoConfig:
 
 
 class PhaseFeedForward(nn.Module):
-    """θ ← θ + bound(SwiGLU(x)), x = wrap(θ) or θ ("angles", the paper's) or ψ(θ) ("lift").
+    """θ ← θ + bound(SwiGLU(x)), x = ψ(θ) ("lift", default) or θ / wrap(θ) ("angles", the paper's).
 
     The one component not built from the geometry: on raw angles its output depends on
     the representative of θ (the one the residual updates carried it to); ``ff_wrap``

@@ -21,9 +21,10 @@ FAMILIES: dict[str, tuple[type, type[ByteLM]]] = {
 PRESETS: dict[str, tuple[str, Any]] = {
     "ka-tiny": ("kuramoto", KuramotoConfig(dim=16, depth=2, heads=2, ff_hidden=32, context=32)),
     "tf-tiny": ("transformer", TransformerConfig(dim=16, depth=2, heads=2, ff_hidden=32, context=32)),
-    "ka-1m": ("kuramoto", KuramotoConfig(dim=128, depth=4, heads=4, ff_hidden=336)),
+    # the feed-forward reads ψ(θ) (2k inputs: 5kh weights, not 3kh): its width keeps the totals matched
+    "ka-1m": ("kuramoto", KuramotoConfig(dim=128, depth=4, heads=4, ff_hidden=200)),
     "tf-1m": ("transformer", TransformerConfig(dim=128, depth=5, heads=4, ff_hidden=336)),
-    "ka-5m": ("kuramoto", KuramotoConfig(dim=256, depth=5, heads=8, ff_hidden=736)),
+    "ka-5m": ("kuramoto", KuramotoConfig(dim=256, depth=5, heads=8, ff_hidden=442)),
     "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
 }
 

@@ -93,7 +93,8 @@ FINDINGS_THRESHOLD = 0.05  # BPC: a screening change smaller than this is within
 def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
     """What mattered: per screening round, every change that moved valid BPC by more than ``threshold``."""
     adopted = {"screen": "radius 10 and phase lr ×20 (together, ka-radius-10-plr-20)",
-               "screen2": "the feed-forward on the raw angle θ (ka-ff-raw-angles)"}
+               "screen2": "the feed-forward on the raw angle θ (ka-ff-raw-angles); later replaced by the "
+                          "feed-forward on ψ(θ) after the 10M-token ablation (see Superseded defaults)"}
     lines = []
     for group in ("screen", "screen2"):
         rows = load_results(group)
@@ -132,7 +133,7 @@ def lr_section() -> str:
             + f"\n\nBest learning rate (used by the main, ablation and pycode groups): {best}.")
     if any(r["model"].get("ff_wrap") for r in rows if r["family"] == "kuramoto"):
         text += (" ka-1m was swept with the feed-forward on wrap(θ), before screen round 2; its best rate is reused "
-                 "for the raw-angle default without a new sweep.")
+                 "for the later defaults (raw θ, then ψ(θ)) without a new sweep.")
     return text
 
 
@@ -160,14 +161,14 @@ def comparison_section(group: str, unit: str) -> str:
     return text
 
 
-def wrapped_section() -> str:
-    """ka-1m with the feed-forward on wrap(θ) (the default before screen2), against main's transformer runs."""
-    ka, tf = load_results("main-wrapped"), [r for r in load_results("main") if r["family"] == "transformer"]
+def superseded_section(group: str, what: str) -> str:
+    """ka-1m runs of a frozen main group (an earlier default), against main's transformer runs."""
+    ka, tf = load_results(group), [r for r in load_results("main") if r["family"] == "transformer"]
     if not ka:
-        return "_No runs (`kuramoto experiment run main-wrapped`)._"
+        return f"_No runs (`kuramoto experiment run {group}`)._"
     vals = [r["eval_bpc"] for r in ka]
     sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
-    text = (f"ka-1m, feed-forward on wrap(θ), {len(vals)} seeds ({', '.join(_fmt(v) for v in vals)}): "
+    text = (f"ka-1m ({ka[0]['params']:,} params), {what}, {len(vals)} seeds ({', '.join(_fmt(v) for v in vals)}): "
             f"test BPC {_fmt(statistics.mean(vals))} ± {sd:.4f}, median {_fmt(statistics.median(vals))}")
     if tf:
         gap = statistics.mean(vals) - statistics.mean(r["eval_bpc"] for r in tf)
@@ -229,13 +230,24 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         f"Ablations planned: {_planned('ablation')} (a variant equal to the full model's own setting is the full "
         "model and is not run).",
         "",
-        "## Superseded: the feed-forward on wrap(θ)",
+        "## Superseded defaults: the feed-forward on raw θ, and on wrap(θ)",
         "",
-        "Until screen round 2 the feed-forward read the principal angle wrap(θ) ∈ [−π, π); the raw angle θ "
-        "measured far better there and became the default. The runs made with wrap(θ) are kept (groups "
-        "main-wrapped and ablation-wrapped, reproducible with the same commands).",
+        "The feed-forward's input moved twice. Until screen round 2 it read the principal angle "
+        "wrap(θ) ∈ [−π, π); the raw angle θ (the paper's block) measured far better there and became the "
+        "default; then the 10M-token ablation of that model measured the feed-forward on ψ(θ), at the same "
+        "parameter count, better still, and ψ(θ) became the default. The runs made with the earlier defaults "
+        "are kept (groups main-raw, ablation-raw, main-wrapped, ablation-wrapped; `kuramoto experiment run "
+        "GROUP` reproduces them).",
         "",
-        wrapped_section(),
+        "### Raw θ (ff_hidden 336)",
+        "",
+        superseded_section("main-raw", "feed-forward on raw θ"),
+        "",
+        ablation_section("ablation-raw", "main-raw"),
+        "",
+        "### wrap(θ) (ff_hidden 336)",
+        "",
+        superseded_section("main-wrapped", "feed-forward on wrap(θ)"),
         "",
         ablation_section("ablation-wrapped", "main-wrapped"),
         "",
