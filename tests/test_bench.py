@@ -138,8 +138,8 @@ def test_model_flops_counted_analytically() -> None:
     n_mm = 2 * (4 * 16 * 16 + 3 * 16 * 32) + 256 * 16
     assert bench.model_flops(tf, 32) == {"matmul_params": n_mm, "d_qk": 16, "d_v": 16,
                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (16 + 16)}
-    ka = build_model(*get_preset("ka-tiny"))  # k=16: gates 2k→2k, value gate 2k→k, ff k→32→k, readout 2k→256
-    n_mm = 2 * (32 * 32 + 32 * 16 + 3 * 16 * 32) + 32 * 256
+    ka = build_model(*get_preset("ka-tiny"))  # k=16: gates 2k→2k, value gate 2k→k, ff 2k→32→k, readout 2k→256
+    n_mm = 2 * (32 * 32 + 32 * 16 + 2 * 32 * 32 + 32 * 16) + 32 * 256
     assert bench.model_flops(ka, 32) == {"matmul_params": n_mm, "d_qk": 32, "d_v": 32,
                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (32 + 32)}
 

@@ -119,12 +119,14 @@ def test_saturation_function():
 
 
 class Constant(torch.nn.Module):
-    def __init__(self, value: float) -> None:
+    """Stands in for the SwiGLU: ``value`` on each of the k output coordinates, whatever it reads."""
+
+    def __init__(self, value: float, dim: int) -> None:
         super().__init__()
-        self.value = value
+        self.value, self.dim = value, dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(x, self.value)
+        return x.new_full((*x.shape[:-1], self.dim), self.value)
 
 
 @pytest.mark.parametrize("bound", ["norm", "elementwise"])
@@ -132,7 +134,7 @@ def test_forced_large_increments_saturate(bound):
     model = tiny(bound=bound)
     for block in model.blocks:
         block.attn.value_gate.bias.data.fill_(1e6)  # v ⊙ a huge wherever a ≠ 0
-        block.ff.mlp = Constant(1e3)  # the SwiGLU output is +1000 on every coordinate
+        block.ff.mlp = Constant(1e3, model.config.dim)  # the SwiGLU output is +1000 on every coordinate
     d = diagnose(model, torch.randint(0, 256, (2, T)))
     assert (d.ff_saturation == 1).all()
     # the first token attends only to itself, so its increment a = sin(0) = 0 can never saturate
