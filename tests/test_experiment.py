@@ -108,3 +108,22 @@ def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
     assert "helped ka-better -0.200" in text and "hurt ka-worse +0.200" in text and "within ±0.05: ka-same" in text
     assert "tf" not in text.split("helped")[1].split(";")[0]
     assert "screen**" not in text  # round 1 absent: not reported
+
+
+def test_resuming_a_run_started_with_another_config_is_refused(in_tmp, monkeypatch):
+    """A leftover run directory from an earlier default must not be resumed under a spec that differs."""
+    from types import SimpleNamespace
+
+    from kuramoto_attention import train
+    from kuramoto_attention.presets import apply_overrides, get_preset
+
+    monkeypatch.setattr(experiment, "RUNS", in_tmp / "runs")
+    run_dir = in_tmp / "runs" / "main" / "ka-1m-seed0"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "run.json").write_text("{}")
+    old = apply_overrides("kuramoto", get_preset("ka-1m")[1], experiment.RAW)
+    monkeypatch.setattr(train, "load_run", lambda *_a, **_k: SimpleNamespace(model_cfg=old))
+    monkeypatch.setattr(train, "train", lambda *_a, **_k: pytest.fail("must not train"))
+    spec = experiment.Spec("main", "ka-1m-seed0", "ka-1m", {}, {})
+    with pytest.raises(ConfigError, match="another model config"):
+        experiment.run_spec(spec, None)
