@@ -159,11 +159,16 @@ def _train_step(model: nn.Module, precision: str, compiled: bool) -> Callable[[t
     return step
 
 
+def _batch(plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """One fixed batch of random bytes (inputs, next-byte targets): speed does not depend on the text."""
+    data = torch.randint(0, 256, (plan.batch, plan.context + 1), generator=torch.Generator().manual_seed(0))
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+
 def bench_training(plan: Plan) -> list[dict[str, Any]]:
     """Per size and setting, ka and tf alternate A B A B after a warm-up (which holds the compile)."""
     rows = []
-    data = torch.randint(0, 256, (plan.batch, plan.context + 1), generator=torch.Generator().manual_seed(0))
-    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    x, y = _batch(plan)
     tokens = plan.batch * plan.context * plan.steps
     for ka_name, tf_name in plan.pairs:
         torch.manual_seed(0)
@@ -196,8 +201,7 @@ def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
     precision: ``torch.profiler``'s operators by self CPU time (the evidence the optimisations act on)."""
     from torch.profiler import ProfilerActivity, profile
 
-    data = torch.randint(0, 256, (plan.batch, plan.context + 1), generator=torch.Generator().manual_seed(0))
-    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    x, y = _batch(plan)
     out = {}
     for name in plan.pairs[0]:
         _log(f"profile {name}")
