@@ -129,7 +129,7 @@ class Constant(torch.nn.Module):
         return x.new_full((*x.shape[:-1], self.dim), self.value)
 
 
-@pytest.mark.parametrize("bound", ["norm", "elementwise"])
+@pytest.mark.parametrize("bound", ["norm", "norm-soft", "elementwise"])
 def test_forced_large_increments_saturate(bound):
     model = tiny(bound=bound)
     for block in model.blocks:

@@ -85,13 +85,18 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
 def test_frozen_groups_keep_their_feed_forward(in_tmp):
     """Groups run while the feed-forward read wrap(θ), then raw θ, stay reproducible after the default moved."""
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    for group in ("screen", "screen2", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
+    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **experiment.WRAPPED)])
+    for group in ("screen", "screen2", "lr-wrapped", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
         assert all("ff" in s.model and "ff_hidden" in s.model for s in experiment.plan(group)
                    if s.preset.startswith("ka"))
     assert all(s.model == experiment.WRAPPED for s in experiment.plan("main-wrapped"))
     assert all(s.model == experiment.RAW for s in experiment.plan("main-raw"))
     assert {s.preset for s in experiment.plan("main-raw")} == {"ka-1m"}
     assert all(s.model == {} for s in experiment.plan("main"))  # current defaults
+    # frozen groups keep the lr of the sweep they ran with; the current ones read the current sweep
+    for group in ("main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
+        assert {s.train["lr"] for s in experiment.plan(group)} == {4e-3}
+    assert {s.train["lr"] for s in experiment.plan("main") + experiment.plan("ablation")} == {2e-3}
     raw = {s.name: s.model for s in experiment.plan("ablation-raw")}
     assert raw["ka-no-gates"] == {**experiment.RAW, "gates": False} and "ka-ff-angles" not in raw
     assert raw["ka-ff-lift"] == {**experiment.RAW, **experiment.FF_LIFT_MATCHED}
@@ -127,3 +132,17 @@ def test_resuming_a_run_started_with_another_config_is_refused(in_tmp, monkeypat
     spec = experiment.Spec("main", "ka-1m-seed0", "ka-1m", {}, {})
     with pytest.raises(ConfigError, match="another model config"):
         experiment.run_spec(spec, None)
+
+
+def test_stale_results_are_detected(in_tmp, capsys):
+    write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    spec = experiment.plan("main")[0]
+    fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
+    fresh["train"] = {**fresh["train"], **spec.train}
+    assert experiment.mismatch(spec, fresh) is None
+    assert "lr=0.004" in experiment.mismatch(spec, {**fresh, "train": {**fresh["train"], "lr": 4e-3}})
+    assert "model overrides" in experiment.mismatch(spec, {**fresh, "model_overrides": {"ff": "none"}})
+    write(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])
+    experiment.run_group("main", None, only=[spec.name])  # reported, not rerun (nothing to train here)
+    assert "STALE (train lr=0.004" in capsys.readouterr().out
+

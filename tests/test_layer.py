@@ -129,7 +129,7 @@ FIELDS = list(
         [True, False],
         ["learned", "zero"],
         ["circular", "projection"],
-        ["norm", "elementwise", "none"],
+        ["norm", "norm-soft", "elementwise", "none"],
         ["learned", "fixed"],
     )
 )

@@ -56,6 +56,18 @@ def test_bound_norm_finite_gradient_at_zero():
     assert torch.autograd.gradcheck(lambda z: bound_norm(z, r), (tiny,))
 
 
+def test_bound_norm_soft_is_identity_for_small_and_capped_for_large_increments():
+    from kuramoto_attention.modules import Bound
+
+    bound = Bound(5, "norm-soft", radius_init=3.0).double()
+    small = torch.randn(4, 5, dtype=torch.float64) * 1e-4
+    torch.testing.assert_close(bound(small), small, rtol=1e-7, atol=0)  # gain 1 at 0 (norm's gain is r)
+    big = torch.randn(4, 5, dtype=torch.float64) * 1e3
+    y = bound(big)
+    torch.testing.assert_close(y.norm(dim=-1), bound.radius.expand(4))  # tanh(‖x‖/r) = 1: on the radius
+    torch.testing.assert_close(y / y.norm(dim=-1, keepdim=True), big / big.norm(dim=-1, keepdim=True))
+
+
 def test_bound_elementwise():
     r = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
     x = torch.randn(20, 3, dtype=torch.float64) * 100

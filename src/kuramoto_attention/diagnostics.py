@@ -60,7 +60,8 @@ class Diagnostics:
       layer_median_abs_omega, layer_timescale (L,): the same over all of a layer's coordinates.
       attn_saturation  (L,)      fraction of attention increments at ≥ 95% of the bound radius.
       ff_saturation    (L,)      the same for feed-forward increments (NaN without feed-forward).
-      bound            str       "norm" | "elementwise" | "none": what saturation counts (see ``saturation``).
+      bound            str       "norm" | "norm-soft" | "elementwise" | "none": what saturation counts
+                                 (see ``saturation``).
     Raw fields (for plots, not written to JSON; on the CPU):
       tokens (B, T); states: L+1 tensors (B, T, k); attention: L tensors (B, H, T, T);
       value_gates: L tensors (B, T, k), summarised in JSON as a histogram.
@@ -178,13 +179,14 @@ def omega_timescale(abs_omega: Tensor) -> Tensor:
 def saturation(increment: Tensor, bound: Bound) -> float:
     """Fraction of bounded increments within 5% of the radius.
 
-    norm: per token, ‖y‖ ≥ 0.95 r; elementwise: per coordinate, |y_j| ≥ 0.95 r_j; none: 0 (nothing to saturate).
+    norm, norm-soft: per token, ‖y‖ ≥ 0.95 r; elementwise: per coordinate, |y_j| ≥ 0.95 r_j;
+    none: 0 (nothing to saturate).
     A saturated increment means the layer wanted a larger step than the bound allows.
     """
     if bound.kind == "none":
         return 0.0
     r = bound.radius.to(increment.dtype)
-    if bound.kind == "norm":
+    if bound.kind in ("norm", "norm-soft"):
         return (increment.norm(dim=-1) >= SATURATION_LEVEL * r).float().mean().item()
     return (increment.abs() >= SATURATION_LEVEL * r).float().mean().item()
 

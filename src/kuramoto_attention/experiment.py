@@ -10,9 +10,11 @@ Groups, in the order they are meant to run:
   main      ka-1m and tf-1m, 3 seeds, 10M tokens, each at its best lr from ``lr``
   ablation  ka-1m variants of SPEC §5 / issue 4, 1 seed, 10M tokens
   pycode    the main comparison on pycode (bits per byte), 1 seed
+  screen3   round 3: 3M-token runs of ka-1m variants against the ψ(θ) default (bounds, depth/width split)
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-wrapped, ablation-wrapped   on wrap(θ), the default until screen2 measured raw θ better
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
+  lr-wrapped                       ka-1m's first lr sweep (on wrap(θ)): the lr of the four groups above
 """
 
 import json
@@ -107,25 +109,41 @@ def _screen2() -> list[Spec]:
                for k, v in train_variants.items()])
 
 
-def _lr() -> list[Spec]:
+def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tuple[str, ...] = ("ka-1m", "tf-1m"),
+        ) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
     grid = {"ka-1m": LRS, "tf-1m": (*LRS, 1.6e-2)}
-    return [Spec("lr", f"{p}-lr-{lr:g}", p, WRAPPED if p.startswith("ka") else {}, {**SWEEP, "lr": lr}, "valid")
-            for p, lrs in grid.items() for lr in lrs]
+    return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {}, {**SWEEP, "lr": lr},
+                 "valid") for p in presets for lr in grid[p]]
 
 
-def best_lr(preset: str) -> float:
-    """The sweep's best learning rate for a preset, read from results/lr (never typed in)."""
-    rows = [r for r in load_results("lr") if r["preset"] == preset]
+def best_lr(preset: str, group: str = "lr") -> float:
+    """The sweep's best learning rate for a preset, read from results/GROUP (never typed in)."""
+    rows = [r for r in load_results(group) if r["preset"] == preset]
     if not rows:
-        raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / 'lr'}; run `kuramoto experiment run lr`")
+        raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / group}; "
+                          f"run `kuramoto experiment run {group}`")
     return min(rows, key=lambda r: r["eval_bpc"])["train"]["lr"]
 
 
 def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str = "main",
-          presets: tuple[str, ...] = ("ka-1m", "tf-1m"), model: dict[str, Any] | None = None) -> list[Spec]:
-    return [Spec(group, f"{p}-seed{s}", p, model or {}, {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p)})
+          presets: tuple[str, ...] = ("ka-1m", "tf-1m"), model: dict[str, Any] | None = None,
+          lr_group: str = "lr") -> list[Spec]:
+    return [Spec(group, f"{p}-seed{s}", p, model or {},
+                 {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p, lr_group)})
             for p in presets for s in seeds]
+
+
+def _screen3() -> list[Spec]:
+    """Round 3, at the sweep's protocol (3M tokens, compiled), against the ψ(θ) default at lr 4e-3: what the
+    10M-token diagnostics pointed at (saturated bounds, a near no-op first layer) and the depth/width split
+    at the same parameter count (``ff_hidden`` keeps every variant within 0.1% of ka-1m's 1,005,848)."""
+    variants: dict[str, dict[str, Any]] = {
+        "default": {}, "value-init-0": {"value_init": 0.0}, "bound-norm-soft": {"bound": "norm-soft"},
+        "depth-5": {"depth": 5, "ff_hidden": 129}, "depth-6": {"depth": 6, "ff_hidden": 82},
+        "depth-3": {"depth": 3, "ff_hidden": 318}, "heads-2": {"heads": 2},
+    }
+    return [Spec("screen3", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
 
 
 # In run order: first those never measured, then the three the paper reports (measured with wrap(θ)).
@@ -137,11 +155,11 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def _ablation(group: str = "ablation", model: dict[str, Any] | None = None) -> list[Spec]:
+def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr") -> list[Spec]:
     from .presets import get_preset
 
     base = {**asdict(get_preset("ka-1m")[1]), **(model or {})}
-    lr = best_lr("ka-1m")
+    lr = best_lr("ka-1m", lr_group)
     # a variant equal to the full model's own setting is the full model itself: skip it
     return [Spec(group, f"ka-{k}", "ka-1m", {**(model or {}), **v}, {**PROTOCOL, "lr": lr})
             for k, v in ABLATIONS.items() if any(base[f] != x for f, x in v.items())]
@@ -150,14 +168,16 @@ def _ablation(group: str = "ablation", model: dict[str, Any] | None = None) -> l
 # The protocol's groups in run order (what `replicate` runs), then frozen groups kept reproducible.
 GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
-    "pycode": lambda: _main("pycode", (0,), "pycode"),
+    "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3,
 }
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
+    # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)
+    "lr-wrapped": lambda: _lr("lr-wrapped", dict(WRAPPED), ("ka-1m",)),
     # the transformer has no feed-forward choice: its main runs serve both
-    "main-wrapped": lambda: _main(group="main-wrapped", presets=("ka-1m",), model=dict(WRAPPED)),
-    "ablation-wrapped": lambda: _ablation("ablation-wrapped", dict(WRAPPED)),
-    "main-raw": lambda: _main(group="main-raw", presets=("ka-1m",), model=dict(RAW)),
-    "ablation-raw": lambda: _ablation("ablation-raw", dict(RAW)),
+    "main-wrapped": lambda: _main(group="main-wrapped", presets=("ka-1m",), model=dict(WRAPPED), lr_group="lr-wrapped"),
+    "ablation-wrapped": lambda: _ablation("ablation-wrapped", dict(WRAPPED), "lr-wrapped"),
+    "main-raw": lambda: _main(group="main-raw", presets=("ka-1m",), model=dict(RAW), lr_group="lr-wrapped"),
+    "ablation-raw": lambda: _ablation("ablation-raw", dict(RAW), "lr-wrapped"),
 }
 
 
@@ -171,6 +191,16 @@ def plan(group: str) -> list[Spec]:
 def load_results(group: str) -> list[dict[str, Any]]:
     folder = RESULTS / group
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
+    """Why a results file no longer records what its spec asks for (None: it does). A default or a best
+    learning rate that moved makes a finished run stale; it is reported, never silently reused."""
+    if result["model_overrides"] != spec.model:
+        return f"model overrides {result['model_overrides']} != spec {spec.model}"
+    got = result["train"]
+    diffs = [f"{k}={got.get(k)!r} (spec {v!r})" for k, v in spec.train.items() if got.get(k) != v]
+    return "train " + ", ".join(diffs) if diffs else None
 
 
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
@@ -248,12 +278,14 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
         if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
             r["diagnostics"] = run_diagnostics(run_dir, data_dir)
             write_json_atomic(RESULTS / group / f"{r['name']}.json", r)
-    done = {r["name"] for r in load_results(group)}
+    done = {r["name"]: r for r in load_results(group)}
     for spec in plan(group):
         if only and spec.name not in only:
             continue
         if spec.name in done:
-            print(f"[{group}] {spec.name}: done, skipping", flush=True)
+            why = mismatch(spec, done[spec.name])
+            state = f"STALE ({why}); move {RESULTS / group / spec.name}.json away to rerun it" if why else "done"
+            print(f"[{group}] {spec.name}: {state}, skipping", flush=True)
             continue
         print(f"[{group}] {spec.name}: training", flush=True)
         r = run_spec(spec, data_dir)
@@ -266,8 +298,8 @@ def add_subcommand(sub: Any) -> None:
                    help="run GROUP; report: RESULTS.md from results/; replicate: every protocol group (not the "
                         "frozen ones), then report; "
                         "dynamics [GROUP]: the paper's dynamics claims on a group's Kuramoto runs")
-    p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode (frozen: main-wrapped, "
-                   "ablation-wrapped, main-raw, ablation-raw)")
+    p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode, screen3 (frozen: "
+                   "lr-wrapped, main-wrapped, ablation-wrapped, main-raw, ablation-raw)")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)

@@ -65,7 +65,7 @@ class KuramotoAttention(nn.Module):
                    frequencies, per head) or "zero" (ω ≡ 0, no position information).
       value:       "circular": the raw-phase circular mean and tangent increment (the
                    Kuramoto step); "projection": ablation, values W_v ψ(θ_u) averaged by A.
-      bound:       "norm" | "elementwise" | "none", with learned radius ``radius_init``
+      bound:       "norm" | "norm-soft" | "elementwise" | "none", with learned radius ``radius_init``
                    (default 10: smaller radii saturate and stall training, RESULTS.md).
       tau:         "learned" (per head, log-parametrised) or "fixed" at ``tau_init``.
       value_init:  initial bias of the signed value gate v(θ) (>0 starts synchronising).

@@ -15,21 +15,23 @@ from torch import Tensor, nn
 
 from .torus import bound_elementwise, bound_norm
 
-BoundKind = Literal["norm", "elementwise", "none"]
+BoundKind = Literal["norm", "norm-soft", "elementwise", "none"]
 
 
 class Bound(nn.Module):
     """The learned-radius tanh bound applied to every increment (SPEC §2, "bound").
 
     ``norm``: r·tanh(‖x‖)·x/‖x‖ with one learned scalar r (norm over a token's coordinates).
+    ``norm-soft``: r·tanh(‖x‖/r)·x/‖x‖ = norm(x/r): gain 1 (not r) for small increments, so
+    only increments near the radius are squashed; the norm analogue of ``elementwise``.
     ``elementwise``: r ⊙ tanh(x / r) with a learned radius per coordinate.
     ``none``: identity (ablation). The radius is stored as log r so it stays positive.
     """
 
     def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 1.0) -> None:
         super().__init__()
-        if kind not in ("norm", "elementwise", "none"):
-            raise ValueError(f"bound must be 'norm', 'elementwise' or 'none', got {kind!r}")
+        if kind not in ("norm", "norm-soft", "elementwise", "none"):
+            raise ValueError(f"bound must be 'norm', 'norm-soft', 'elementwise' or 'none', got {kind!r}")
         self.kind = kind
         shape = (dim,) if kind == "elementwise" else (1,)
         if kind != "none":  # no radius to learn, and no unused parameter
@@ -43,7 +45,11 @@ class Bound(nn.Module):
         if self.kind == "none":
             return x
         r = self.radius.to(x.dtype)
-        return bound_norm(x, r) if self.kind == "norm" else bound_elementwise(x, r)
+        if self.kind == "norm":
+            return bound_norm(x, r)
+        if self.kind == "norm-soft":
+            return bound_norm(x / r, r)
+        return bound_elementwise(x, r)
 
 
 class SwiGLU(nn.Module):

@@ -94,9 +94,10 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
     """What mattered: per screening round, every change that moved valid BPC by more than ``threshold``."""
     adopted = {"screen": "radius 10 and phase lr ×20 (together, ka-radius-10-plr-20)",
                "screen2": "the feed-forward on the raw angle θ (ka-ff-raw-angles); later replaced by the "
-                          "feed-forward on ψ(θ) after the 10M-token ablation (see Superseded defaults)"}
+                          "feed-forward on ψ(θ) after the 10M-token ablation (see Superseded defaults)",
+               "screen3": "none yet"}
     lines = []
-    for group in ("screen", "screen2"):
+    for group in ("screen", "screen2", "screen3"):
         rows = load_results(group)
         base = next((r for r in rows if r["name"] == "ka-default"), None)
         if base is None:
@@ -123,18 +124,19 @@ def _saturation(r: dict[str, Any]) -> str:
 
 
 def lr_section() -> str:
-    rows = load_results("lr")
+    rows = load_results("lr") + load_results("lr-wrapped")
     if not rows:
         return "_No learning-rate sweep yet (`kuramoto experiment run lr`)._"
-    body = [[r["preset"], f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M", _fmt(r["eval_bpc"])]
-            for r in sorted(rows, key=lambda r: (r["preset"], r["train"]["lr"]))]
-    best = ", ".join(f"{p} {best_lr(p):g}" for p in sorted({r["preset"] for r in rows}))
-    text = (_table(["preset", "lr", "tokens", "valid BPC"], body)
-            + f"\n\nBest learning rate (used by the main, ablation and pycode groups): {best}.")
-    if any(r["model"].get("ff_wrap") for r in rows if r["family"] == "kuramoto"):
-        text += (" ka-1m was swept with the feed-forward on wrap(θ), before screen round 2; its best rate is reused "
-                 "for the later defaults (raw θ, then ψ(θ)) without a new sweep.")
-    return text
+    body = [[r["preset"], r["group"], _overrides(r) if r["family"] == "kuramoto" else "—", f"{r['train']['lr']:g}",
+             f"{r['tokens'] / 1e6:.1f}M", _fmt(r["eval_bpc"])]
+            for r in sorted(rows, key=lambda r: (r["preset"], r["group"], r["train"]["lr"]))]
+    best = []
+    for group in ("lr", "lr-wrapped"):
+        for preset in sorted({r["preset"] for r in rows if r["group"] == group}):
+            best.append(f"{preset} {best_lr(preset, group):g} ({group})")
+    return (_table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
+            + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; ka-1m's "
+            "first sweep, lr-wrapped (feed-forward on wrap(θ)), feeds the frozen groups of the earlier defaults.")
 
 
 def comparison_section(group: str, unit: str) -> str:
@@ -214,8 +216,8 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "",
         "## What mattered",
         "",
-        f"Changes that moved validation BPC by more than {FINDINGS_THRESHOLD} in a screening round (1.6M tokens, "
-        "one seed; the tables below have every run):",
+        f"Changes that moved validation BPC by more than {FINDINGS_THRESHOLD} in a screening round (1.6M tokens "
+        "in rounds 1–2, 3M in round 3; one seed; the tables below have every run):",
         "",
         findings_section(),
         "",
@@ -270,6 +272,13 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "## Screening, round 2 (against round 1's winner: radius 10, phase lr ×20, feed-forward on wrap(θ))",
         "",
         screen_section("screen2"),
+        "",
+        "## Screening, round 3 (3M tokens, compiled, against the ψ(θ) default at lr 4e-3)",
+        "",
+        "norm-soft is the bound r·tanh(‖x‖/r)·x/‖x‖ (gain 1 for small increments; the default's gain is r). "
+        "Depth variants re-match the parameter count through the feed-forward width.",
+        "",
+        screen_section("screen3"),
         "",
     ]
     if plot is not None:
