@@ -142,6 +142,7 @@ def _screen3() -> list[Spec]:
         "default": {}, "value-init-0": {"value_init": 0.0}, "bound-norm-soft": {"bound": "norm-soft"},
         "depth-5": {"depth": 5, "ff_hidden": 129}, "depth-6": {"depth": 6, "ff_hidden": 82},
         "depth-3": {"depth": 3, "ff_hidden": 318}, "heads-2": {"heads": 2},
+        "dim-160": {"dim": 160, "ff_hidden": 83},  # more oscillators, a narrower feed-forward
     }
     return [Spec("screen3", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
 
