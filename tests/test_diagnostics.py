@@ -12,6 +12,7 @@ from kuramoto_attention.diagnostics import (
     attention_entropy,
     diagnose,
     gate_sign_fractions,
+    knockout,
     omega_timescale,
     saturation,
 )
@@ -167,3 +168,23 @@ def test_self_weight_is_the_diagonal_mass():
         assert torch.allclose(d.self_weight[layer], expected)
     assert ((d.self_weight > 0) & (d.self_weight <= 1)).all()
     assert "self_weight" in d.to_dict()
+
+
+def test_knockout_measures_what_each_step_is_worth():
+    model = tiny().eval()
+    idx = torch.randint(0, 256, (2, T))
+    block = model.blocks[1]
+    block.attn.value_gate.weight.data.zero_()
+    block.attn.value_gate.bias.data.zero_()  # v ≡ 0: layer 1's attention step moves nothing
+    with torch.no_grad():
+        delta = knockout(model, idx)
+        assert delta.shape == (2, 2) and delta[1, 0] == 0
+        # the same number written out: drop layer 0's feed-forward by hand
+        theta = model.embed(idx[:, :-1])
+        theta = model.blocks[1](model.blocks[0].attn(theta))
+        nll = torch.nn.functional.cross_entropy(model.readout(theta).flatten(0, 1), idx[:, 1:].flatten())
+        full = torch.nn.functional.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+        assert math.isclose(delta[0, 1].item(), (nll - full).item() / math.log(2), rel_tol=1e-5, abs_tol=1e-6)
+    no_ff = knockout(tiny(ff="none").eval(), idx)
+    assert no_ff[:, 1].isnan().all() and no_ff[:, 0].isfinite().all()
+    assert diagnose(model, idx).knockout_bpc.shape == (2, 2)

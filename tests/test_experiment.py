@@ -73,9 +73,11 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     agree = {"run": "a", "group": "main", "local_order": [0.95, 0.93], "global_order": [0.3, 0.6, 0.4],
              "self_weight": [0.5, 0.2], "median_abs_omega": [0.5, 0.1], "timescale_tokens": [12.6, 62.8],
              "local_near_one": True, "global_falls": True, "omega_decreasing": True,
-             "omega_depth_spearman": dynamics._spearman([0.5, 0.1])}
+             "omega_depth_spearman": dynamics._spearman([0.5, 0.1]),
+             "knockout_attn_bpc": [0.01, 0.5], "knockout_ff_bpc": [0.2, None]}
     disagree = {**agree, "run": "b", "local_near_one": False, "omega_decreasing": False}
     text = dynamics.write([agree, disagree]).read_text()
+    assert "| a | +0.010 → +0.500 | +0.200 → — |" in text
     assert "every layer in 1 of 2 runs" in text and "first in 2 of 2 runs" in text
     assert "decreases with depth in 1 of 2 runs" in text
     assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .kuramoto_lm import KuramotoLM
@@ -62,6 +63,9 @@ class Diagnostics:
       ff_saturation    (L,)      the same for feed-forward increments (NaN without feed-forward).
       bound            str       "norm" | "norm-soft" | "elementwise" | "none": what saturation counts
                                  (see ``saturation``).
+      knockout_bpc     (L, 2)    bits per byte of predicting the batch's next bytes with layer i's attention
+                                 step (column 0) or feed-forward step (column 1) replaced by the identity,
+                                 minus the intact model's (NaN without feed-forward): what each step is worth.
     Raw fields (for plots, not written to JSON; on the CPU):
       tokens (B, T); states: L+1 tensors (B, T, k); attention: L tensors (B, H, T, T);
       value_gates: L tensors (B, T, k), summarised in JSON as a histogram.
@@ -82,6 +86,7 @@ class Diagnostics:
     attn_saturation: Tensor
     ff_saturation: Tensor
     bound: str
+    knockout_bpc: Tensor
     tokens: Tensor = field(metadata={"raw": True})
     states: list[Tensor] = field(metadata={"raw": True})
     attention: list[Tensor] = field(metadata={"raw": True})
@@ -169,6 +174,21 @@ def gate_sign_fractions(v: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     """Fractions of v > 0 and v < 0 per head over tokens and coordinates; v (B, T, k)."""
     vh = _heads(v, heads)
     return (vh > 0).float().mean(dim=(0, 2, 3)), (vh < 0).float().mean(dim=(0, 2, 3))
+
+
+def knockout(model: KuramotoLM, idx: Tensor) -> Tensor:
+    """(L, 2) ΔBPC of next-byte prediction on idx (B, T) with one step replaced by the identity:
+    column 0 the layer's attention step, column 1 its feed-forward step (NaN where there is none)."""
+
+    def bpc(skip: frozenset[tuple[str, int]]) -> float:
+        logits = model.readout(model.phases(idx[:, :-1], skip)[-1])
+        return F.cross_entropy(logits.flatten(0, 1).float(), idx[:, 1:].flatten()).item() / math.log(2)
+
+    base = bpc(frozenset())
+    rows = [[bpc(frozenset({("attn", i)})) - base,
+             bpc(frozenset({("ff", i)})) - base if block.ff is not None else math.nan]
+            for i, block in enumerate(model.blocks)]
+    return torch.tensor(rows, dtype=torch.float64)
 
 
 def omega_timescale(abs_omega: Tensor) -> Tensor:
@@ -279,6 +299,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         attn_saturation=torch.tensor(rows["attn_sat"]),
         ff_saturation=torch.tensor(rows["ff_sat"]),
         bound=model.config.bound,
+        knockout_bpc=knockout(model, idx),
         tokens=idx.cpu(),
         states=[s.cpu() for s in states],
         attention=rows["attention"],

@@ -54,14 +54,16 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
             "entropy": d.entropy.mean(dim=1).tolist(), "distance": d.distance.mean(dim=1).tolist(),
             "self_weight": d.self_weight.mean(dim=1).tolist(),
             "sync_fraction": d.sync_fraction.mean(dim=1).tolist(),
+            "knockout_attn_bpc": d.knockout_bpc[:, 0].tolist(),
+            "knockout_ff_bpc": [x if x == x else None for x in d.knockout_bpc[:, 1].tolist()],  # NaN: no ff
         })
     if not rows:
         raise ConfigError(f"no Kuramoto runs in {RESULTS / group}; run `kuramoto experiment run {group}` first")
     return rows
 
 
-def _fmt(values: list[float | None]) -> str:
-    return " → ".join("∞" if v is None else f"{v:.3g}" for v in values)
+def _fmt(values: list[float | None], spec: str = ".3g", none: str = "∞") -> str:
+    return " → ".join(none if v is None else format(v, spec) for v in values)
 
 
 def write(rows: list[dict[str, Any]]) -> Path:
@@ -97,6 +99,20 @@ def write(rows: list[dict[str, Any]]) -> Path:
         f"{omega} of {n} runs (Spearman column: −1 is a perfect decrease).",
         "",
     ]
+    lines += [
+        "### What each step is worth (knockout)",
+        "",
+        "ΔBPC on the same windows when one step of one layer is replaced by the identity (the rest of the "
+        "trained model unchanged), listed from the first layer to the last. A step near 0 is a near no-op.",
+        "",
+        "| run | without attention step | without feed-forward step |",
+        "|---|---|---|",
+    ]
+    for r in rows:
+        if "knockout_attn_bpc" in r:
+            lines.append(f"| {r['run']} | {_fmt(r['knockout_attn_bpc'], '+.3f')} | "
+                         f"{_fmt(r['knockout_ff_bpc'], '+.3f', '—')} |")
+    lines.append("")
     path = RESULTS / "dynamics.md"
     path.write_text("\n".join(lines))
     return path

@@ -268,6 +268,7 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
         "attn_radius": [b.attn.bound.radius.mean().item() if b.attn.bound.kind != "none" else None
                         for b in model.blocks],
         "tau": [b.attn.log_tau.exp().tolist() for b in model.blocks],
+        "knockout_bpc": [[x if math.isfinite(x) else None for x in row] for row in d.knockout_bpc.tolist()],
     }
 
 

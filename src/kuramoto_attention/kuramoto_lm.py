@@ -87,9 +87,11 @@ class KuramotoBlock(nn.Module):
         self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, **cfg.layer_fields())
         self.ff = PhaseFeedForward(cfg) if cfg.ff != "none" else None
 
-    def forward(self, theta: Tensor, cache: KVCache | None = None) -> Tensor:
-        theta = self.attn(theta, cache=cache)
-        return self.ff(theta) if self.ff is not None else theta
+    def forward(self, theta: Tensor, cache: KVCache | None = None, skip: frozenset[str] = frozenset()) -> Tensor:
+        """``skip`` ("attn", "ff"): steps replaced by the identity (the knockout diagnostic)."""
+        if "attn" not in skip:
+            theta = self.attn(theta, cache=cache)
+        return self.ff(theta) if self.ff is not None and "ff" not in skip else theta
 
 
 class KuramotoLM(ByteLM):
@@ -132,12 +134,15 @@ class KuramotoLM(ByteLM):
     def readout(self, theta: Tensor) -> Tensor:
         return self.prototypes(lift(theta))
 
-    def phases(self, idx: Tensor) -> list[Tensor]:
-        """The phase state before and after every block: depth + 1 tensors (B, T, k)."""
+    def phases(self, idx: Tensor, skip: frozenset[tuple[str, int]] = frozenset()) -> list[Tensor]:
+        """The phase state before and after every block: depth + 1 tensors (B, T, k).
+
+        ``skip``: (step, layer) pairs, step "attn" or "ff", that are replaced by the identity.
+        """
         theta = self.embed(idx)
         states = [theta]
-        for block in self.blocks:
-            theta = block(theta)
+        for i, block in enumerate(self.blocks):
+            theta = block(theta, skip=frozenset(step for step, layer in skip if layer == i))
             states.append(theta)
         return states
 
