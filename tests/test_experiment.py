@@ -1,6 +1,8 @@
 """The replication protocol's bookkeeping: plans, best-lr selection, RESULTS.md generation."""
 
+import dataclasses
 import json
+import re
 import statistics
 
 import pytest
@@ -117,22 +119,26 @@ def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
     assert "screen**" not in text  # round 1 absent: not reported
 
 
-def test_resuming_a_run_started_with_another_config_is_refused(in_tmp, monkeypatch):
-    """A leftover run directory from an earlier default must not be resumed under a spec that differs."""
-    from types import SimpleNamespace
-
-    from kuramoto_attention import train
+@pytest.mark.parametrize("model,train,why", [
+    (experiment.RAW, {}, "model ff='angles' (spec 'lift')"),  # a leftover of an earlier default
+    ({}, {"lr": 8e-3}, "train lr=0.008 (spec 0.004)"),  # a best lr that moved
+])
+def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypatch, model, train, why):
+    """A leftover run directory must not be resumed (or re-evaluated) under a spec that differs from it."""
+    from kuramoto_attention import train as train_module
     from kuramoto_attention.presets import apply_overrides, get_preset
 
     monkeypatch.setattr(experiment, "RUNS", in_tmp / "runs")
     run_dir = in_tmp / "runs" / "main" / "ka-1m-seed0"
-    (run_dir / "checkpoint").mkdir(parents=True)
-    (run_dir / "run.json").write_text("{}")
-    old = apply_overrides("kuramoto", get_preset("ka-1m")[1], experiment.RAW)
-    monkeypatch.setattr(train, "load_run", lambda *_a, **_k: SimpleNamespace(model_cfg=old))
-    monkeypatch.setattr(train, "train", lambda *_a, **_k: pytest.fail("must not train"))
-    spec = experiment.Spec("main", "ka-1m-seed0", "ka-1m", {}, {})
-    with pytest.raises(ConfigError, match="another model config"):
+    (run_dir / "checkpoint.old").mkdir(parents=True)  # the crash-between-renames copy counts as a checkpoint
+    (run_dir / "checkpoint.old" / "trainer_state.pt").write_text("")
+    spec = experiment.Spec("main", "ka-1m-seed0", "ka-1m", {}, {"lr": 4e-3, "tokens": 1000})
+    saved_model = dataclasses.asdict(apply_overrides("kuramoto", get_preset("ka-1m")[1], model))
+    saved_train = dataclasses.asdict(train_module.train_config_from({**spec.train, **train}))
+    saved = {"model": {"family": "kuramoto", **saved_model}, "train": saved_train}
+    (run_dir / "run.json").write_text(json.dumps(saved))
+    monkeypatch.setattr(train_module, "train", lambda *_a, **_k: pytest.fail("must not train"))
+    with pytest.raises(ConfigError, match=re.escape(why)):
         experiment.run_spec(spec, None)
 
 
@@ -140,8 +146,10 @@ def test_stale_results_are_detected(in_tmp, capsys):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
     spec = experiment.plan("main")[0]
     fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
-    fresh["train"] = {**fresh["train"], **spec.train}
+    fresh["model"], fresh["train"] = experiment.expected_configs(spec)
     assert experiment.mismatch(spec, fresh) is None
+    # a moved default (here the preset's feed-forward) is caught even though the overrides are equal
+    assert "model ff='angles'" in experiment.mismatch(spec, {**fresh, "model": {**fresh["model"], "ff": "angles"}})
     assert "lr=0.004" in experiment.mismatch(spec, {**fresh, "train": {**fresh["train"], "lr": 4e-3}})
     assert "model overrides" in experiment.mismatch(spec, {**fresh, "model_overrides": {"ff": "none"}})
     write(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])

@@ -194,14 +194,35 @@ def load_results(group: str) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
 
+# where a run's data came from and how it reported progress: not part of what was trained
+_NOT_SETTINGS = ("data_dir", "progress", "device", "family")
+
+
+def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full model and training configs a spec trains with (the preset and defaults filled in)."""
+    from .presets import apply_overrides, get_preset
+    from .train import train_config_from
+
+    family, preset_cfg = get_preset(spec.preset)
+    return asdict(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
+
+
+def _differences(recorded: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    # a field the record lacks was added later with a default that keeps the old behaviour
+    return [f"{k}={recorded[k]!r} (spec {v!r})" for k, v in expected.items()
+            if k not in _NOT_SETTINGS and k in recorded and recorded[k] != v]
+
+
 def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
-    """Why a results file no longer records what its spec asks for (None: it does). A default or a best
-    learning rate that moved makes a finished run stale; it is reported, never silently reused."""
+    """Why a results file no longer records what its spec asks for (None: it does). A preset or training
+    default, an override or a best learning rate that moved makes a finished run stale; it is reported,
+    never silently reused."""
+    model, train = expected_configs(spec)
+    diffs = [f"model {d}" for d in _differences(result["model"], model)]
+    diffs += [f"train {d}" for d in _differences(result["train"], train)]
     if result["model_overrides"] != spec.model:
-        return f"model overrides {result['model_overrides']} != spec {spec.model}"
-    got = result["train"]
-    diffs = [f"{k}={got.get(k)!r} (spec {v!r})" for k, v in spec.train.items() if got.get(k) != v]
-    return "train " + ", ".join(diffs) if diffs else None
+        diffs.append(f"model overrides {result['model_overrides']} (spec {spec.model})")
+    return ", ".join(diffs) or None
 
 
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
@@ -211,20 +232,22 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     from .checkpoint import load_model, write_json_atomic
     from .data import load_corpus
     from .evaluate import evaluate_bpc
-    from .presets import apply_overrides, get_preset
     from .train import load_run, prepare_run, train
 
     out = RESULTS / spec.group / f"{spec.name}.json"
     run_dir = RUNS / spec.group / spec.name
     train_overrides = {**spec.train, "data_dir": data_dir}
     started = time.time()
-    if (run_dir / "checkpoint").exists() and (run_dir / "run.json").exists():
-        resumed = load_run(run_dir, train_overrides)
-        family, preset_cfg = get_preset(spec.preset)
-        if asdict(resumed.model_cfg) != asdict(apply_overrides(family, preset_cfg, spec.model)):
-            raise ConfigError(f"{run_dir} was started with another model config than {spec.group}/{spec.name} "
-                              "now specifies; move it away to rerun the spec from scratch")
-        summary = train(resumed, resume=True)
+    if _has_checkpoint(run_dir) and (run_dir / "run.json").exists():
+        # resume only what this spec would start: the stored run.json, not the spec, says what was trained
+        saved = json.loads((run_dir / "run.json").read_text())
+        model, train_cfg = expected_configs(spec)
+        diffs = ([f"model {d}" for d in _differences(saved["model"], model)]
+                 + [f"train {d}" for d in _differences(saved["train"], train_cfg)])
+        if diffs:
+            raise ConfigError(f"{run_dir} was started with other settings than {spec.group}/{spec.name} now "
+                              f"specifies ({', '.join(diffs)}); move it away to rerun the spec from scratch")
+        summary = train(load_run(run_dir, train_overrides), resume=True)
     else:
         summary = train(prepare_run(spec.preset, None, spec.model, train_overrides, str(run_dir)))
     run = load_run(run_dir, {})
@@ -250,6 +273,16 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)
     return result
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from .checkpoint import CheckpointError, find_checkpoint
+
+    try:
+        find_checkpoint(run_dir)
+    except CheckpointError:
+        return False
+    return True
 
 
 def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
@@ -286,7 +319,8 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
             continue
         if spec.name in done:
             why = mismatch(spec, done[spec.name])
-            state = f"STALE ({why}); move {RESULTS / group / spec.name}.json away to rerun it" if why else "done"
+            state = (f"STALE ({why}); move {RESULTS / group / spec.name}.json and {RUNS / group / spec.name} "
+                     "away to rerun it" if why else "done")
             print(f"[{group}] {spec.name}: {state}, skipping", flush=True)
             continue
         print(f"[{group}] {spec.name}: training", flush=True)
