@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from kuramoto_attention.torus import bound_elementwise, bound_norm, circular_mean, lift, tangent_projection, wrap
@@ -54,6 +55,13 @@ def test_bound_norm_finite_gradient_at_zero():
     )
     tiny = (torch.randn(2, 5, dtype=torch.float64) * 1e-4).requires_grad_()
     assert torch.autograd.gradcheck(lambda z: bound_norm(z, r), (tiny,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_bound_norm_of_a_zero_increment_is_zero_in_every_dtype(dtype):
+    # the first token attends only to itself: its increment is exactly 0, and must stay 0 (not 0/0)
+    x = torch.zeros(2, 8, dtype=dtype)
+    assert torch.equal(bound_norm(x, torch.tensor(3.0, dtype=dtype)), x)
 
 
 def test_bound_norm_soft_is_identity_for_small_and_capped_for_large_increments():

@@ -159,7 +159,10 @@ def test_eval_and_sample_cli(tmp_path, corpus, capsys):
     (["train", "--preset", "ka-tiny", "--steps", "1", "--corpus", "enwik7", "--data-dir", "/nonexistent"],
      "/nonexistent"),
     (["train", "--preset", "ka-tiny", "--steps", "1", "--precision", "fp8"], "precision"),
+    (["train", "--preset", "ka-tiny", "--steps", "1", "--phase-lr-mult", "-1"], "phase_lr_mult"),
     (["eval", "/nonexistent/run"], "run directory"),
+    (["eval", "/nonexistent/run", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["sample", "/nonexistent/run", "--temperature", "-1"], "--temperature must be >= 0"),
     (["sample", "/nonexistent/run"], "does not exist"),
 ])
 def test_user_errors_are_one_line(argv, needle, capsys):
@@ -262,3 +265,24 @@ def test_optimizer_groups_phases_and_omega():
     assert ids[id(model.prototypes.weight)]["weight_decay"] > 0 and ids[id(model.prototypes.bias)]["weight_decay"] == 0
     same = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=5.0)).param_groups
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}
+
+
+def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--preset", "tf-tiny", "--corpus", corpus, "--steps", "30", "--lr", "1e30", "--warmup", "1",
+                 "--grad-clip", "0", "--ckpt-every", "1000", "--run-dir", str(run), *TINY])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: loss became non-finite at step") and "\n" not in err
+    assert not (run / "checkpoint").exists()  # the diverged state was not written over anything
+
+
+def test_untyped_training_options_are_refused():
+    from kuramoto_attention.presets import ConfigError
+    from kuramoto_attention.train import train_config_from
+
+    with pytest.raises(ConfigError, match="training option lr must be of type float, got '3e-3'"):
+        train_config_from({"lr": "3e-3", "steps": 1})
+    with pytest.raises(ConfigError, match="steps must be of type int"):
+        train_config_from({"steps": 1.5})
+    assert train_config_from({"lr": 1, "steps": 1, "omega_lr_mult": 2.0}).lr == 1  # an int is a float

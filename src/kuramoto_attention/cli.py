@@ -7,10 +7,11 @@ User mistakes (unknown preset, missing data, corrupt checkpoint, bad values) end
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import bench, experiment, report
 from .checkpoint import CheckpointError
 from .data import DataError
 from .presets import ConfigError
@@ -95,12 +96,15 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from .evaluate import evaluate_bpc
     from .train import load_run, resolve_device
 
+    for flag in ("batch_size", "context", "stride"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
     run = load_run(args.run_dir, {})
     device = resolve_device(args.device)
     model, _ = load_model(Path(args.run_dir), map_location=device)
     corpus_spec = args.corpus or run.train_cfg.corpus
     corpus = load_corpus(corpus_spec, args.data_dir or run.train_cfg.data_dir)
-    context = args.context or run.train_cfg.context
+    context = args.context if args.context is not None else run.train_cfg.context
     stride = context if args.non_overlapping else args.stride
     with torch.inference_mode():
         result = evaluate_bpc(model, corpus.splits[args.split], context, stride=stride, batch_size=args.batch_size,
@@ -124,6 +128,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
         raise ConfigError("--length must be >= 1")
     if args.top_k is not None and args.top_k < 1:
         raise ConfigError("--top-k must be >= 1")
+    if not args.temperature >= 0:
+        raise ConfigError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     device = resolve_device(args.device)
     model, _ = load_model(Path(args.run_dir), map_location=device)
     model.eval()
@@ -195,21 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir")
     p.set_defaults(func=cmd_data)
 
-    for extra in _extra_commands():
-        extra(sub)
+    for module in (report, bench, experiment):  # subcommands that live in their own modules
+        module.add_subcommand(sub)
     return parser
-
-
-def _extra_commands() -> list[Callable[[Any], None]]:
-    """Subcommands that live in their own modules (report, bench, experiment), when present."""
-    found = []
-    for module in ("report", "bench", "experiment"):
-        try:
-            mod = __import__(f"kuramoto_attention.{module}", fromlist=["add_subcommand"])
-        except ImportError:
-            continue
-        found.append(mod.add_subcommand)
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,6 +46,8 @@ def evaluate_bpc(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Mean cross-entropy in bits over the split (or its first ``max_bytes``)."""
+    if batch_size < 1 or context < 1:
+        raise ConfigError(f"batch_size and context must be >= 1, got {batch_size} and {context}")
     stride = stride or max(1, context // 2)
     if not 0 < stride <= context:
         raise ConfigError(f"stride must be in [1, context={context}], got {stride}")

@@ -86,8 +86,9 @@ def _tanh_ratio(sq_norm: Tensor) -> Tensor:
     Below n = 1e-6 the ratio is held at its value there, 1 − 3.3e-13 (tanh(n)/n = 1 − n²/3 + …),
     rather than switching to a series: one clamp instead of two ``where`` branches keeps the bound
     at a handful of elementwise operations (cached decoding pays per operation, not per element).
+    In float16, where 1e-12 underflows to 0, the floor is the smallest normal number instead.
     """
-    n = sq_norm.clamp_min(1e-12).sqrt()
+    n = sq_norm.clamp_min(max(1e-12, torch.finfo(sq_norm.dtype).tiny)).sqrt()
     return torch.tanh(n) / n
 
 

@@ -28,6 +28,10 @@ from .presets import ConfigError, apply_overrides, build_model, config_from_dict
 LN2 = math.log(2.0)
 
 
+class TrainingDiverged(ConfigError):
+    """The loss became NaN or inf: a setting to change (lr, clipping), reported as one line."""
+
+
 @dataclass
 class TrainConfig:
     corpus: str = "stdlib"
@@ -59,6 +63,11 @@ class TrainConfig:
     progress: bool = True
 
     def validate(self) -> None:
+        for f in fields(self):  # values from TOML or code arrive untyped: "3e-3" is not a learning rate
+            value, default = getattr(self, f.name), getattr(TrainConfig, f.name)
+            kind = type(default) if default is not None else (float if f.name == "omega_lr_mult" else str)
+            if not (value is None and default is None) and not _has_type(value, kind):
+                raise ConfigError(f"training option {f.name} must be of type {kind.__name__}, got {value!r}")
         checks = [
             (self.batch_size > 0, "batch_size must be > 0"),
             (self.context >= 0, "context must be >= 0"),
@@ -68,12 +77,20 @@ class TrainConfig:
             (self.warmup >= 0, "warmup must be >= 0"),
             (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
             (self.grad_clip >= 0, "grad_clip must be >= 0 (0 disables clipping)"),
+            (self.phase_lr_mult >= 0 and (self.omega_lr_mult is None or self.omega_lr_mult >= 0)
+             and self.weight_decay >= 0, "phase_lr_mult, omega_lr_mult and weight_decay must be >= 0"),
             (self.precision in ("bf16", "fp32"), f"precision must be bf16 or fp32, got {self.precision!r}"),
             (self.eval_every > 0 and self.ckpt_every > 0 and self.eval_batches > 0, "eval/ckpt intervals must be > 0"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ConfigError(msg)
+
+
+def _has_type(value: Any, kind: type) -> bool:
+    if kind is bool or isinstance(value, bool):  # bool is an int in Python, but not a step count
+        return kind is bool and isinstance(value, bool)
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
 
 
 def train_config_from(overrides: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
@@ -324,9 +341,12 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
         with autocast(device, cfg.precision):
             logits = step_fn(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        if not torch.isfinite(loss):
-            save()
-            raise RuntimeError(f"loss became {loss.item()} at step {step}; lower --lr or enable --grad-clip")
+        finite = torch.isfinite(loss.detach()).to(torch.float32)
+        if world > 1:  # every rank must stop together, or the others hang in backward's all-reduce
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        if not finite.item():  # never saved: the last checkpoint holds the last finite state
+            raise TrainingDiverged(f"loss became non-finite at step {step}; nothing was saved after it (the "
+                                   f"checkpoint in {run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
