@@ -25,8 +25,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .presets import ConfigError
-from .train import TrainConfig
+import torch
+
+# Everything a run needs is imported here, not lazily inside functions: a group runs for hours, and a
+# module first imported mid-group would be the edited file on disk, not the one the group started with.
+from .checkpoint import CheckpointError, find_checkpoint, load_model, write_json_atomic
+from .data import load_corpus
+from .diagnostics import diagnose_run
+from .evaluate import evaluate_bpc
+from .presets import ConfigError, apply_overrides, get_preset
+from .train import TrainConfig, load_run, prepare_run, train, train_config_from
 
 TRAIN_DEFAULTS = asdict(TrainConfig())
 
@@ -140,8 +148,7 @@ def _screen3() -> list[Spec]:
     at the same parameter count (``ff_hidden`` keeps every variant within 0.1% of ka-1m's 1,005,848)."""
     variants: dict[str, dict[str, Any]] = {
         "default": {}, "value-init-0": {"value_init": 0.0}, "bound-norm-soft": {"bound": "norm-soft"},
-        "depth-5": {"depth": 5, "ff_hidden": 129}, "depth-6": {"depth": 6, "ff_hidden": 82},
-        "depth-3": {"depth": 3, "ff_hidden": 318}, "heads-2": {"heads": 2},
+        "depth-5": {"depth": 5, "ff_hidden": 129}, "depth-3": {"depth": 3, "ff_hidden": 318},
         "dim-160": {"dim": 160, "ff_hidden": 83},  # more oscillators, a narrower feed-forward
     }
     return [Spec("screen3", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
@@ -157,7 +164,6 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr") -> list[Spec]:
-    from .presets import get_preset
 
     base = {**asdict(get_preset("ka-1m")[1]), **(model or {})}
     lr = best_lr("ka-1m", lr_group)
@@ -200,8 +206,6 @@ _NOT_SETTINGS = ("data_dir", "progress", "device", "family")
 
 def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
     """The full model and training configs a spec trains with (the preset and defaults filled in)."""
-    from .presets import apply_overrides, get_preset
-    from .train import train_config_from
 
     family, preset_cfg = get_preset(spec.preset)
     return asdict(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
@@ -227,12 +231,6 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
 
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
-    import torch
-
-    from .checkpoint import load_model, write_json_atomic
-    from .data import load_corpus
-    from .evaluate import evaluate_bpc
-    from .train import load_run, prepare_run, train
 
     out = RESULTS / spec.group / f"{spec.name}.json"
     run_dir = RUNS / spec.group / spec.name
@@ -276,7 +274,6 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
-    from .checkpoint import CheckpointError, find_checkpoint
 
     try:
         find_checkpoint(run_dir)
@@ -287,8 +284,6 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
     """Per-layer summary of a trained Kuramoto run (bound saturation, order parameters, learned scales)."""
-    from .checkpoint import load_model
-    from .diagnostics import diagnose_run
 
     d = diagnose_run(run_dir, batch=4, data_dir=data_dir)
     model, _ = load_model(run_dir)
@@ -306,7 +301,6 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
 
 
 def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -> None:
-    from .checkpoint import write_json_atomic
 
     for r in load_results(group):  # results written before diagnostics were recorded: add them once
         run_dir = RUNS / group / r["name"]
