@@ -137,7 +137,7 @@ def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypat
     saved_train = dataclasses.asdict(train_module.train_config_from({**spec.train, **train}))
     saved = {"model": {"family": "kuramoto", **saved_model}, "train": saved_train}
     (run_dir / "run.json").write_text(json.dumps(saved))
-    monkeypatch.setattr(train_module, "train", lambda *_a, **_k: pytest.fail("must not train"))
+    monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train"))
     with pytest.raises(ConfigError, match=re.escape(why)):
         experiment.run_spec(spec, None)
 
