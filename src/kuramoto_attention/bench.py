@@ -301,9 +301,19 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     both = [t for t in res["plan"]["mem_lengths"] if ("kuramoto-fused", t) in mem and ("kuramoto-reference", t) in mem]
     ratio = {t: mem[("kuramoto-fused", t)] / mem[("kuramoto-reference", t)] for t in both}
     t_max = max(res["plan"]["mem_lengths"])
-    note = "" if t_max in ratio else "cannot be evaluated: the reference was skipped at this length" + (
-        f"; largest T with both measured: {max(both)}, fused/reference = {ratio[max(both)]:.4f}" if both else "")
-    out.append(_target(f"peak memory fused/reference at T={t_max}", ratio.get(t_max), "memory", "<", note))
+    ref_row = next((r for r in res["memory"] if r["subject"] == "kuramoto-reference" and r["T"] == t_max), None)
+    fused = mem.get(("kuramoto-fused", t_max))
+    value, note = ratio.get(t_max), ""
+    if value is None and fused is not None and ref_row is not None and both:
+        # the reference's T×T×k tensors make its peak exactly quadratic in T (the measured lengths show it):
+        # judge against that extrapolation, and say so
+        value = fused / ref_row["estimate_bytes"]
+        note = (f"reference not run at T={t_max} (over the memory cap); judged against its estimate "
+                f"{ref_row['estimate_bytes'] / MIB:,.0f} MiB, extrapolated as T² from the largest T measured "
+                f"({max(both)}: fused/reference = {ratio[max(both)]:.4f})")
+    elif value is None:
+        note = "cannot be evaluated: the reference or the fused path was not measured at this length"
+    out.append(_target(f"peak memory fused/reference at T={t_max}", value, "memory", "<", note))
     for g in res["generation"]:
         out.append(_target(f"generation speed-up with cache, {g['preset']}", g["ratio"], "generation"))
     return out
@@ -364,9 +374,9 @@ def render(res: dict[str, Any]) -> str:
         lines += [f"**{name}**", ""]
         lines += _table(["operator", "calls", "self ms", "share"],
                         [[f"`{o['op']}`", o["calls"], f"{o['self_ms']:,.1f}", f"{o['share']:.1%}"] for o in ops])
-    lines += ["## Peak memory of one training step", "", MEMORY_METHOD + f" A measurement estimated above "
-              f"{plan['mem_cap_bytes'] / GIB:.1f} GiB is skipped and its estimate shown (previous length's peak × "
-              "(T/T_prev)², or an analytic count).", ""]
+    lines += ["## Peak memory of one attention layer's training step", "",
+              MEMORY_METHOD + f" A measurement estimated above {plan['mem_cap_bytes'] / GIB:.1f} GiB is skipped "
+              "and its estimate shown (previous length's peak × (T/T_prev)², or an analytic count).", ""]
     mem = {(r["subject"], r["T"]): r for r in res["memory"]}
     subjects = list(dict.fromkeys(r["subject"] for r in res["memory"]))
     lines += _table(["T", *[f"{s} (MiB)" for s in subjects]],

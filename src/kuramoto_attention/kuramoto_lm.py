@@ -47,7 +47,7 @@ class KuramotoConfig:
     ff_radius_init: float = 10.0
     value_init: float = 1.0
     omega_base: float = 10000.0
-    init_std: float = 0.02
+    init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     context: int = 256  # training context; the model itself has no maximum length
 
     def layer_fields(self) -> dict:

@@ -1,7 +1,8 @@
 """Kuramoto attention: one adaptive Kuramoto synchronisation step (paper §2, SPEC §2).
 
-    g^q_t = ρ(W_q ψ(θ_t)),  g^k_t = ρ(W_k ψ(θ_t))                      gates (PhaseGates)
-    s_{t,u} = τ/√k · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u))
+    g^q_t = ρ(W_q ψ(θ_t) + b_q),  g^k_t = ρ(W_k ψ(θ_t) + b_k)          gates (PhaseGates)
+    s_{t,u} = τ/√d · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u))
+                       per head: j runs over the head's d = k/H coordinates, τ is the head's
     A_{t,·} = softmax_{u ≤ t} s_{t,·}
     G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}},   a_{t,j} = Im(e^{−iθ_{t,j}} G_{t,j})
     θ_t ← θ_t + bound(v(θ_t) ⊙ a_t)
@@ -70,7 +71,9 @@ class KuramotoAttention(nn.Module):
       tau:         "learned" (per head, log-parametrised) or "fixed" at ``tau_init``.
       value_init:  initial bias of the signed value gate v(θ) (>0 starts synchronising).
       omega_base:  base of the geometric ω initialisation (as RoPE's base).
-      shared_gates: a ``PhaseGates`` module to use instead of this layer's own.
+      shared_gates: a ``PhaseGates`` module to use instead of this layer's own. It is not registered
+                   as this layer's submodule (the owner, e.g. ``KuramotoLM``, registers it once), so a
+                   standalone layer's ``parameters()``, ``state_dict()`` and ``.to()`` do not include it.
     """
 
     def __init__(
@@ -225,7 +228,8 @@ class KuramotoAttention(nn.Module):
     # ----------------------------------------------------------------- API
     def coupling(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """The raw increment a (B, T, k) of SPEC §2 (before value gate and bound) and the
-        coupling matrix A (B, H, T, T), both from the reference path."""
+        coupling matrix A (B, H, T, T), both from the reference path. With ``value="projection"``
+        (the ablation) the first output is A·W_v ψ(θ) instead: there is no tangent increment."""
         return self._coupling_reference(theta, lift(theta))
 
     def forward(

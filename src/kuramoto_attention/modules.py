@@ -28,7 +28,7 @@ class Bound(nn.Module):
     ``none``: identity (ablation). The radius is stored as log r so it stays positive.
     """
 
-    def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 1.0) -> None:
+    def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 10.0) -> None:
         super().__init__()
         if kind not in ("norm", "norm-soft", "elementwise", "none"):
             raise ValueError(f"bound must be 'norm', 'norm-soft', 'elementwise' or 'none', got {kind!r}")

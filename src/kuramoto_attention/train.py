@@ -123,7 +123,12 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from lr to lr·min_lr_ratio over progress ∈ [0, 1]."""
+    """Linear warmup over ``warmup`` steps, then cosine from lr to lr·min_lr_ratio over progress ∈ [0, 1].
+
+    The cosine's clock is the whole run's progress, starting at step 0 (not at the end of warmup), so
+    the rate steps down a little when warmup ends: to 0.985·lr at step 100 of a 10M-token protocol run,
+    0.775·lr in a 300-step run. Every run in results/ used this schedule; it is kept for comparability.
+    """
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     cos = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
