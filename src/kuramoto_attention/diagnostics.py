@@ -7,8 +7,10 @@ layers to slow in later ones. ``diagnose(model, idx)`` measures these per layer 
 what explains them: attention entropy and reach, the sign of the value gates (synchronising
 v > 0 vs repelling v < 0) and how often the tanh bound saturates.
 
-Everything runs on the T×T reference path of the layer, in float32, without gradients: it is
-for a handful of sequences, not for training-sized batches.
+Attention maps and increments come from the T×T reference path of the layer; the states
+(``model.phases``) and the knockout use the fused path (the two agree to 1e-10 in float64).
+Everything runs in float32 without gradients: it is for a handful of sequences, not for
+training-sized batches.
 
 JSON: JSON has no infinity or NaN, so ``to_dict``/``to_json`` write every non-finite float
 as ``null``. In particular the timescale 2π/|ω| of a coordinate with ω = 0 (no drift: an
