@@ -156,3 +156,18 @@ def test_stale_results_are_detected(in_tmp, capsys):
     experiment.run_group("main", None, only=[spec.name])  # reported, not rerun (nothing to train here)
     assert "STALE (train lr=0.004" in capsys.readouterr().out
 
+
+
+def test_committed_results_match_their_specs():
+    """Every results/GROUP/NAME.json records what its group's spec asks for: a moved default or best lr
+    cannot leave an old run standing in for a new spec."""
+    root = experiment.RESULTS
+    if not root.is_dir():
+        pytest.skip("no results/ here (run from the repository root)")
+    groups = {**experiment.GROUPS, **experiment.FROZEN}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        assert folder.name in groups, f"results/{folder.name} is not an experiment group"
+        specs = {s.name: s for s in experiment.plan(folder.name)}
+        for r in experiment.load_results(folder.name):
+            assert r["name"] in specs, f"{folder.name}/{r['name']} is in no plan"
+            assert experiment.mismatch(specs[r["name"]], r) is None, (folder.name, r["name"])
