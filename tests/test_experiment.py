@@ -171,3 +171,20 @@ def test_committed_results_match_their_specs():
         for r in experiment.load_results(folder.name):
             assert r["name"] in specs, f"{folder.name}/{r['name']} is in no plan"
             assert experiment.mismatch(specs[r["name"]], r) is None, (folder.name, r["name"])
+
+
+def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys):
+    write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **experiment.WRAPPED)])
+    twin_spec = next(s for s in experiment.plan("main-raw") if s.name == "ka-1m-seed0")
+    twin = fake_result("main-raw", "ka-1m-seed0", "ka-1m", 2.4, lr=4e-3, **experiment.RAW)
+    twin["model"], twin["train"] = experiment.expected_configs(twin_spec)
+    write(in_tmp, [twin, fake_result("main", "ka-1m-seed0", "ka-1m", 2.3, lr=2e-3)])
+    spec = next(s for s in experiment.plan("ablation") if s.name == "ka-ff-angles")
+    assert experiment.same_run(spec) is None  # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
+    write(in_tmp, [fake_result("lr", "ka-1m-lr-0.004", "ka-1m", 1.0, lr=4e-3)])  # now the best lr is 4e-3
+    spec = next(s for s in experiment.plan("ablation") if s.name == "ka-ff-angles")
+    assert experiment.same_run(spec)["group"] == "main-raw"
+    experiment.run_group("ablation", None, only=["ka-ff-angles"])
+    assert "already run as main-raw/ka-1m-seed0" in capsys.readouterr().out
+    assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()

@@ -229,6 +229,19 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
     return ", ".join(diffs) or None
 
 
+def same_run(spec: Spec) -> dict[str, Any] | None:
+    """A finished run of another group that trained and evaluated exactly what ``spec`` asks for (same
+    full model and training configs, seed and split), or None: a spec need not be run twice."""
+    model, train_cfg = expected_configs(spec)
+    for group in (*GROUPS, *FROZEN):
+        for r in load_results(group):
+            if (group, r["name"]) != (spec.group, spec.name) and r["eval_split"] == spec.eval_split \
+                    and r["model"].keys() >= model.keys() - set(_NOT_SETTINGS) \
+                    and not _differences(r["model"], model) and not _differences(r["train"], train_cfg):
+                return r
+    return None
+
+
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
 
@@ -316,6 +329,11 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
             state = (f"STALE ({why}); move {RESULTS / group / spec.name}.json and {RUNS / group / spec.name} "
                      "away to rerun it" if why else "done")
             print(f"[{group}] {spec.name}: {state}, skipping", flush=True)
+            continue
+        twin = same_run(spec)
+        if twin is not None:  # RESULTS.md shows the twin's result in this group's table, marked as such
+            print(f"[{group}] {spec.name}: already run as {twin['group']}/{twin['name']} (same config, seed and "
+                  "split), skipping", flush=True)
             continue
         print(f"[{group}] {spec.name}: training", flush=True)
         r = run_spec(spec, data_dir)

@@ -4,11 +4,12 @@ Nothing in the page is typed by hand: every number comes from a summary file wri
 ``kuramoto experiment run``; sections whose runs do not exist yet say so.
 """
 
+import contextlib
 import statistics
 from pathlib import Path
 from typing import Any
 
-from .experiment import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results, plan
+from .experiment import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results, plan, same_run
 from .presets import ConfigError
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
@@ -186,12 +187,17 @@ def superseded_section(group: str, what: str) -> str:
 
 def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
     rows = load_results(group)
+    with contextlib.suppress(ConfigError):  # a planned ablation already run, identically, in another group
+        done = {r["name"] for r in rows}
+        twins = [(spec, same_run(spec)) for spec in plan(group) if spec.name not in done]
+        rows += [{**r, "name": f"{spec.name} (= {r['group']}/{r['name']}: same config, seed and split)",
+                  "model_overrides": spec.model, "paper": spec.name} for spec, r in twins if r is not None]
     full = [r for r in load_results(full_group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
     if not rows or not full:
         return f"_No ablations yet (`kuramoto experiment run {group}`, after `{full_group}`)._"
     ref = full[0]["eval_bpc"]
     body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
-             PAPER_DELTAS.get(r["name"], "—")] for r in rows]
+             PAPER_DELTAS.get(r.get("paper", r["name"]), "—")] for r in rows]
     return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An "
             "ablation that removes a component also removes its parameters (no re-matching; the paper does not "
             "say whether it re-matched).\n\n"
