@@ -103,3 +103,13 @@ def test_initial_loss_near_uniform():
         targets = torch.randint(0, 256, (4, 16))
         loss = torch.nn.functional.cross_entropy(model(idx).flatten(0, 1), targets.flatten())
         assert abs(loss.item() - math.log(256)) < 0.3
+
+
+def test_config_dict_names_the_registered_family():
+    from kuramoto_attention.presets import FAMILIES, build_model, config_from_dict, get_preset
+
+    for preset in ("ka-tiny", "tf-tiny"):
+        model = build_model(*get_preset(preset))
+        assert FAMILIES[model.family][1] is type(model)
+        family, cfg = config_from_dict(model.config_dict())
+        assert family == model.family and cfg == model.config

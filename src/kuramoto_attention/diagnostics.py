@@ -33,7 +33,7 @@ from torch import Tensor
 
 from .kuramoto_lm import KuramotoLM
 from .layer import KuramotoAttention
-from .modules import Bound
+from .modules import Bound, split_heads
 from .presets import ConfigError
 from .torus import circular_mean, lift
 
@@ -138,22 +138,16 @@ def _json_safe(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- measurements
-def _heads(x: Tensor, heads: int) -> Tensor:
-    """(B, T, k) -> (B, H, T, k/H): the coordinates each head owns."""
-    b, t, k = x.shape
-    return x.view(b, t, heads, k // heads).transpose(1, 2)
-
-
 def local_order(attn: Tensor, theta: Tensor) -> Tensor:
     """mean |G| per head; attn (B, H, T, T), theta (B, T, k) the layer input -> (H,)."""
-    th = _heads(theta, attn.shape[1])
+    th = split_heads(theta, attn.shape[1])
     re_g, im_g = circular_mean(attn, th)
     return torch.sqrt(re_g**2 + im_g**2).mean(dim=(0, 2, 3))
 
 
 def global_order(theta: Tensor, heads: int) -> Tensor:
     """|mean_t e^{iθ_{t,j}}| averaged over a head's coordinates and the batch; theta (B, T, k) -> (H,)."""
-    th = _heads(theta, heads)
+    th = split_heads(theta, heads)
     r = torch.sqrt(torch.cos(th).mean(dim=2) ** 2 + torch.sin(th).mean(dim=2) ** 2)  # (B, H, k/H)
     return r.mean(dim=(0, 2))
 
@@ -174,7 +168,7 @@ def attention_distance(attn: Tensor) -> Tensor:
 
 def gate_sign_fractions(v: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     """Fractions of v > 0 and v < 0 per head over tokens and coordinates; v (B, T, k)."""
-    vh = _heads(v, heads)
+    vh = split_heads(v, heads)
     return (vh > 0).float().mean(dim=(0, 2, 3)), (vh < 0).float().mean(dim=(0, 2, 3))
 
 

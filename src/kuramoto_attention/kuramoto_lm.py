@@ -9,7 +9,7 @@ No normalisation layers: the state lives on a compact manifold. Choices the pape
 open are fields of ``KuramotoConfig`` (documented there and in the README).
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -97,6 +97,8 @@ class KuramotoBlock(nn.Module):
 class KuramotoLM(ByteLM):
     """Byte-level LM whose hidden state is a bank of phase oscillators."""
 
+    family = "kuramoto"
+
     def __init__(self, config: KuramotoConfig) -> None:
         super().__init__()
         if config.ff not in ("angles", "lift", "none"):
@@ -145,6 +147,3 @@ class KuramotoLM(ByteLM):
             theta = block(theta, skip=frozenset(step for step, layer in skip if layer == i))
             states.append(theta)
         return states
-
-    def config_dict(self) -> dict:
-        return {"family": "kuramoto", **asdict(self.config)}

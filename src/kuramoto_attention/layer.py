@@ -25,7 +25,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .modules import Bound, BoundKind, KVCache, causal_attention, compute_dtype, rotary_angles
+from .modules import (
+    Bound,
+    BoundKind,
+    KVCache,
+    causal_attention,
+    compute_dtype,
+    merge_heads,
+    rotary_angles,
+    split_heads,
+)
 from .torus import lift, tangent_projection
 
 Path = Literal["fused", "reference"]
@@ -142,13 +151,7 @@ class KuramotoAttention(nn.Module):
 
     def _heads(self, x: Tensor) -> Tensor:
         """(B, T, k) -> (B, H, T, k/H)."""
-        b, t, _ = x.shape
-        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-
-    def _merge(self, x: Tensor) -> Tensor:
-        """(B, H, T, k/H) -> (B, T, k)."""
-        b, h, t, d = x.shape
-        return x.transpose(1, 2).reshape(b, t, h * d)
+        return split_heads(x, self.heads)
 
     def _values(self, psi: Tensor) -> Tensor:
         """What A averages: ψ(θ_u) per head, (B, H, T, 2k/H) = [cos θ_h, sin θ_h], or the projection ablation."""
@@ -219,11 +222,11 @@ class KuramotoAttention(nn.Module):
         """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})."""
         attn = torch.softmax(self._scores_reference(theta, psi), dim=-1)  # (B, H, T, T)
         if self.value_proj is not None:
-            return self._merge(attn @ self._values(psi)), attn
+            return merge_heads(attn @ self._values(psi)), attn
         th = self._heads(theta)
         sin_diff = torch.sin(th[:, :, None, :, :] - th[:, :, :, None, :])  # [t, u] = sin(θ_u − θ_t)
         a = (attn[..., None] * sin_diff).sum(dim=-2)
-        return self._merge(a), attn
+        return merge_heads(a), attn
 
     # ----------------------------------------------------------------- API
     def coupling(self, theta: Tensor) -> tuple[Tensor, Tensor]:

@@ -6,6 +6,9 @@ parameter counting, the weight-decay split and ``save_pretrained``/``from_pretra
 (huggingface_hub's ``PyTorchModelHubMixin``, safetensors + config.json, local use).
 """
 
+from dataclasses import asdict
+from typing import Any
+
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import Tensor, nn
@@ -19,6 +22,8 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
     """Base class: idx (B, T) int64 bytes -> logits (B, T, 256)."""
 
     blocks: nn.ModuleList
+    family: str  # the registry name (presets.FAMILIES) a checkpoint's config records
+    config: Any  # the family's dataclass config
 
     def embed(self, idx: Tensor) -> Tensor:
         raise NotImplementedError
@@ -41,6 +46,10 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         for i, block in enumerate(self.blocks):
             h = block(h, cache=None if caches is None else caches[i])
         return self.readout(h)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The config as checkpoints and run.json record it: the family, then every field."""
+        return {"family": self.family, **asdict(self.config)}
 
     def num_params(self) -> int:
         """Every parameter, embeddings included (shared modules counted once)."""

@@ -106,6 +106,18 @@ def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor) -> Tensor:
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, k) -> (B, H, T, k/H): each head owns a contiguous block of the last axis."""
+    b, t, k = x.shape
+    return x.view(b, t, heads, k // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, d) -> (B, T, H·d): the inverse of ``split_heads``."""
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     """Causal scaled dot-product attention where the T queries are the last T of S keys.
 

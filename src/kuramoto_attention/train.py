@@ -186,9 +186,6 @@ class Run:
     train_cfg: TrainConfig
     run_dir: Path
 
-    def model_config_dict(self) -> dict:
-        return {"family": self.family, **asdict(self.model_cfg)}
-
 
 def prepare_run(
     preset: str | None,
@@ -310,7 +307,7 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
         torch.set_rng_state(state["torch_rng"])
     if rank == 0:
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run.run_dir / "run.json", {"model": run.model_config_dict(), "train": asdict(cfg)})
+        write_json_atomic(run.run_dir / "run.json", {"model": model.config_dict(), "train": asdict(cfg)})
         print(f"corpus: {corpus.describe()}", flush=True)
         print(f"model: {run.family}, {model.num_params():,} parameters; run dir: {run.run_dir}", flush=True)
     log = MetricsLog(run.run_dir, state["step"] if resume else None) if rank == 0 else None
@@ -329,7 +326,7 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
 
     def save() -> None:
         if rank == 0:
-            save_checkpoint(run.run_dir, model, run.model_config_dict(), {
+            save_checkpoint(run.run_dir, model, model.config_dict(), {
                 "step": step, "tokens": tokens, "elapsed": elapsed, "valid_bpc": valid_bpc,
                 "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
             })

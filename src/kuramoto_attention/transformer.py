@@ -5,13 +5,13 @@
 """
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from .lm import VOCAB_SIZE, ByteLM
-from .modules import KVCache, RMSNorm, SwiGLU, apply_rotary, causal_attention, rotary_angles
+from .modules import KVCache, RMSNorm, SwiGLU, apply_rotary, causal_attention, merge_heads, rotary_angles
 
 
 @dataclass
@@ -37,7 +37,7 @@ class SelfAttention(nn.Module):
         self.register_buffer("freqs", rotary_angles(self.head_dim // 2, cfg.rope_base).float(), persistent=False)
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
-        b, t, d = x.shape
+        b, t, _ = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + t, device=x.device)
@@ -45,7 +45,7 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)
         y = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        return self.out(merge_heads(y))
 
 
 class TransformerBlock(nn.Module):
@@ -61,6 +61,8 @@ class TransformerBlock(nn.Module):
 
 
 class TransformerLM(ByteLM):
+    family = "transformer"
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
@@ -84,6 +86,3 @@ class TransformerLM(ByteLM):
     def readout(self, h: Tensor) -> Tensor:
         h = self.norm(h)
         return h @ self.tok_embedding.weight.T if self.head is None else self.head(h)
-
-    def config_dict(self) -> dict:
-        return {"family": "transformer", **asdict(self.config)}
