@@ -48,6 +48,9 @@ def test_train_writes_logs_checkpoint_and_learns(tmp_path, corpus, preset):
     assert [r["step"] for r in rows] == list(range(1, 41))
     assert rows[-1]["loss"] < rows[0]["loss"] - 1.0
     assert "valid_bpc" in rows[19] and "valid_bpc" in rows[39]
+    # throughput counts step time only (elapsed_s), not the evaluation between the two records
+    a, b = rows[19], rows[39]
+    assert b["tokens_per_s"] == pytest.approx((b["tokens"] - a["tokens"]) / (b["elapsed_s"] - a["elapsed_s"]))
     model, cfg = load_model(run)
     assert cfg["family"] == ("kuramoto" if preset.startswith("ka") else "transformer")
     type(model).from_pretrained(run / "checkpoint")  # the checkpoint is a save_pretrained directory
