@@ -163,6 +163,8 @@ def test_eval_and_sample_cli(tmp_path, corpus, capsys):
      "/nonexistent"),
     (["train", "--preset", "ka-tiny", "--steps", "1", "--precision", "fp8"], "precision"),
     (["train", "--preset", "ka-tiny", "--steps", "1", "--phase-lr-mult", "-1"], "phase_lr_mult"),
+    (["train", "--resume", "/nonexistent/run", "--seed", "3"], "--resume cannot change --seed"),
+    (["train", "--resume", "/nonexistent/run", "--run-dir", "x"], "drop --preset/--config/--model/--run-dir"),
     (["eval", "/nonexistent/run"], "run directory"),
     (["eval", "/nonexistent/run", "--batch-size", "0"], "--batch-size must be >= 1"),
     (["sample", "/nonexistent/run", "--temperature", "-1"], "--temperature must be >= 0"),

@@ -75,8 +75,14 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.no_progress:
         overrides["progress"] = False
     if args.resume:
-        if args.preset or args.config or args.model:
-            raise ConfigError("--resume continues a run with its saved config; drop --preset/--config/--model")
+        if args.preset or args.config or args.model or args.run_dir:
+            raise ConfigError("--resume continues a run with its saved config in its own directory; drop "
+                              "--preset/--config/--model/--run-dir")
+        # these change which batches are drawn or how they are shaped: the run would no longer be the one saved
+        fixed = [f"--{k.replace('_', '-')}" for k in ("seed", "context", "batch_size", "corpus") if k in overrides]
+        if fixed:
+            raise ConfigError(f"--resume cannot change {', '.join(fixed)} (the saved run would not continue "
+                              "exactly); start a new run instead")
         run = load_run(args.resume, overrides)
     else:
         run = prepare_run(args.preset, args.config, _key_values(args.model), overrides, args.run_dir)
