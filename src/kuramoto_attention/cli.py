@@ -13,7 +13,7 @@ from typing import Any
 
 from . import bench, experiment, report
 from .checkpoint import CheckpointError
-from .data import DataError
+from .data import VALID_SPECS, DataError
 from .presets import ConfigError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError)
@@ -43,7 +43,7 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 TRAIN_FLAGS: dict[str, tuple[type, str]] = {
-    "corpus": (str, "corpus spec: stdlib (default, offline), enwik8, enwik7, enwik6, pycode, text:PATH"),
+    "corpus": (str, f"corpus spec, one of: {VALID_SPECS} (default stdlib: offline)"),
     "data_dir": (str, "folder holding the corpora (default: $KURAMOTO_DATA)"),
     "batch_size": (int, "sequences per step (per process)"),
     "context": (int, "sequence length (default: the preset's)"),

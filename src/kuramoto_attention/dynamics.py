@@ -46,7 +46,8 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
         omega = d.layer_median_abs_omega.tolist()
         rows.append({
             "run": r["name"], "group": group, "local_order": local, "global_order": glob,
-            "median_abs_omega": omega, "timescale_tokens": [6.283185307179586 / w if w else None for w in omega],
+            "median_abs_omega": omega,
+            "timescale_tokens": [x if x != float("inf") else None for x in d.layer_timescale.tolist()],
             "local_near_one": all(v >= LOCAL_NEAR_ONE for v in local),
             "global_falls": glob[-1] < glob[1],
             "omega_decreasing": all(b < a for a, b in itertools.pairwise(omega)),

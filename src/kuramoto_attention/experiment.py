@@ -31,7 +31,7 @@ import torch
 # module first imported mid-group would be the edited file on disk, not the one the group started with.
 from .checkpoint import CheckpointError, find_checkpoint, load_model, write_json_atomic
 from .data import load_corpus
-from .diagnostics import diagnose_run
+from .diagnostics import diagnose, valid_batch
 from .evaluate import evaluate_bpc
 from .presets import ConfigError, apply_overrides, get_preset
 from .train import TrainConfig, load_run, prepare_run, train, train_config_from
@@ -297,9 +297,8 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
     """Per-layer summary of a trained Kuramoto run (bound saturation, order parameters, learned scales)."""
-
-    d = diagnose_run(run_dir, batch=4, data_dir=data_dir)
     model, _ = load_model(run_dir)
+    d = diagnose(model, valid_batch(run_dir, batch=4, data_dir=data_dir))
     return {
         "attn_saturation": d.attn_saturation.tolist(),
         "ff_saturation": [x if math.isfinite(x) else None for x in d.ff_saturation.tolist()],  # NaN: no ff
@@ -314,7 +313,6 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
 
 
 def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -> None:
-
     for r in load_results(group):  # results written before diagnostics were recorded: add them once
         run_dir = RUNS / group / r["name"]
         if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
