@@ -77,8 +77,26 @@ def _settings(r: dict[str, Any]) -> str:
             f"v₀ {m['value_init']:g}, phase lr ×{t['phase_lr_mult']:g}; {r['params']:,} params")
 
 
-def screen_section(group: str = "screen") -> str:
+def _with_twins(group: str) -> list[dict[str, Any]]:
+    """A group's results plus, for each planned run not made because another group already made it
+    identically (``experiment.same_run``), that run under the planned name, with ``twin`` naming it."""
     rows = load_results(group)
+    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
+        done = {r["name"] for r in rows}
+        for spec in plan(group):
+            r = same_run(spec) if spec.name not in done else None
+            if r is not None:
+                twin = f"{r['group']}/{r['name']}"
+                rows.append({**r, "name": spec.name, "model_overrides": spec.model, "twin": twin})
+    return rows
+
+
+def _label(r: dict[str, Any]) -> str:
+    return f"{r['name']} (= {r['twin']}: same config, seed and split)" if "twin" in r else r["name"]
+
+
+def screen_section(group: str = "screen") -> str:
+    rows = _with_twins(group)
     if not rows:
         return f"_No screening runs yet (`kuramoto experiment run {group}`)._"
     missing = sorted({s.name for s in plan(group)} - {r["name"] for r in rows})
@@ -88,7 +106,7 @@ def screen_section(group: str = "screen") -> str:
     body = []
     for r in sorted(rows, key=lambda r: r["eval_bpc"]):
         delta = f"{r['eval_bpc'] - base['eval_bpc']:+.4f}" if base else "n/a"
-        body.append([r["name"], _settings(r), f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M",
+        body.append([_label(r), _settings(r), f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M",
                      _fmt(r["eval_bpc"]), delta, _saturation(r)])
     return _table(["run", "settings", "lr", "tokens", "valid BPC", "Δ vs ka-default",
                    "saturated increments attn / ff (mean over layers)"], body) + note
@@ -105,7 +123,7 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
                "screen3": "none yet"}
     lines = []
     for group in ("screen", "screen2", "screen3"):
-        rows = load_results(group)
+        rows = _with_twins(group)
         base = next((r for r in rows if r["name"] == "ka-default"), None)
         if base is None:
             continue
@@ -186,18 +204,13 @@ def superseded_section(group: str, what: str) -> str:
 
 
 def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
-    rows = load_results(group)
-    with contextlib.suppress(ConfigError):  # a planned ablation already run, identically, in another group
-        done = {r["name"] for r in rows}
-        twins = [(spec, same_run(spec)) for spec in plan(group) if spec.name not in done]
-        rows += [{**r, "name": f"{spec.name} (= {r['group']}/{r['name']}: same config, seed and split)",
-                  "model_overrides": spec.model, "paper": spec.name} for spec, r in twins if r is not None]
+    rows = _with_twins(group)
     full = [r for r in load_results(full_group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
     if not rows or not full:
         return f"_No ablations yet (`kuramoto experiment run {group}`, after `{full_group}`)._"
     ref = full[0]["eval_bpc"]
-    body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
-             PAPER_DELTAS.get(r.get("paper", r["name"]), "—")] for r in rows]
+    body = [[_label(r), _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
+             PAPER_DELTAS.get(r["name"], "—")] for r in rows]
     return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An "
             "ablation that removes a component also removes its parameters (no re-matching; the paper does not "
             "say whether it re-matched).\n\n"
