@@ -188,3 +188,12 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
     experiment.run_group("ablation", None, only=["ka-ff-angles"])
     assert "already run as main-raw/ka-1m-seed0" in capsys.readouterr().out
     assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()
+
+
+def test_confirm_section_compares_with_main(in_tmp):
+    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
+    rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
+    rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
+    write(in_tmp, rows)
+    text = results.confirm_section()
+    assert "| ka-x | shared_gates=True | 1 | 2.2700 | -0.0300 | +0.1200 |" in text

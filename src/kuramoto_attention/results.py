@@ -120,7 +120,8 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
     adopted = {"screen": "radius 10 and phase lr ×20 (together, ka-radius-10-plr-20)",
                "screen2": "the feed-forward on the raw angle θ (ka-ff-raw-angles); later replaced by the "
                           "feed-forward on ψ(θ) after the 10M-token ablation (see Superseded defaults)",
-               "screen3": "none yet"}
+               "screen3": "none; the one change that helped at all, shared gates with the saved parameters in the "
+                          "feed-forward (ka-shared-gates-ff-277), is checked at 10M tokens in group confirm"}
     lines = []
     for group in ("screen", "screen2", "screen3"):
         rows = _with_twins(group)
@@ -217,6 +218,22 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
             + _table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
+def confirm_section(group: str = "confirm") -> str:
+    """Screening candidates at the main protocol, against main's ka-1m seed 0 and the transformer's mean."""
+    rows = load_results(group)
+    main = load_results("main")
+    full = [r for r in main if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
+    tf = [r["eval_bpc"] for r in main if r["family"] == "transformer"]
+    if not rows or not full or not tf:
+        return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
+    ref, tf_mean = full[0]["eval_bpc"], statistics.mean(tf)
+    body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
+             f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
+    return (f"Against main's ka-1m seed 0 (test BPC {_fmt(ref)}) and the transformer's mean over its seeds "
+            f"({_fmt(tf_mean)}); one seed, so a difference under about 0.02 (main's seed spread) is not resolved.\n\n"
+            + _table(["run", "change", "params", "test BPC", "Δ vs ka-1m seed 0", "gap to tf-1m mean"], body))
+
+
 def _planned(group: str) -> str:
     try:
         return ", ".join(s.name for s in plan(group))
@@ -304,6 +321,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "Depth variants re-match the parameter count through the feed-forward width.",
         "",
         screen_section("screen3"),
+        "",
+        "### Round 3's candidates at the main protocol (10M tokens, test BPC)",
+        "",
+        confirm_section(),
         "",
     ]
     if plot is not None:
