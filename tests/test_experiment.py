@@ -196,4 +196,4 @@ def test_confirm_section_compares_with_main(in_tmp):
     rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
     write(in_tmp, rows)
     text = results.confirm_section()
-    assert "| ka-x | shared_gates=True | 1 | 2.2700 | -0.0300 | +0.1200 |" in text
+    assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 1 | 2.2700 | -0.0300 | +0.1200 |" in text
