@@ -160,9 +160,14 @@ def lr_section() -> str:
     for group in ("lr", "lr-wrapped"):
         for preset in sorted({r["preset"] for r in rows if r["group"] == group}):
             best.append(f"{preset} {best_lr(preset, group):g} ({group})")
+    best_bpc = {p: min(r["eval_bpc"] for r in rows if r["group"] == "lr" and r["preset"] == p)
+                for p in ("ka-1m", "tf-1m") if any(r["group"] == "lr" and r["preset"] == p for r in rows)}
+    gap = (" At this 3M-token budget (its own full schedule) the best ka-1m is "
+           f"{best_bpc['ka-1m'] - best_bpc['tf-1m']:+.3f} valid BPC from the best tf-1m." if len(best_bpc) == 2 else "")
     return (_table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
             + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; ka-1m's "
-            "first sweep, lr-wrapped (feed-forward on wrap(θ)), feeds the frozen groups of the earlier defaults.")
+            "first sweep, lr-wrapped (feed-forward on wrap(θ)), feeds the frozen groups of the earlier defaults."
+            + gap)
 
 
 def comparison_section(group: str, unit: str) -> str:
@@ -186,7 +191,21 @@ def comparison_section(group: str, unit: str) -> str:
     if len(means) == 2:
         text += (f"\n\nGap (Kuramoto − transformer, mean): **{means['kuramoto'] - means['transformer']:+.4f}** "
                  f"{unit} ({PAPER_GAP[group]}).")
+        text += _gap_along_training(rows)
     return text
+
+
+def _gap_along_training(rows: list[dict[str, Any]]) -> str:
+    """The gap of the mean validation estimates at a few points of the same runs (not a separate budget)."""
+    curves = {f: [r["valid_curve"] for r in rows if r["family"] == f] for f in ("kuramoto", "transformer")}
+    points = []
+    for i in sorted({len(c) // 4, len(c) // 2, len(c) - 1} if (c := curves["kuramoto"][0]) else set()):
+        if all(len(x) > i and x[i][0] == c[i][0] for f in curves for x in curves[f]):
+            gap = (statistics.mean(x[i][1] for x in curves["kuramoto"])
+                   - statistics.mean(x[i][1] for x in curves["transformer"]))
+            points.append(f"{c[i][0] / 1e6:.1f}M tokens {gap:+.3f}")
+    return (" Along training (validation estimates of the same runs, mean over seeds; the learning rate is still "
+            f"high before the end): {', '.join(points)}.") if points else ""
 
 
 def superseded_section(group: str, what: str) -> str:
