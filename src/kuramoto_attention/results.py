@@ -179,15 +179,14 @@ def comparison_section(group: str, unit: str) -> str:
         vals = [r["eval_bpc"] for r in rows if r["family"] == family]
         if not vals:
             continue
-        sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
         means[family] = statistics.mean(vals)
+        spread = f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed: no sd)"
         r0 = next(r for r in rows if r["family"] == family)
         paper = PAPER_1M[family] if group == "main" else "not reported"
-        body.append([r0["preset"], str(len(vals)), ", ".join(_fmt(v) for v in vals), f"{_fmt(means[family])} ± "
-                     f"{sd:.4f}", _fmt(statistics.median(vals)), f"{r0['train']['lr']:g}",
-                     f"{r0['tokens'] / 1e6:.1f}M", paper])
+        body.append([r0["preset"], str(len(vals)), ", ".join(_fmt(v) for v in vals), _fmt(means[family]) + spread,
+                     _fmt(statistics.median(vals)), f"{r0['train']['lr']:g}", f"{r0['tokens'] / 1e6:.1f}M", paper])
     text = _table(["model", "seeds", f"test {unit} per seed", "mean ± sd", "median", "lr", "tokens",
-                   "paper (enwik8, 1M)"], body)
+                   "paper (enwik8, 1M)" if group == "main" else "paper (1M)"], body)
     if len(means) == 2:
         text += (f"\n\nGap (Kuramoto − transformer, mean): **{means['kuramoto'] - means['transformer']:+.4f}** "
                  f"{unit} ({PAPER_GAP[group]}).")
