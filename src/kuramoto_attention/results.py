@@ -120,8 +120,9 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
     adopted = {"screen": "radius 10 and phase lr ×20 (together, ka-radius-10-plr-20)",
                "screen2": "the feed-forward on the raw angle θ (ka-ff-raw-angles); later replaced by the "
                           "feed-forward on ψ(θ) after the 10M-token ablation (see Superseded defaults)",
-               "screen3": "none; the one change that helped at all, shared gates with the saved parameters in the "
-                          "feed-forward (ka-shared-gates-ff-277), is checked at 10M tokens in group confirm"}
+               "screen3": "none: the one change that helped at all, shared gates with the saved parameters in the "
+                          "feed-forward (ka-shared-gates-ff-277), was no better than the default at 10M tokens "
+                          "(group confirm, below)"}
     lines = []
     for group in ("screen", "screen2", "screen3"):
         rows = _with_twins(group)
