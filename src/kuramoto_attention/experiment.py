@@ -153,6 +153,8 @@ def _screen3() -> list[Spec]:
         "dim-160": {"dim": 160, "ff_hidden": 83},  # more oscillators, a narrower feed-forward
         # shared gates cost +0.022 at 10M tokens with 197k fewer parameters: spend them on the feed-forward
         "shared-gates-ff-277": {"shared_gates": True, "ff_hidden": 277},
+        # 8 heads cost +0.103 in round 2: fewer, wider heads (H = 1 is the paper's single-kernel form)
+        "heads-2": {"heads": 2}, "heads-1": {"heads": 1},
     }
     return [Spec("screen3", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
 
