@@ -179,7 +179,6 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr") -> list[Spec]:
-
     base = {**asdict(get_preset("ka-1m")[1]), **(model or {})}
     lr = best_lr("ka-1m", lr_group)
     # a variant equal to the full model's own setting is the full model itself: skip it
@@ -221,45 +220,47 @@ _NOT_SETTINGS = ("data_dir", "progress", "device", "family")
 
 def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
     """The full model and training configs a spec trains with (the preset and defaults filled in)."""
-
     family, preset_cfg = get_preset(spec.preset)
     return asdict(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
 
 
-def _differences(recorded: dict[str, Any], expected: dict[str, Any]) -> list[str]:
-    # a field the record lacks was added later with a default that keeps the old behaviour
-    return [f"{k}={recorded[k]!r} (spec {v!r})" for k, v in expected.items()
-            if k not in _NOT_SETTINGS and k in recorded and recorded[k] != v]
+def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
+    """How recorded model and training configs (a run.json's or a result's) differ from the spec's.
+    A field the record lacks was added later with a default that keeps the old behaviour."""
+    expected = dict(zip(("model", "train"), expected_configs(spec), strict=True))
+    return [f"{part} {k}={recorded[k]!r} (spec {v!r})"
+            for part, recorded in (("model", model), ("train", train_cfg))
+            for k, v in expected[part].items() if k not in _NOT_SETTINGS and k in recorded and recorded[k] != v]
 
 
 def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
     """Why a results file no longer records what its spec asks for (None: it does). A preset or training
     default, an override or a best learning rate that moved makes a finished run stale; it is reported,
     never silently reused."""
-    model, train = expected_configs(spec)
-    diffs = [f"model {d}" for d in _differences(result["model"], model)]
-    diffs += [f"train {d}" for d in _differences(result["train"], train)]
+    diffs = _config_diffs(spec, result["model"], result["train"])
     if result["model_overrides"] != spec.model:
         diffs.append(f"model overrides {result['model_overrides']} (spec {spec.model})")
     return ", ".join(diffs) or None
 
 
-def same_run(spec: Spec) -> dict[str, Any] | None:
+def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """A finished run of another group that trained and evaluated exactly what ``spec`` asks for (same
-    full model and training configs, seed and split), or None: a spec need not be run twice."""
-    model, train_cfg = expected_configs(spec)
-    for group in (*GROUPS, *FROZEN):
-        for r in load_results(group):
-            if (group, r["name"]) != (spec.group, spec.name) and r["eval_split"] == spec.eval_split \
-                    and r["model"].keys() >= model.keys() - set(_NOT_SETTINGS) \
-                    and not _differences(r["model"], model) and not _differences(r["train"], train_cfg):
-                return r
+    full model and training configs, seed and split), or None: a spec need not be run twice. ``pool``:
+    the results to search (default: every group's), for callers that ask about many specs."""
+    fields_needed = expected_configs(spec)[0].keys() - set(_NOT_SETTINGS)
+    for r in all_results() if pool is None else pool:
+        if (r["group"], r["name"]) != (spec.group, spec.name) and r["eval_split"] == spec.eval_split \
+                and r["model"].keys() >= fields_needed and not _config_diffs(spec, r["model"], r["train"]):
+            return r
     return None
+
+
+def all_results() -> list[dict[str, Any]]:
+    return [r for group in (*GROUPS, *FROZEN) for r in load_results(group)]
 
 
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
-
     out = RESULTS / spec.group / f"{spec.name}.json"
     run_dir = RUNS / spec.group / spec.name
     train_overrides = {**spec.train, "data_dir": data_dir}
@@ -267,9 +268,7 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     if _has_checkpoint(run_dir) and (run_dir / "run.json").exists():
         # resume only what this spec would start: the stored run.json, not the spec, says what was trained
         saved = json.loads((run_dir / "run.json").read_text())
-        model, train_cfg = expected_configs(spec)
-        diffs = ([f"model {d}" for d in _differences(saved["model"], model)]
-                 + [f"train {d}" for d in _differences(saved["train"], train_cfg)])
+        diffs = _config_diffs(spec, saved["model"], saved["train"])
         if diffs:
             raise ConfigError(f"{run_dir} was started with other settings than {spec.group}/{spec.name} now "
                               f"specifies ({', '.join(diffs)}); move it away to rerun the spec from scratch")
@@ -302,7 +301,6 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
-
     try:
         find_checkpoint(run_dir)
     except CheckpointError:

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .experiment import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results, plan, same_run
+from .experiment import PROTOCOL, RESULTS, TRAIN_DEFAULTS, all_results, best_lr, load_results, plan, same_run
 from .presets import ConfigError
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
@@ -82,9 +82,9 @@ def _with_twins(group: str) -> list[dict[str, Any]]:
     identically (``experiment.same_run``), that run under the planned name, with ``twin`` naming it."""
     rows = load_results(group)
     with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
-        done = {r["name"] for r in rows}
+        done, pool = {r["name"] for r in rows}, all_results()
         for spec in plan(group):
-            r = same_run(spec) if spec.name not in done else None
+            r = same_run(spec, pool) if spec.name not in done else None
             if r is not None:
                 twin = f"{r['group']}/{r['name']}"
                 rows.append({**r, "name": spec.name, "model_overrides": spec.model, "twin": twin})
@@ -223,9 +223,14 @@ def superseded_section(group: str, what: str) -> str:
     return text + "."
 
 
+def _ka_seed0(group: str) -> list[dict[str, Any]]:
+    """The Kuramoto seed-0 run of a main-like group (the reference of ablations and candidates), if any."""
+    return [r for r in load_results(group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
+
+
 def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
     rows = _with_twins(group)
-    full = [r for r in load_results(full_group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
+    full = _ka_seed0(full_group)
     if not rows or not full:
         return f"_No ablations yet (`kuramoto experiment run {group}`, after `{full_group}`)._"
     ref = full[0]["eval_bpc"]
@@ -239,10 +244,8 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
 
 def confirm_section(group: str = "confirm") -> str:
     """Screening candidates at the main protocol, against main's ka-1m seed 0 and the transformer's mean."""
-    rows = load_results(group)
-    main = load_results("main")
-    full = [r for r in main if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
-    tf = [r["eval_bpc"] for r in main if r["family"] == "transformer"]
+    rows, full = load_results(group), _ka_seed0("main")
+    tf = [r["eval_bpc"] for r in load_results("main") if r["family"] == "transformer"]
     if not rows or not full or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     ref, tf_mean = full[0]["eval_bpc"], statistics.mean(tf)
