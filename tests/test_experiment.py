@@ -65,6 +65,14 @@ def test_results_md_is_computed_from_files(in_tmp):
     assert f"{1.95 - 1.70:+.4f}" in text and "+0.27" in text  # ablation delta vs main seed 0, beside the paper's
     assert (in_tmp / "results" / "curves.png").stat().st_size > 1000
     assert "No runs yet" in text  # pycode group absent: said so, not invented
+    # the gap along training is read off the same runs' validation curves: all start at 8.0, end at the test BPC
+    assert f"0.0M tokens +0.000, 10.0M tokens {gap:+.3f}" in text
+
+
+def test_lr_section_states_the_gap_at_the_sweep_budget(in_tmp):
+    write(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", b, lr=lr) for lr, b in [(2e-3, 2.7), (4e-3, 2.6)]])
+    write(in_tmp, [fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
+    assert "the best ka-1m is +0.100 valid BPC from the best tf-1m" in results.lr_section()
 
 
 def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
