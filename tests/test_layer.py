@@ -149,6 +149,31 @@ def test_fused_equals_reference_forward_and_gradients(gates, omega, value, bound
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("value", ["circular", "projection"])
+def test_without_self_coupling_fused_equals_reference(value):
+    layer = make_layer(value=value, self_coupling=False)
+    theta = random_phases(B, T, K).requires_grad_()
+    fused, ref = layer(theta), layer(theta, path="reference")
+    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
+    g_fused = torch.autograd.grad(fused.sum(), [theta, *layer.parameters()])
+    g_ref = torch.autograd.grad(ref.sum(), [theta, *layer.parameters()])
+    for a, b in zip(g_fused, g_ref, strict=True):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_dropping_self_coupling_rescales_the_increment():
+    """sin(θ_t − θ_t) = 0: without the self term, a_t = a_t(with it) / (1 − A_tt); the first token's is 0."""
+    layer, theta = make_layer(), random_phases(B, T, K)
+    a_with, attn = layer.coupling(theta)
+    layer.self_coupling = False
+    a_without, attn_without = layer.coupling(theta)
+    self_weight = torch.diagonal(attn, dim1=-2, dim2=-1)  # (B, H, T)
+    scale = (1.0 / (1.0 - self_weight[..., 1:])).repeat_interleave(K // H, dim=1).transpose(1, 2)
+    assert torch.allclose(a_without[:, 1:], a_with[:, 1:] * scale, atol=1e-12)
+    assert torch.equal(a_without[:, 0], torch.zeros_like(a_without[:, 0]))
+    assert torch.diagonal(attn_without, dim1=-2, dim2=-1)[..., 1:].abs().max() == 0
+
+
 def test_shared_gates_fused_equals_reference():
     shared = PhaseGates(K, H).double()
     layer = KuramotoAttention(K, H, shared_gates=shared).double()

@@ -15,6 +15,7 @@ def tiny_models():
     for ff in ("lift", "none"):
         yield f"ka-ff-{ff}", KuramotoLM(KuramotoConfig(**TINY_KA, ff=ff)).double()
     yield "ka-shared", KuramotoLM(KuramotoConfig(**TINY_KA, shared_gates=True)).double()
+    yield "ka-no-self", KuramotoLM(KuramotoConfig(**TINY_KA, self_coupling=False)).double()
     yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()
     yield "tf-untied", TransformerLM(TransformerConfig(**TINY_TF, tied=False)).double()
 

@@ -47,6 +47,7 @@ class KuramotoConfig:
     ff_radius_init: float = 10.0
     value_init: float = 1.0
     omega_base: float = 10000.0
+    self_coupling: bool = True  # False: attention couples t to earlier tokens only (not the SPEC's u ≤ t)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     context: int = 256  # training context; the model itself has no maximum length
 
@@ -54,7 +55,7 @@ class KuramotoConfig:
         return dict(
             gates=self.gates, omega=self.omega, value=self.value, bound=self.bound,
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
-            value_init=self.value_init, omega_base=self.omega_base,
+            value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
         )
 
 

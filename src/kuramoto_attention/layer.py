@@ -3,7 +3,7 @@
     g^q_t = ρ(W_q ψ(θ_t) + b_q),  g^k_t = ρ(W_k ψ(θ_t) + b_k)          gates (PhaseGates)
     s_{t,u} = τ/√d · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u))
                        per head: j runs over the head's d = k/H coordinates, τ is the head's
-    A_{t,·} = softmax_{u ≤ t} s_{t,·}
+    A_{t,·} = softmax_{u ≤ t} s_{t,·}                  (u < t with ``self_coupling=False``)
     G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}},   a_{t,j} = Im(e^{−iθ_{t,j}} G_{t,j})
     θ_t ← θ_t + bound(v(θ_t) ⊙ a_t)
 
@@ -30,6 +30,7 @@ from .modules import (
     BoundKind,
     KVCache,
     causal_attention,
+    causal_mask,
     compute_dtype,
     merge_heads,
     rotary_angles,
@@ -80,6 +81,11 @@ class KuramotoAttention(nn.Module):
       tau:         "learned" (per head, log-parametrised) or "fixed" at ``tau_init``.
       value_init:  initial bias of the signed value gate v(θ) (>0 starts synchronising).
       omega_base:  base of the geometric ω initialisation (as RoPE's base).
+      self_coupling: True (the SPEC): A couples t to every u ≤ t. False: to u < t only (the first token
+                   keeps its self-coupling, so its increment is 0). The self term adds nothing to a
+                   (sin 0 = 0), so dropping it rescales a by 1/(1 − A_tt): the softmax then spends all
+                   of its mass on earlier tokens instead of on "stay where you are" (a departure from
+                   the SPEC, for the near no-op first layer; RESULTS.md).
       shared_gates: a ``PhaseGates`` module to use instead of this layer's own. It is not registered
                    as this layer's submodule (the owner, e.g. ``KuramotoLM``, registers it once), so a
                    standalone layer's ``parameters()``, ``state_dict()`` and ``.to()`` do not include it.
@@ -99,6 +105,7 @@ class KuramotoAttention(nn.Module):
         radius_init: float = 10.0,
         value_init: float = 1.0,
         omega_base: float = 10000.0,
+        self_coupling: bool = True,
         shared_gates: PhaseGates | None = None,
     ) -> None:
         super().__init__()
@@ -112,6 +119,7 @@ class KuramotoAttention(nn.Module):
             if val not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {val!r}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.self_coupling = self_coupling
 
         self.gates: PhaseGates | None = None
         if gates and shared_gates is None:
@@ -197,7 +205,8 @@ class KuramotoAttention(nn.Module):
         v = self._values(psi_mm)
         if cache is not None:
             k, v = cache.update(k, v)
-        out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d)).transpose(1, 2)  # (B, T, H, 2d)
+        out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d), exclude_self=not self.self_coupling)
+        out = out.transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
             return out.reshape(b, t, self.dim).to(theta.dtype)
         cos_t, sin_t = (c.view(b, t, self.heads, d) for c in psi.chunk(2, dim=-1))
@@ -215,8 +224,7 @@ class KuramotoAttention(nn.Module):
         gq, gk = self._gates(psi)
         kernel = gq[:, :, :, None, :] * gk[:, :, None, :, :] * torch.cos(diff + drift)
         s = self._tau().to(theta.dtype) / math.sqrt(self.head_dim) * kernel.sum(-1)
-        causal = torch.ones(t_len, t_len, dtype=torch.bool, device=theta.device).tril()
-        return s.masked_fill(~causal, float("-inf"))
+        return s.masked_fill(~causal_mask(t_len, t_len, theta.device, not self.self_coupling), float("-inf"))
 
     def _coupling_reference(self, theta: Tensor, psi: Tensor) -> tuple[Tensor, Tensor]:
         """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})."""

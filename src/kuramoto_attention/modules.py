@@ -118,19 +118,33 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * d)
 
 
-def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+def causal_mask(t: int, s: int, device: torch.device, exclude_self: bool = False) -> Tensor:
+    """(T, S) bool, True where query i (absolute position S − T + i) may attend key j.
+
+    ``exclude_self`` drops the diagonal j = S − T + i, except for the very first token, which has
+    nothing else to attend to (it keeps its own key, so its row stays a distribution).
+    """
+    mask = torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t - int(exclude_self))
+    if exclude_self and s == t:
+        mask[0, 0] = True
+    return mask
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self: bool = False) -> Tensor:
     """Causal scaled dot-product attention where the T queries are the last T of S keys.
 
     q: (B, H, T, d); k, v: (B, H, S, d) with S ≥ T (S > T when earlier keys come from a
-    cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T.
+    cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T and
+    ``exclude_self`` is off (with it, only a (T, S) bool mask; see ``causal_mask``).
     """
     t, s = q.shape[-2], k.shape[-2]
+    if exclude_self:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(t, s, q.device, True), scale=scale)
     if t == s:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     if t == 1:  # one new token attends to everything cached
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(t, s, q.device), scale=scale)
 
 
 class KVCache:
