@@ -52,6 +52,18 @@ def test_generate_greedy_same_with_and_without_cache():
     assert torch.equal(a, b) and a.shape == (1, 13)
 
 
+@pytest.mark.parametrize("family", ["ka", "tf"])
+def test_compiled_generation_follows_eager(family):
+    """generate(compile=True): the cache's in-place updates survive torch.compile, through a cache growth
+    (capacity 16 -> 32) and the switch to one dynamic-shape graph."""
+    torch.manual_seed(0)
+    model = KuramotoLM(KuramotoConfig(**TINY_KA)) if family == "ka" else TransformerLM(TransformerConfig(**TINY_TF))
+    prompt = torch.randint(0, 256, (1, 3))
+    eager = model.generate(prompt, 20, temperature=0)
+    assert torch.equal(model.generate(prompt, 20, temperature=0, compile=True), eager)
+    assert torch.equal(model.generate(prompt, 6, temperature=0, use_cache=False, compile=True), eager[:, :9])
+
+
 def test_kuramoto_state_stays_finite_and_phase_embedding_not_decayed():
     model = KuramotoLM(KuramotoConfig(**TINY_KA))
     states = model.phases(torch.randint(0, 256, (1, 9)))

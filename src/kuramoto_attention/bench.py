@@ -261,21 +261,24 @@ def bench_memory(plan: Plan) -> list[dict[str, Any]]:
 
 
 def bench_generation(plan: Plan) -> list[dict[str, Any]]:
-    """Greedy generation from a 1-token prompt to ``gen_total`` tokens, cached vs recomputed, alternated."""
+    """Greedy generation from a 1-token prompt to ``gen_total`` tokens, cached vs recomputed, alternated;
+    eager, and compiled (both paths through ``generate(compile=True)``) when the plan compiles."""
     rows = []
     n_new, prompt = plan.gen_total - 1, torch.full((1, 1), 10, dtype=torch.long)  # prompt: one newline byte
-    for name in plan.pairs[0]:
-        torch.manual_seed(0)
-        model = build_model(*get_preset(name)).eval()
-        jobs = {k: partial(model.generate, prompt, n_new, temperature=0, use_cache=k == "cache")
-                for k in ("cache", "recompute")}
-        for k in jobs:
-            model.generate(prompt, 4, temperature=0, use_cache=k == "cache")  # warm-up
-        _log(f"generation {name}")
-        runs, outs = interleaved(jobs, plan.repeats, n_new)
-        med = {k: statistics.median(v) for k, v in runs.items()}
-        rows.append({"preset": name, "new_tokens": n_new, "tokens_per_s": runs, "median": med,
-                     "ratio": med["cache"] / med["recompute"], "same_tokens": bool(torch.equal(*outs.values()))})
+    for mode in plan.modes:
+        for name in plan.pairs[0]:
+            torch.manual_seed(0)
+            model = build_model(*get_preset(name)).eval()
+            jobs = {k: partial(model.generate, prompt, n_new, temperature=0, use_cache=k == "cache",
+                               compile=mode == "compile") for k in ("cache", "recompute")}
+            for k in jobs:  # warm-up (and compilation: past the first cache growth, one dynamic graph)
+                model.generate(prompt, 40, temperature=0, use_cache=k == "cache", compile=mode == "compile")
+            _log(f"generation {name}, {mode}")
+            runs, outs = interleaved(jobs, plan.repeats, n_new)
+            med = {k: statistics.median(v) for k, v in runs.items()}
+            rows.append({"preset": name, "mode": mode, "new_tokens": n_new, "tokens_per_s": runs, "median": med,
+                         "ratio": med["cache"] / med["recompute"],
+                         "same_tokens": bool(torch.equal(*outs.values()))})
     return rows
 
 
@@ -315,7 +318,8 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         note = "cannot be evaluated: the reference or the fused path was not measured at this length"
     out.append(_target(f"peak memory fused/reference at T={t_max}", value, "memory", "<", note))
     for g in res["generation"]:
-        out.append(_target(f"generation speed-up with cache, {g['preset']}", g["ratio"], "generation"))
+        out.append(_target(f"generation speed-up with cache, {g['preset']}, {g.get('mode', 'eager')}", g["ratio"],
+                           "generation"))
     return out
 
 
@@ -382,11 +386,13 @@ def render(res: dict[str, Any]) -> str:
     lines += _table(["T", *[f"{s} (MiB)" for s in subjects]],
                     [[t, *[_mib(mem[(s, t)]) for s in subjects]] for t in plan["mem_lengths"]])
     lines += ["## Generation", "", f"Greedy generation of {plan['gen_total'] - 1} tokens after a 1-token prompt "
-              "(eager fp32, batch 1): with the KV cache each step feeds one token; without it each step recomputes "
-              "the whole sequence. Median tokens/s over the repeats, cache and recompute alternated.", ""]
-    lines += _table(["model", "cache tok/s", "recompute tok/s", "speed-up", "same tokens"],
-                    [[g["preset"], f"{g['median']['cache']:,.1f}", f"{g['median']['recompute']:,.1f}",
-                      f"{g['ratio']:.1f}×", g["same_tokens"]] for g in res["generation"]])
+              "(fp32, batch 1): with the KV cache each step feeds one token; without it each step recomputes "
+              "the whole sequence. Median tokens/s over the repeats, cache and recompute alternated. Compiled: "
+              "`generate(..., compile=True)` for both (`torch.compile(dynamic=True)`, compiled before timing).", ""]
+    lines += _table(["model", "mode", "cache tok/s", "recompute tok/s", "speed-up", "same tokens"],
+                    [[g["preset"], g.get("mode", "eager"), f"{g['median']['cache']:,.1f}",
+                      f"{g['median']['recompute']:,.1f}", f"{g['ratio']:.1f}×", g["same_tokens"]]
+                     for g in res["generation"]])
     lines += ["## FLOP counting", "", f"Matmul peak of this machine ({plan['matmul_n']}² square matmuls, best of "
               f"repeats): fp32 {peak['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.1f} GFLOP/s.", "",
               FLOPS_METHOD, ""]

@@ -142,7 +142,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
     prompt_bytes = args.prompt.encode("utf-8") or b"\n"
     prompt = torch.tensor([list(prompt_bytes)], dtype=torch.long, device=device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen)
+    out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen,
+                         compile=args.compile)
     sys.stdout.write(bytes(out[0].tolist()).decode("utf-8", errors="replace") + "\n")
 
 
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the forward (pays a compile of ~1 min; worth it for long samples)")
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("data", help="fetch or describe a corpus")

@@ -68,19 +68,24 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         top_k: int | None = None,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        compile: bool = False,
     ) -> Tensor:
         """Sample continuations of prompt (B, T0) -> (B, T0 + max_new_tokens).
 
         With ``use_cache`` each step feeds only the newest token and reuses every earlier
         token's keys/values; without it, each step recomputes the whole sequence.
+        ``compile`` runs the forward through ``torch.compile`` with dynamic shapes (one graph for
+        every sequence and cache length, after a few steps): a cached step is a few hundred small
+        operators, each costing more to launch than to compute at batch 1, and compiling fuses them.
         """
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        forward = torch.compile(self, dynamic=True) if compile else self
         out = prompt
         caches = self.new_caches() if use_cache else None
         step_input = prompt
         for _ in range(max_new_tokens):
-            logits = self(step_input if use_cache else out, caches=caches)[:, -1].float()
+            logits = forward(step_input if use_cache else out, caches=caches)[:, -1].float()
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
