@@ -108,6 +108,14 @@ def test_config_errors():
         build_model("kuramoto", KuramotoConfig(**TINY_KA, ff="sideways"))
     with pytest.raises(ValueError, match="int64"):
         KuramotoLM(KuramotoConfig(**TINY_KA))(torch.zeros(1, 3))
+    with pytest.raises(ConfigError, match="embed_spread"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, embed_spread=0.0))
+
+
+def test_embed_spread_bounds_the_initial_phases():
+    for spread in (1.0, 0.1):
+        phases = KuramotoLM(KuramotoConfig(**TINY_KA, embed_spread=spread)).phase_embedding
+        assert phases.abs().max() <= torch.pi * spread and phases.abs().max() > 0.9 * torch.pi * spread
 
 
 def test_initial_loss_near_uniform():

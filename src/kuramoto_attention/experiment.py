@@ -163,7 +163,7 @@ def _screen4() -> list[Spec]:
     """Round 4, as round 3: the per-group learning rates again (round 1 set phase lr ×20 on a model with
     radius 1 and the feed-forward on wrap(θ)), clipping (ka-1m clipped 40-60% of its steps mid-training,
     the transformer none), more oscillators paid for by shared gates (quadratic in k per layer), and
-    attention without the self-coupling term (a switch outside the SPEC)."""
+    attention without the self-coupling term (a switch outside the SPEC), and a concentrated phase init."""
     train_variants: dict[str, dict[str, Any]] = {
         "phase-lr-5": {"phase_lr_mult": 5.0}, "phase-lr-50": {"phase_lr_mult": 50.0}, "clip-0": {"grad_clip": 0.0},
     }
@@ -172,6 +172,7 @@ def _screen4() -> list[Spec]:
         "shared-gates-dim-192": {"shared_gates": True, "dim": 192, "ff_hidden": 108},
         # the first layer's self weight was 0.89-0.97 (a near no-op): couple to earlier tokens only
         "no-self-coupling": {"self_coupling": False},
+        "embed-spread-0.1": {"embed_spread": 0.1},  # start every byte near one phase
     }
     sweep = {**SWEEP, "lr": 4e-3}
     return ([Spec("screen4", f"ka-{k}", "ka-1m", v, sweep, "valid") for k, v in model_variants.items()]

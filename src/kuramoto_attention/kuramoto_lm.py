@@ -49,6 +49,10 @@ class KuramotoConfig:
     omega_base: float = 10000.0
     self_coupling: bool = True  # False: attention couples t to earlier tokens only (not the SPEC's u ≤ t)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
+    # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
+    # start near-orthogonal in ψ, so the self pair dominates every score); small s starts all bytes near one
+    # phase (nearly uniform attention), as a transformer's small embedding init does.
+    embed_spread: float = 1.0
     context: int = 256  # training context; the model itself has no maximum length
 
     def layer_fields(self) -> dict:
@@ -105,7 +109,10 @@ class KuramotoLM(ByteLM):
         if config.ff not in ("angles", "lift", "none"):
             raise ValueError(f"ff must be 'angles', 'lift' or 'none', got {config.ff!r}")
         self.config = config
-        self.phase_embedding = nn.Parameter(torch.empty(VOCAB_SIZE, config.dim).uniform_(-torch.pi, torch.pi))
+        if not 0 < config.embed_spread <= 1:
+            raise ValueError(f"embed_spread must be in (0, 1], got {config.embed_spread}")
+        spread = torch.pi * config.embed_spread
+        self.phase_embedding = nn.Parameter(torch.empty(VOCAB_SIZE, config.dim).uniform_(-spread, spread))
         self.shared_gates = PhaseGates(config.dim, config.heads) if config.shared_gates and config.gates else None
         self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates) for _ in range(config.depth))
         # Readout of ψ(θ): row c is (α_c cos μ_c, α_c sin μ_c), i.e. prototype phases μ_c
