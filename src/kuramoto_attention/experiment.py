@@ -168,6 +168,7 @@ def _screen4() -> list[Spec]:
         "phase-lr-5": {"phase_lr_mult": 5.0}, "phase-lr-50": {"phase_lr_mult": 50.0}, "clip-0": {"grad_clip": 0.0},
     }
     model_variants: dict[str, dict[str, Any]] = {
+        "default": {},
         "shared-gates-dim-160": {"shared_gates": True, "dim": 160, "ff_hidden": 180},
         "shared-gates-dim-192": {"shared_gates": True, "dim": 192, "ff_hidden": 108},
         # the first layer's self weight was 0.89-0.97 (a near no-op): couple to earlier tokens only
