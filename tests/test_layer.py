@@ -200,6 +200,26 @@ def test_fused_equals_reference_bf16_autocast():
     assert (fused - ref).abs().max() < 1e-2 * layer.bound.radius.item()
 
 
+def test_fp32_attention_keeps_the_increment_where_the_self_term_dominates():
+    """With A_tt ≈ 1, a = Im(conj z_t G) is a small remainder of |G| ≈ 1: G rounded to bf16 swamps it,
+    G in float32 (``fp32_attention``) keeps it to the precision of the bf16 gate scores. Heads of 32
+    coordinates at τ = 1, as in ka-1m: the self score τ√d ≈ 5.7 dominates random phases."""
+    torch.manual_seed(0)
+    layer = KuramotoAttention(64, 2)
+    theta = random_phases(B, 64, 64, dtype=torch.float32)
+    a_ref, attn = layer.coupling(theta)
+    assert torch.diagonal(attn, dim1=-2, dim2=-1)[..., 16:].mean() > 0.5
+    errors = {}
+    for fp32 in (False, True):
+        layer.fp32_attention = fp32
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            psi = lift(theta)
+            a = layer._increment_fused(theta, psi, psi.to(torch.bfloat16), None)
+        assert a.dtype == torch.float32
+        errors[fp32] = ((a - a_ref).norm() / a_ref.norm()).item()
+    assert errors[True] < 0.02 and errors[True] < errors[False] / 2
+
+
 def test_return_attention_and_coupling_api():
     layer, theta = make_layer(), random_phases(B, T, K)
     new, attn = layer(theta, return_attention=True)

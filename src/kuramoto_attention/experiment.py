@@ -177,6 +177,7 @@ def _screen4() -> list[Spec]:
         # the first layer's self weight was 0.89-0.97 (a near no-op): couple to earlier tokens only
         "no-self-coupling": {"self_coupling": False},
         "embed-spread-0.1": {"embed_spread": 0.1},  # start every byte near one phase
+        "fp32-attention": {"fp32_attention": True},  # bf16 gates, float32 attention (see fp32 below)
     }
     sweep = {**SWEEP, "lr": 4e-3}
     return ([Spec("screen4", f"ka-{k}", "ka-1m", v, sweep, "valid") for k, v in model_variants.items()]

@@ -48,6 +48,7 @@ class KuramotoConfig:
     value_init: float = 1.0
     omega_base: float = 10000.0
     self_coupling: bool = True  # False: attention couples t to earlier tokens only (not the SPEC's u ≤ t)
+    fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
     # start near-orthogonal in ψ, so the self pair dominates every score); small s starts all bytes near one
@@ -60,6 +61,7 @@ class KuramotoConfig:
             gates=self.gates, omega=self.omega, value=self.value, bound=self.bound,
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
+            fp32_attention=self.fp32_attention,
         )
 
 

@@ -19,6 +19,7 @@ Two paths with identical parameters compute the same thing:
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Literal
 
 import torch
@@ -86,6 +87,10 @@ class KuramotoAttention(nn.Module):
                    (sin 0 = 0), so dropping it rescales a by 1/(1 − A_tt): the softmax then spends all
                    of its mass on earlier tokens instead of on "stay where you are" (a departure from
                    the SPEC, for the near no-op first layer; RESULTS.md).
+      fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32 (the
+                   gate matmuls stay in bf16). a = Im(conj z_t G) cancels the self term A_tt z_t exactly only in
+                   exact arithmetic; with G in bf16 the cancellation leaves bf16 rounding (~0.4% of |G|), which
+                   is most of a where A_tt ≈ 1 (10% error in the first layer of main's trained ka-1m).
       shared_gates: a ``PhaseGates`` module to use instead of this layer's own. It is not registered
                    as this layer's submodule (the owner, e.g. ``KuramotoLM``, registers it once), so a
                    standalone layer's ``parameters()``, ``state_dict()`` and ``.to()`` do not include it.
@@ -106,6 +111,7 @@ class KuramotoAttention(nn.Module):
         value_init: float = 1.0,
         omega_base: float = 10000.0,
         self_coupling: bool = True,
+        fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
         super().__init__()
@@ -119,7 +125,7 @@ class KuramotoAttention(nn.Module):
             if val not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {val!r}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
-        self.self_coupling = self_coupling
+        self.self_coupling, self.fp32_attention = self_coupling, fp32_attention
 
         self.gates: PhaseGates | None = None
         if gates and shared_gates is None:
@@ -193,19 +199,22 @@ class KuramotoAttention(nn.Module):
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + t, device=theta.device, dtype=theta.dtype)
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
-        trig = lift(phi).to(psi_mm.dtype)  # ψ(φ) per head: (B, H, T, 2d)
+        att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
+        trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
         tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
             q, k = trig * tau.to(trig.dtype).view(self.heads, 1, 1), trig
         else:
-            gq, gk = module(psi_mm, q_scale=tau)
+            gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau))
             q = (trig.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
             k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
-        v = self._values(psi_mm)
+        v = self._values(psi if self.fp32_attention else psi_mm).to(att_dtype)
         if cache is not None:
             k, v = cache.update(k, v)
-        out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d), exclude_self=not self.self_coupling)
+        no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
+        with no_autocast:
+            out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d), exclude_self=not self.self_coupling)
         out = out.transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
             return out.reshape(b, t, self.dim).to(theta.dtype)
