@@ -254,11 +254,17 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
     return asdict(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
 
 
+# What a record made before a model field existed ran with (the field's first default), so that a later
+# change of that default makes such records stale instead of silently matching.
+RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False}
+
+
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
     """How recorded model and training configs (a run.json's or a result's) differ from the spec's.
-    A field the record lacks was added later with a default that keeps the old behaviour."""
+    A field the record lacks was added later: it counts at ``RECORDED_BEFORE`` or the config's default."""
     expected = dict(zip(("model", "train"), expected_configs(spec), strict=True))
-    defaults = {"model": asdict(FAMILIES[get_preset(spec.preset)[0]][0]()), "train": TRAIN_DEFAULTS}
+    defaults = {"model": {**asdict(FAMILIES[get_preset(spec.preset)[0]][0]()), **RECORDED_BEFORE},
+                "train": TRAIN_DEFAULTS}
     return [f"{part} {k}={recorded.get(k, defaults[part][k])!r} (spec {v!r})"
             for part, recorded in (("model", model), ("train", train_cfg))
             for k, v in expected[part].items()
