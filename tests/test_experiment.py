@@ -150,7 +150,7 @@ def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypat
         experiment.run_spec(spec, None)
 
 
-def test_stale_results_are_detected(in_tmp, capsys):
+def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
     spec = experiment.plan("main")[0]
     fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
@@ -160,6 +160,12 @@ def test_stale_results_are_detected(in_tmp, capsys):
     assert "model ff='angles'" in experiment.mismatch(spec, {**fresh, "model": {**fresh["model"], "ff": "angles"}})
     assert "lr=0.004" in experiment.mismatch(spec, {**fresh, "train": {**fresh["train"], "lr": 4e-3}})
     assert "model overrides" in experiment.mismatch(spec, {**fresh, "model_overrides": {"ff": "none"}})
+    # a record made before a field existed counts at that field's first default, not at today's
+    older = {k: v for k, v in fresh["model"].items() if k != "fp32_attention"}
+    assert experiment.mismatch(spec, {**fresh, "model": older}) is None
+    with monkeypatch.context() as m:
+        m.setitem(experiment.RECORDED_BEFORE, "fp32_attention", True)
+        assert "fp32_attention=True" in experiment.mismatch(spec, {**fresh, "model": older})
     write(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])
     experiment.run_group("main", None, only=[spec.name])  # reported, not rerun (nothing to train here)
     assert "STALE (train lr=0.004" in capsys.readouterr().out
