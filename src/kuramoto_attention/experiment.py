@@ -190,6 +190,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "shared-gates-ff-277": {"shared_gates": True, "ff_hidden": 277},
     # round 4: shared gates paying for 32 more oscillators (−0.066 valid BPC at 3M tokens)
     "shared-gates-dim-160": {"shared_gates": True, "dim": 160, "ff_hidden": 180},
+    # every 3M-token gain so far vanished at 10M (ka ends near 2.30 whatever the shape): is it bf16's floor?
+    "fp32-attention": {"fp32_attention": True},
 }
 
 
