@@ -252,11 +252,22 @@ def confirm_section(group: str = "confirm") -> str:
     if not rows or not full or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     ref, tf_mean = full[0]["eval_bpc"], statistics.mean(tf)
-    body = [[r["name"], _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
-             f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
+    body = [[r["name"], _overrides(r), f"{r['params']:,}", _screen_delta(r["name"]), _fmt(r["eval_bpc"]),
+             f"{r['eval_bpc'] - ref:+.4f}", f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
     return (f"Against main's ka-1m seed 0 (test BPC {_fmt(ref)}) and the transformer's mean over its seeds "
-            f"({_fmt(tf_mean)}); one seed, so a difference under about 0.02 (main's seed spread) is not resolved.\n\n"
-            + _table(["run", "change", "params", "test BPC", "Δ vs ka-1m seed 0", "gap to tf-1m mean"], body))
+            f"({_fmt(tf_mean)}); one seed, so a difference under about 0.02 (main's seed spread) is not resolved. "
+            "The screen column is the same change's valid-BPC Δ in its 3M-token screening round.\n\n"
+            + _table(["run", "change", "params", "screen Δ (3M, valid)", "test BPC", "Δ vs ka-1m seed 0",
+                      "gap to tf-1m mean"], body))
+
+
+def _screen_delta(name: str) -> str:
+    """A run's Δ against its round's ka-default in the last screening round that ran it ("—": none did)."""
+    for group in reversed(SCREENS):
+        rows = {r["name"]: r for r in _with_twins(group)}
+        if name in rows and "ka-default" in rows:
+            return f"{rows[name]['eval_bpc'] - rows['ka-default']['eval_bpc']:+.4f} ({group})"
+    return "—"
 
 
 def _planned(group: str) -> str:
