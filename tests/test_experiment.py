@@ -208,6 +208,7 @@ def test_confirm_section_compares_with_main(in_tmp):
     rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
+    rows += [fake_result("screen4", n, "ka-1m", b) for n, b in (("ka-default", 2.60), ("ka-x", 2.55))]
     write(in_tmp, rows)
     text = results.confirm_section()
-    assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 1 | 2.2700 | -0.0300 | +0.1200 |" in text
+    assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
