@@ -192,6 +192,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "shared-gates-dim-160": {"shared_gates": True, "dim": 160, "ff_hidden": 180},
     # every 3M-token gain so far vanished at 10M (ka ends near 2.30 whatever the shape): is it bf16's floor?
     "fp32-attention": {"fp32_attention": True},
+    "no-self-coupling": {"self_coupling": False},  # round 4: −0.037
+    "embed-spread-0.1": {"embed_spread": 0.1},  # round 4: −0.027
 }
 
 
