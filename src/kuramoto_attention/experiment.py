@@ -202,6 +202,13 @@ def _confirm() -> list[Spec]:
             for k, v in CANDIDATES.items()]
 
 
+def _budget() -> list[Spec]:
+    """Does the gap close with more training? The main pair (seed 0, each model's swept lr) at 20M tokens
+    (2.2 passes over enwik7's 9M training bytes), beside the 3M sweep and the 10M main runs."""
+    return [Spec("budget", f"{p}-20m", p, {}, {**PROTOCOL, "tokens": 20_000_000, "lr": best_lr(p), "seed": 0})
+            for p in ("ka-1m", "tf-1m")]
+
+
 # In run order: first those never measured, then the three the paper reports (measured with wrap(θ)).
 ABLATIONS: dict[str, dict[str, Any]] = {
     "ff-lift": FF_LIFT_MATCHED, "ff-angles": RAW, "omega-zero": {"omega": "zero"},
@@ -223,7 +230,7 @@ def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_g
 GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
     "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3, "confirm": _confirm,
-    "screen4": _screen4,
+    "screen4": _screen4, "budget": _budget,
 }
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)

@@ -211,6 +211,28 @@ def _gap_along_training(rows: list[dict[str, Any]]) -> str:
             f"high before the end): {', '.join(points)}.") if points else ""
 
 
+def budget_section() -> str:
+    """The seed-0 pair's test gap at 10M (main) and 20M tokens (budget), and the best valid gap of the 3M sweep."""
+    runs = {(r["family"], r["tokens"] // 1_000_000): r for g in ("main", "budget") for r in load_results(g)
+            if r["train"]["seed"] == 0}
+    body = []
+    for millions in sorted({m for _, m in runs}):
+        ka, tf = runs.get(("kuramoto", millions)), runs.get(("transformer", millions))
+        if ka and tf:
+            body.append([f"{ka['tokens'] / 1e6:.1f}M", ka["group"], _fmt(ka["eval_bpc"]), _fmt(tf["eval_bpc"]),
+                         f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}"])
+    sweep = {p: min((r["eval_bpc"] for r in load_results("lr") if r["preset"] == p), default=None)
+             for p in ("ka-1m", "tf-1m")}
+    if None not in sweep.values():
+        body.insert(0, ["3.0M", "lr (best of each sweep, valid BPC)", _fmt(sweep["ka-1m"]), _fmt(sweep["tf-1m"]),
+                        f"{sweep['ka-1m'] - sweep['tf-1m']:+.4f}"])
+    if len(body) < 2:
+        return "_No longer-budget runs yet (`kuramoto experiment run budget`)._"
+    return ("Each row is a pair trained with its own full schedule to that budget (seed 0, each model's swept "
+            "lr); test BPC unless stated.\n\n"
+            + _table(["tokens", "group", "ka-1m", "tf-1m", "gap"], body))
+
+
 def superseded_section(group: str, what: str) -> str:
     """ka-1m runs of a frozen main group (an earlier default), against main's transformer runs."""
     ka, tf = load_results(group), [r for r in load_results("main") if r["family"] == "transformer"]
@@ -330,6 +352,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         superseded_section("main-wrapped", "feed-forward on wrap(θ)"),
         "",
         ablation_section("ablation-wrapped", "main-wrapped"),
+        "",
+        "## Does the gap close with more training?",
+        "",
+        budget_section(),
         "",
         "## pycode (bits per byte)",
         "",
