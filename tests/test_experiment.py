@@ -212,3 +212,17 @@ def test_confirm_section_compares_with_main(in_tmp):
     write(in_tmp, rows)
     text = results.confirm_section()
     assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
+
+
+def test_budget_section_compares_the_gap_across_budgets(in_tmp):
+    rows = [fake_result("lr", f"{p}-lr-0.002", p, b, lr=2e-3) for p, b in (("ka-1m", 2.6), ("tf-1m", 2.5))]
+    for i in (0, 1):
+        rows += [fake_result("main", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i),
+                 fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
+    rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
+             for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
+    write(in_tmp, rows)
+    text = results.budget_section()
+    assert "| 3.0M | lr (best of each sweep, valid BPC) | 2.6000 | 2.5000 | +0.1000 |" in text
+    assert "| 10.0M | main | 2.3000 | 2.1500 | +0.1500 |" in text  # seed 0 only
+    assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 |" in text
