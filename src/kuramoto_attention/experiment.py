@@ -166,8 +166,8 @@ def _screen4() -> list[Spec]:
     attention without the self-coupling term (a switch outside the SPEC), and a concentrated phase init."""
     train_variants: dict[str, dict[str, Any]] = {
         "phase-lr-5": {"phase_lr_mult": 5.0}, "phase-lr-50": {"phase_lr_mult": 50.0}, "clip-0": {"grad_clip": 0.0},
-        # bf16 values ψ(θ_u): where A_tt ≈ 1 the self term of a cancels only to bf16 rounding (~0.4%), a
-        # 10% error of the first layer's increment in main's trained ka-1m
+        # bf16 values ψ(θ_u): where A_tt ≈ 1 the self term of a cancels only to bf16 rounding (~0.4% of |G|),
+        # a large part of the first layer's small increment
         "fp32": {"precision": "fp32"},
     }
     model_variants: dict[str, dict[str, Any]] = {
