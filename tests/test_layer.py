@@ -200,24 +200,41 @@ def test_fused_equals_reference_bf16_autocast():
     assert (fused - ref).abs().max() < 1e-2 * layer.bound.radius.item()
 
 
-def test_fp32_attention_keeps_the_increment_where_the_self_term_dominates():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_fp32_attention_keeps_the_increment_where_the_self_term_dominates(device):
     """With A_tt ≈ 1, a = Im(conj z_t G) is a small remainder of |G| ≈ 1: G rounded to bf16 swamps it,
     G in float32 (``fp32_attention``) keeps it to the precision of the bf16 gate scores. Heads of 32
-    coordinates at τ = 1, as in ka-1m: the self score τ√d ≈ 5.7 dominates random phases."""
+    coordinates at τ = 1, as in ka-1m: the self score τ√d ≈ 5.7 dominates random phases. Through the
+    layer's forward under autocast, whose SDPA autocast would otherwise lower."""
     torch.manual_seed(0)
-    layer = KuramotoAttention(64, 2)
-    theta = random_phases(B, 64, 64, dtype=torch.float32)
-    a_ref, attn = layer.coupling(theta)
+    layer = KuramotoAttention(64, 2).to(device)
+    theta = random_phases(B, 64, 64, dtype=torch.float32).to(device)
+    _, attn = layer.coupling(theta)
     assert torch.diagonal(attn, dim1=-2, dim2=-1)[..., 16:].mean() > 0.5
+    step_ref = layer(theta, path="reference") - theta
     errors = {}
     for fp32 in (False, True):
         layer.fp32_attention = fp32
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            psi = lift(theta)
-            a = layer._increment_fused(theta, psi, psi.to(torch.bfloat16), None)
-        assert a.dtype == torch.float32
-        errors[fp32] = ((a - a_ref).norm() / a_ref.norm()).item()
+        with torch.autocast(device, dtype=torch.bfloat16):
+            new = layer(theta)
+        assert new.dtype == torch.float32
+        errors[fp32] = ((new - theta - step_ref).norm() / step_ref.norm()).item()
     assert errors[True] < 0.02 and errors[True] < errors[False] / 2
+
+
+def test_causal_attention_without_self_is_the_masked_softmax():
+    """The shifted-key form of ``exclude_self`` equals SDPA with ``causal_mask(exclude_self=True)``, for a
+    full sequence, a chunk after a cache, one new token, and the very first token."""
+    from kuramoto_attention.modules import causal_attention, causal_mask
+
+    q_all, k_all, v_all = (torch.randn(2, 3, 9, 4, dtype=torch.float64) for _ in range(3))
+    for t, s in ((9, 9), (4, 9), (1, 9), (1, 1)):
+        q, k, v = q_all[..., s - t:s, :], k_all[..., :s, :], v_all[..., :s, :]
+        mask = causal_mask(t, s, q.device, exclude_self=True)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5)
+        got = causal_attention(q, k, v, scale=0.5, exclude_self=True)
+        assert got.shape == (2, 3, t, 4) and torch.allclose(got, want, atol=1e-12)
 
 
 def test_return_attention_and_coupling_api():

@@ -62,6 +62,12 @@ def test_compiled_generation_follows_eager(family):
     eager = model.generate(prompt, 20, temperature=0)
     assert torch.equal(model.generate(prompt, 20, temperature=0, compile=True), eager)
     assert torch.equal(model.generate(prompt, 6, temperature=0, use_cache=False, compile=True), eager[:, :9])
+    # warm: a longer run (another cache growth, new lengths) reuses the graphs; a recompile would be an error,
+    # so the compiled code cannot have fallen back to eager unnoticed
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        longer = model.generate(prompt, 40, temperature=0, compile=True)
+        model.generate(prompt, 12, temperature=0, use_cache=False, compile=True)
+    assert torch.equal(longer[:, :23], eager)
 
 
 def test_kuramoto_state_stays_finite_and_phase_embedding_not_decayed():

@@ -83,14 +83,14 @@ class KuramotoAttention(nn.Module):
       value_init:  initial bias of the signed value gate v(θ) (>0 starts synchronising).
       omega_base:  base of the geometric ω initialisation (as RoPE's base).
       self_coupling: True (the SPEC): A couples t to every u ≤ t. False: to u < t only (the first token
-                   keeps its self-coupling, so its increment is 0). The self term adds nothing to a
+                   keeps its self-coupling, so its circular increment is 0). The self term adds nothing to a
                    (sin 0 = 0), so dropping it rescales a by 1/(1 − A_tt): the softmax then spends all
                    of its mass on earlier tokens instead of on "stay where you are" (a departure from
                    the SPEC, for the near no-op first layer; RESULTS.md).
-      fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32 (the
-                   gate matmuls stay in bf16). a = Im(conj z_t G) cancels the self term A_tt z_t exactly only in
-                   exact arithmetic; with G in bf16 the cancellation leaves bf16 rounding (~0.4% of |G|), which
-                   a large part of a where A_tt ≈ 1 (``tests/test_layer.py`` measures the gain).
+      fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
+                   gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
+                   cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
+                   rounding (~0.4% of |G|) is a large part of a where A_tt ≈ 1 (``tests/test_layer.py``).
       shared_gates: a ``PhaseGates`` module to use instead of this layer's own. It is not registered
                    as this layer's submodule (the owner, e.g. ``KuramotoLM``, registers it once), so a
                    standalone layer's ``parameters()``, ``state_dict()`` and ``.to()`` do not include it.

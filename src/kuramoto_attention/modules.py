@@ -134,12 +134,19 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self
     """Causal scaled dot-product attention where the T queries are the last T of S keys.
 
     q: (B, H, T, d); k, v: (B, H, S, d) with S ≥ T (S > T when earlier keys come from a
-    cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T and
-    ``exclude_self`` is off (with it, only a (T, S) bool mask; see ``causal_mask``).
+    cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T.
+    ``exclude_self``: the pattern of ``causal_mask(t, s, exclude_self=True)``.
     """
     t, s = q.shape[-2], k.shape[-2]
-    if exclude_self:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(t, s, q.device, True), scale=scale)
+    if exclude_self:  # row i sees keys < its own: the same causal pattern on keys shifted by one, no mask
+        if t < s:
+            return causal_attention(q, k[..., :-1, :], v[..., :-1, :], scale)
+        first = v[..., :1, :]  # token 0 has only itself: its row is its own value (see ``causal_mask``)
+        if t == 1:
+            return first
+        rest = F.scaled_dot_product_attention(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :], is_causal=True,
+                                              scale=scale)
+        return torch.cat((first, rest), dim=-2)
     if t == s:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     if t == 1:  # one new token attends to everything cached
