@@ -211,7 +211,11 @@ def test_confirm_section_compares_with_main(in_tmp):
     rows += [fake_result("screen4", n, "ka-1m", b) for n, b in (("ka-default", 2.60), ("ka-x", 2.55))]
     write(in_tmp, rows)
     text = results.confirm_section()
-    assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
+    rows.append(fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True))
+    write(in_tmp, rows)
+    text = results.confirm_section()
+    assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 0 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
+    assert "| ka-x-seed1 | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.3100 | -0.0100 |" in text
 
 
 def test_budget_section_compares_the_gap_across_budgets(in_tmp):
