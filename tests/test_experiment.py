@@ -216,6 +216,8 @@ def test_confirm_section_compares_with_main(in_tmp):
     text = results.confirm_section()
     assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 0 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
     assert "| ka-x-seed1 | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.3100 | -0.0100 |" in text
+    assert "- ka-x, seeds 0, 1: 2.2900 ± 0.0283 against main's 2.3100 on the same seeds (-0.0200); gap to " \
+           "the tf-1m mean +0.1400." in text
 
 
 def test_budget_section_compares_the_gap_across_budgets(in_tmp):

@@ -286,7 +286,26 @@ def confirm_section(group: str = "confirm") -> str:
             f"seeds ({_fmt(tf_mean)}); main's seeds spread by about 0.01 (sd), so a difference under about 0.02 is "
             "not resolved. The screen column is the same change's valid-BPC Δ in its 3M-token screening round.\n\n"
             + _table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs main ka-1m, same seed",
-                      "gap to tf-1m mean"], body))
+                      "gap to tf-1m mean"], body) + _seed_means(rows, ka, tf_mean))
+
+
+def _seed_means(rows: list[dict[str, Any]], ka: dict[int, float], tf_mean: float) -> str:
+    """For a candidate run on several of main's seeds: its mean against main's mean over the same seeds."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_name.setdefault(r["name"].split("-seed")[0], []).append(r)
+    lines = []
+    for name, runs in sorted(by_name.items()):
+        seeds = sorted(r["train"]["seed"] for r in runs)
+        if len(runs) < 2 or not set(seeds) <= set(ka):
+            continue
+        vals = [r["eval_bpc"] for r in runs]
+        same = statistics.mean(ka[s] for s in seeds)
+        lines.append(f"- {name}, seeds {', '.join(map(str, seeds))}: {_fmt(statistics.mean(vals))} ± "
+                     f"{statistics.stdev(vals):.4f} against main's {_fmt(same)} on the same seeds "
+                     f"({statistics.mean(vals) - same:+.4f}); gap to the tf-1m mean "
+                     f"{statistics.mean(vals) - tf_mean:+.4f}.")
+    return ("\n\nOver seeds:\n\n" + "\n".join(lines)) if lines else ""
 
 
 def _screen_delta(name: str) -> str:
