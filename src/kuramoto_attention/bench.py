@@ -266,13 +266,14 @@ def bench_generation(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     n_new, prompt = plan.gen_total - 1, torch.full((1, 1), 10, dtype=torch.long)  # prompt: one newline byte
     for mode in plan.modes:
+        compiled = mode == "compile"
         for name in plan.pairs[0]:
             torch.manual_seed(0)
             model = build_model(*get_preset(name)).eval()
             jobs = {k: partial(model.generate, prompt, n_new, temperature=0, use_cache=k == "cache",
-                               compile=mode == "compile") for k in ("cache", "recompute")}
+                               compile=compiled) for k in ("cache", "recompute")}
             for k in jobs:  # warm-up (and compilation: past the first cache growth, one dynamic graph)
-                model.generate(prompt, 40, temperature=0, use_cache=k == "cache", compile=mode == "compile")
+                model.generate(prompt, 40, temperature=0, use_cache=k == "cache", compile=compiled)
             _log(f"generation {name}, {mode}")
             runs, outs = interleaved(jobs, plan.repeats, n_new)
             med = {k: statistics.median(v) for k, v in runs.items()}

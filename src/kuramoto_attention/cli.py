@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the forward (pays a compile of ~1 min; worth it for long samples)")
+                   help="torch.compile the forward (a one-time compile first; worth it for long samples)")
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("data", help="fetch or describe a corpus")
