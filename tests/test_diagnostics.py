@@ -13,6 +13,7 @@ from kuramoto_attention.diagnostics import (
     diagnose,
     gate_sign_fractions,
     knockout,
+    offset_profile,
     omega_timescale,
     saturation,
 )
@@ -70,6 +71,22 @@ def test_distance_by_hand():
     one_hot = torch.tensor([[1.0, 0], [1.0, 0]])[None, None]  # query 1 looks one token back
     assert attention_entropy(one_hot).item() == 0.0
     assert attention_distance(one_hot).item() == pytest.approx(0.5)
+
+
+def test_offset_profile_by_hand():
+    attn = torch.tensor([[1.0, 0, 0, 0], [0.5, 0.5, 0, 0], [0.2, 0.3, 0.5, 0], [0.1, 0.6, 0.1, 0.2]])[None, None]
+    # queries t ≥ 2 only: Δ=0 (0.5, 0.2), Δ=1 (0.3, 0.1), Δ=2 (0.2, 0.6)
+    assert torch.allclose(offset_profile(attn, 2), torch.tensor([[0.35, 0.2, 0.4]]))
+    with pytest.raises(ValueError, match="more than 4 positions"):
+        offset_profile(attn, 4)
+
+
+def test_offset_profile_in_diagnostics():
+    d = diagnose(tiny(), torch.randint(0, 256, (2, T)))
+    assert d.offset_profile.shape == (2, 2, 9) and d.peak_offset.shape == (2, 2)
+    assert (d.offset_profile.sum(-1) <= 1 + 1e-6).all()
+    assert torch.equal(d.peak_offset, d.offset_profile.argmax(-1))
+    assert json.loads(json.dumps(d.to_dict()))["peak_offset"] == d.peak_offset.tolist()
 
 
 def test_omega_timescale_and_medians():

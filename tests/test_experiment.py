@@ -84,9 +84,13 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
              "self_weight": [0.5, 0.2], "median_abs_omega": [0.5, 0.1], "timescale_tokens": [12.6, 62.8],
              "local_near_one": True, "global_falls": True, "omega_decreasing": True,
              "omega_depth_spearman": dynamics._spearman([0.5, 0.1]),
-             "knockout_attn_bpc": [0.01, 0.5], "knockout_ff_bpc": [0.2, None]}
-    disagree = {**agree, "run": "b", "local_near_one": False, "omega_decreasing": False}
+             "knockout_attn_bpc": [0.01, 0.5], "knockout_ff_bpc": [0.2, None],
+             "peak_offset": [[0, 1], [2, 0]], "offset_profile": [[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]],
+                                                                 [[0.2, 0.3, 0.5], [0.9, 0.1, 0.0]]]}
+    disagree = {**agree, "run": "confirm/b", "group": "confirm", "local_near_one": False, "omega_decreasing": False}
     text = dynamics.write([agree, disagree]).read_text()
+    assert "`kuramoto experiment dynamics main confirm`" in text
+    assert "| a | 0 1 \\| 2 0 | 0.30 0.45 0.25 \\| 0.55 0.20 0.25 | 1 of 4 |" in text
     assert "| a | +0.010 → +0.500 | +0.200 → — |" in text
     assert "every layer in 1 of 2 runs" in text and "first in 2 of 2 runs" in text
     assert "decreases with depth in 1 of 2 runs" in text

@@ -161,6 +161,45 @@ def test_without_self_coupling_fused_equals_reference(value):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("self_coupling", [True, False])
+def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling):
+    layer = make_layer(phase_lag=True, self_coupling=self_coupling)
+    theta = random_phases(B, T, K).requires_grad_()
+    fused, ref = layer(theta), layer(theta, path="reference")
+    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
+    g_fused = torch.autograd.grad(fused.sum(), [theta, *layer.parameters()])
+    g_ref = torch.autograd.grad(ref.sum(), [theta, *layer.parameters()])
+    for a, b in zip(g_fused, g_ref, strict=True):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    if self_coupling:  # s_{t,u} = τ/√d Σ_j g^q g^k cos(θ_t − θ_u + ω_j (t − u) + β_j), written out
+        lag = layer.lag.view(H, -1)
+        scores = layer._scores_reference(theta.detach(), lift(theta.detach()))
+        gq, gk = layer._gates(lift(theta.detach()))
+        th, omega, d = theta.detach(), layer.omega.view(H, -1), K // H
+        for h, t, u in itertools.product(range(H), range(T), range(T)):
+            if u <= t:
+                x = th[:, t, h * d:(h + 1) * d] - th[:, u, h * d:(h + 1) * d] + omega[h] * (t - u) + lag[h]
+                literal = layer.log_tau[h].exp() / math.sqrt(d) * (gq[:, h, t] * gk[:, h, u] * torch.cos(x)).sum(-1)
+                assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
+
+
+def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():
+    """Tokens with identical phases: without β the kernel Σ_j cos(ω_j (t − u)) peaks at u = t; with
+    β_j = −2 ω_j it peaks at u = t − 2."""
+    layer = KuramotoAttention(K, 1, gates=False, tau="fixed", tau_init=8.0).double()
+    with torch.no_grad():
+        layer.omega.copy_(torch.linspace(0.1, 0.5, K))
+    theta = torch.full((1, T, K), 0.7, dtype=torch.float64)
+    _, attn = layer.coupling(theta)
+    assert (attn[0, 0].argmax(-1) == torch.arange(T)).all()
+    lagged = KuramotoAttention(K, 1, gates=False, tau="fixed", tau_init=8.0, phase_lag=True).double()
+    with torch.no_grad():
+        lagged.omega.copy_(layer.omega)
+        lagged.lag.copy_(-2 * layer.omega)
+    _, attn = lagged.coupling(theta)
+    assert (attn[0, 0, 2:].argmax(-1) == torch.arange(T - 2)).all()
+
+
 def test_dropping_self_coupling_rescales_the_increment():
     """sin(θ_t − θ_t) = 0: without the self term, a_t = a_t(with it) / (1 − A_tt); the first token's is 0."""
     layer, theta = make_layer(), random_phases(B, T, K)
@@ -279,3 +318,5 @@ def test_bad_fields_raise():
         KuramotoAttention(8, 2, omega="fast")
     with pytest.raises(ValueError, match="bound"):
         KuramotoAttention(8, 2, bound="clip")
+    with pytest.raises(ValueError, match="phase_lag_spread"):
+        KuramotoAttention(8, 2, phase_lag=True, phase_lag_spread=2.0)

@@ -39,6 +39,7 @@ from .torus import circular_mean, lift
 
 SATURATION_LEVEL = 0.95  # an increment "saturates" the bound when its size is ≥ 95% of the radius
 HIST_BINS = 41
+OFFSETS = 8  # the offset profile covers t − u = 0..OFFSETS
 
 
 @dataclass
@@ -51,6 +52,9 @@ class Diagnostics:
                                  each layer (row i+1): coherence over the whole sequence.
       entropy          (L, H)    −Σ_u A_{t,u} log A_{t,u} in nats, averaged over queries (log(t+1) if uniform).
       distance         (L, H)    Σ_u A_{t,u} (t − u), averaged over queries: how far back a head looks.
+      offset_profile   (L, H, D+1) A_{t,t−Δ} for Δ = 0..D (D = OFFSETS), averaged over queries t ≥ D: how
+                                 a head spreads its attention over the last few positions.
+      peak_offset      (L, H)    the Δ of each head's largest offset_profile entry.
       self_weight      (L, H)    A_{t,t} averaged over queries: attention a token pays itself, which moves
                                  nothing (sin(θ_t − θ_t) = 0); the cosine kernel scores the self pair
                                  highest unless the gates say otherwise, so this is the layer's "no-op" mass.
@@ -77,6 +81,8 @@ class Diagnostics:
     global_order: Tensor
     entropy: Tensor
     distance: Tensor
+    offset_profile: Tensor
+    peak_offset: Tensor
     self_weight: Tensor
     sync_fraction: Tensor
     repel_fraction: Tensor
@@ -166,6 +172,16 @@ def attention_distance(attn: Tensor) -> Tensor:
     return (attn * lag).sum(-1).mean(dim=(0, 2))
 
 
+def offset_profile(attn: Tensor, max_offset: int) -> Tensor:
+    """A_{t,t−Δ} for Δ = 0..max_offset, averaged over batch and queries t ≥ max_offset -> (H, max_offset + 1).
+    Queries t < max_offset are left out so that every Δ averages over the same queries."""
+    if attn.shape[-1] <= max_offset:
+        raise ValueError(f"offset profile up to {max_offset} needs more than {max_offset} positions, "
+                         f"got {attn.shape[-1]}")
+    return torch.stack([attn.diagonal(offset=-d, dim1=-2, dim2=-1)[..., max_offset - d:].mean(dim=(0, 2))
+                        for d in range(max_offset + 1)], dim=-1)
+
+
 def gate_sign_fractions(v: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     """Fractions of v > 0 and v < 0 per head over tokens and coordinates; v (B, T, k)."""
     vh = split_heads(v, heads)
@@ -253,7 +269,7 @@ def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
 def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     states = model.phases(idx)
     heads = model.config.heads
-    rows: dict[str, list[Any]] = {k: [] for k in ("local", "entropy", "distance", "self", "sync", "repel", "attn_sat",
+    rows: dict[str, list[Any]] = {k: [] for k in ("local", "entropy", "distance", "offsets", "self", "sync", "repel", "attn_sat",
                                                   "ff_sat", "attention", "value_gates")}
     for block, theta in zip(model.blocks, states[:-1], strict=True):
         layer: KuramotoAttention = block.attn
@@ -264,6 +280,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         rows["local"].append(local_order(attn, theta))
         rows["entropy"].append(attention_entropy(attn))
         rows["distance"].append(attention_distance(attn))
+        rows["offsets"].append(offset_profile(attn, min(OFFSETS, attn.shape[-1] - 1)))
         rows["self"].append(attn.diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2)))
         sync, repel = gate_sign_fractions(v, heads)
         rows["sync"].append(sync)
@@ -284,6 +301,8 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         global_order=torch.stack([global_order(s, heads) for s in states]).cpu(),
         entropy=stack("entropy"),
         distance=stack("distance"),
+        offset_profile=stack("offsets"),
+        peak_offset=stack("offsets").argmax(dim=-1),
         self_weight=stack("self"),
         sync_fraction=stack("sync"),
         repel_fraction=stack("repel"),

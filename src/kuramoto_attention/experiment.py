@@ -184,6 +184,21 @@ def _screen4() -> list[Spec]:
             + [Spec("screen4", f"ka-{k}", "ka-1m", {}, {**sweep, **v}, "valid") for k, v in train_variants.items()])
 
 
+def _screen5() -> list[Spec]:
+    """Round 5, as round 3: positional selection. Every trained head's mean attention falls monotonically with
+    the offset t − u (RESULTS.md, offset profile): the SPEC's score has no phase offset between query and key,
+    so its positional part peaks at u = t. A learned phase lag β (``phase_lag``) lets a head peak at an
+    earlier offset; alone, from β = 0 (the SPEC's score at init) or spread over the circle, and with
+    ``self_coupling=False`` (the one change confirmed at 10M)."""
+    variants: dict[str, dict[str, Any]] = {
+        "default": {},
+        "phase-lag": {"phase_lag": True},
+        "phase-lag-spread-1": {"phase_lag": True, "phase_lag_spread": 1.0},
+        "phase-lag-no-self": {"phase_lag": True, "self_coupling": False},
+    }
+    return [Spec("screen5", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
+
+
 # The screens' improvements, checked at the main protocol before any default changes: one seed against
 # main's ka-1m seed 0.
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -235,7 +250,7 @@ def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_g
 GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
     "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3, "confirm": _confirm,
-    "screen4": _screen4, "budget": _budget,
+    "screen4": _screen4, "budget": _budget, "screen5": _screen5,
 }
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)
@@ -273,7 +288,8 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 # What a record made before a model field existed ran with (the field's first default), so that a later
 # change of that default makes such records stale instead of silently matching. A missing training field
 # counts at today's TrainConfig default: changing a training default needs an entry of its own here.
-RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False}
+RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
+                                   "phase_lag": False, "phase_lag_spread": 0.0}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
@@ -411,9 +427,9 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("action", choices=["run", "report", "replicate", "dynamics"],
                    help="run GROUP; report: RESULTS.md from results/; replicate: every protocol group (not the "
                         "frozen ones), then report; "
-                        "dynamics [GROUP]: the paper's dynamics claims on a group's Kuramoto runs")
-    p.add_argument("group", nargs="?", help="screen, screen2, lr, main, ablation, pycode, screen3, confirm (frozen: "
-                   "lr-wrapped, main-wrapped, ablation-wrapped, main-raw, ablation-raw)")
+                        "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs")
+    p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
+                   "several (default: main)")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)
@@ -421,17 +437,17 @@ def add_subcommand(sub: Any) -> None:
 
 def _cmd(args: Any) -> None:
     if args.action == "run":
-        if not args.group:
-            raise ConfigError(f"experiment run needs a GROUP: {', '.join([*GROUPS, *FROZEN])}")
-        run_group(args.group, args.data_dir, args.only)
+        if len(args.group) != 1:
+            raise ConfigError(f"experiment run needs one GROUP: {', '.join([*GROUPS, *FROZEN])}")
+        run_group(args.group[0], args.data_dir, args.only)
     elif args.action == "replicate":
         for group in GROUPS:
             run_group(group, args.data_dir)
     if args.action in ("dynamics", "replicate"):
         from .dynamics import measure, write
 
-        group = args.group if args.action == "dynamics" and args.group else "main"
-        print(f"wrote {write(measure(group, args.data_dir))}")
+        groups = args.group if args.action == "dynamics" and args.group else ["main"]
+        print(f"wrote {write([row for group in groups for row in measure(group, args.data_dir)])}")
     if args.action in ("report", "replicate"):
         from .results import write_results_md
 

@@ -48,6 +48,10 @@ class KuramotoConfig:
     value_init: float = 1.0
     omega_base: float = 10000.0
     self_coupling: bool = True  # False: attention couples t to earlier tokens only (not the SPEC's u ≤ t)
+    # A learned phase lag β_j in the score, cos(θ_t − θ_u + ω_j (t − u) + β_j) (layer.py): outside the
+    # SPEC's s; lets a head prefer an earlier offset by position alone. Spread: β's uniform init range / π.
+    phase_lag: bool = False
+    phase_lag_spread: float = 0.0
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
@@ -61,7 +65,7 @@ class KuramotoConfig:
             gates=self.gates, omega=self.omega, value=self.value, bound=self.bound,
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
-            fp32_attention=self.fp32_attention,
+            phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread, fp32_attention=self.fp32_attention,
         )
 
 
@@ -138,7 +142,7 @@ class KuramotoLM(ByteLM):
         return {"phase_embedding"}  # angles: shrinking them toward 0 has no meaning on T^k
 
     def phase_parameter_names(self) -> set[str]:
-        return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith(".omega")}
+        return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith((".omega", ".lag"))}
 
     def embed(self, idx: Tensor) -> Tensor:
         return self.phase_embedding[idx]

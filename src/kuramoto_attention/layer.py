@@ -1,7 +1,7 @@
 """Kuramoto attention: one adaptive Kuramoto synchronisation step (paper §2, SPEC §2).
 
     g^q_t = ρ(W_q ψ(θ_t) + b_q),  g^k_t = ρ(W_k ψ(θ_t) + b_k)          gates (PhaseGates)
-    s_{t,u} = τ/√d · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u))
+    s_{t,u} = τ/√d · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) [+ β_j])
                        per head: j runs over the head's d = k/H coordinates, τ is the head's
     A_{t,·} = softmax_{u ≤ t} s_{t,·}                  (u < t with ``self_coupling=False``)
     G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}},   a_{t,j} = Im(e^{−iθ_{t,j}} G_{t,j})
@@ -87,6 +87,13 @@ class KuramotoAttention(nn.Module):
                    (sin 0 = 0), so dropping it rescales a by 1/(1 − A_tt): the softmax then spends all
                    of its mass on earlier tokens instead of on "stay where you are" (a departure from
                    the SPEC, for the near no-op first layer; RESULTS.md).
+      phase_lag:   False (the SPEC): no β. True: a learned per-coordinate phase lag β_j in the score (a
+                   departure from the SPEC's s, as in the Kuramoto–Sakaguchi model, but only in the
+                   selection: a stays Σ_u A_{t,u} sin(θ_u − θ_t)). Without β, a coordinate whose phase is
+                   the same for all tokens scores Σ_j w_j cos(ω_j (t − u)) with w ≥ 0, which peaks at
+                   u = t: no head can prefer u = t − 2 to u = t − 1 by position alone (RoPE can, since
+                   its q and k phases differ); β_j moves that peak to ω_j (t − u) = −β_j.
+      phase_lag_spread: β's initialisation, uniform in [−π·s, π·s) (0: β = 0, the SPEC's score at init).
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -111,6 +118,8 @@ class KuramotoAttention(nn.Module):
         value_init: float = 1.0,
         omega_base: float = 10000.0,
         self_coupling: bool = True,
+        phase_lag: bool = False,
+        phase_lag_spread: float = 0.0,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -136,6 +145,12 @@ class KuramotoAttention(nn.Module):
             self.omega = nn.Parameter(rotary_angles(self.head_dim, omega_base).float().repeat(heads))
         else:
             self.register_buffer("omega", torch.zeros(dim), persistent=False)
+        if not 0 <= phase_lag_spread <= 1:
+            raise ValueError(f"phase_lag_spread must be in [0, 1], got {phase_lag_spread}")
+        self.lag: nn.Parameter | None = None
+        if phase_lag:
+            spread = torch.pi * phase_lag_spread
+            self.lag = nn.Parameter(torch.empty(dim).uniform_(-spread, spread) if spread else torch.zeros(dim))
 
         log_tau = torch.full((heads,), math.log(tau_init))
         if tau == "learned":
@@ -177,6 +192,9 @@ class KuramotoAttention(nn.Module):
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
 
+    def _lag(self) -> Tensor | None:
+        return None if self.lag is None else self.lag.view(self.heads, 1, self.head_dim)  # β: (H, 1, k/H)
+
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
 
@@ -201,13 +219,15 @@ class KuramotoAttention(nn.Module):
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
         trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
+        lag = self._lag()
+        trig_q = trig if lag is None else lift(phi + lag.to(phi.dtype)).to(att_dtype)  # ψ(φ + β)
         tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
-            q, k = trig * tau.to(trig.dtype).view(self.heads, 1, 1), trig
+            q, k = trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
         else:
             gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau))
-            q = (trig.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
+            q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
             k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
         v = self._values(psi if self.fp32_attention else psi_mm).to(att_dtype)
         if cache is not None:
@@ -230,6 +250,8 @@ class KuramotoAttention(nn.Module):
         lag = (pos[:, None] - pos[None, :])[..., None]  # (T, T, 1): t − u
         diff = th[:, :, :, None, :] - th[:, :, None, :, :]  # θ_t − θ_u: (B, H, T, T, k/H)
         drift = self._omega().to(theta.dtype)[:, None] * lag  # ω_j (t − u): (H, T, T, k/H)
+        if self.lag is not None:
+            drift = drift + self._lag().to(theta.dtype)[:, None]  # + β_j
         gq, gk = self._gates(psi)
         kernel = gq[:, :, :, None, :] * gk[:, :, None, :, :] * torch.cos(diff + drift)
         s = self._tau().to(theta.dtype) / math.sqrt(self.head_dim) * kernel.sum(-1)

@@ -112,7 +112,7 @@ def screen_section(group: str = "screen") -> str:
                    "saturated increments attn / ff (mean over layers)"], body) + note
 
 
-SCREENS = ("screen", "screen2", "screen3", "screen4")
+SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5")
 SCREEN4_ADOPTED = ("none yet. At 10M tokens (group confirm, below) self_coupling=False beat main on each of main's "
                    "three seeds; it departs from the SPEC's u ≤ t, and adopting it makes main, ablation and pycode "
                    "stale, so it is a switch until they are rerun. The other candidates ended within 0.03 of the "
@@ -128,7 +128,7 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
                "screen3": "none: the one change that helped at all, shared gates with the saved parameters in the "
                           "feed-forward (ka-shared-gates-ff-277), was no better than the default at 10M tokens "
                           "(group confirm, below)",
-               "screen4": SCREEN4_ADOPTED}
+               "screen4": SCREEN4_ADOPTED, "screen5": "none yet"}
     lines = []
     for group in SCREENS:
         rows = _with_twins(group)
@@ -419,6 +419,16 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "embedding that starts every byte near one phase (`embed_spread=0.1`).",
         "",
         screen_section("screen4"),
+        "",
+        "## Screening, round 5 (as round 3): positional selection",
+        "",
+        "The SPEC's score has no phase offset between query and key, so the positional part of a head's kernel "
+        "(Σ_j w_j cos(ω_j (t − u)), w ≥ 0, for coordinates whose phase is the same for all tokens) peaks at "
+        "u = t: a head cannot prefer t − 2 to t − 1 by position alone, and every trained head's attention falls "
+        "monotonically with the offset (offset profile, in the dynamics section below). `phase_lag=True` adds a learned "
+        "per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form).",
+        "",
+        screen_section("screen5"),
         "",
         "### Candidates of rounds 3–4 at the main protocol (10M tokens, test BPC)",
         "",
