@@ -269,8 +269,9 @@ def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
 def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     states = model.phases(idx)
     heads = model.config.heads
-    rows: dict[str, list[Any]] = {k: [] for k in ("local", "entropy", "distance", "offsets", "self", "sync", "repel", "attn_sat",
-                                                  "ff_sat", "attention", "value_gates")}
+    keys = ("local", "entropy", "distance", "offsets", "self", "sync", "repel", "attn_sat", "ff_sat", "attention",
+            "value_gates")
+    rows: dict[str, list[Any]] = {k: [] for k in keys}
     for block, theta in zip(model.blocks, states[:-1], strict=True):
         layer: KuramotoAttention = block.attn
         a, attn = layer.coupling(theta)

@@ -425,8 +425,8 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "The SPEC's score has no phase offset between query and key, so the positional part of a head's kernel "
         "(Σ_j w_j cos(ω_j (t − u)), w ≥ 0, for coordinates whose phase is the same for all tokens) peaks at "
         "u = t: a head cannot prefer t − 2 to t − 1 by position alone, and every trained head's attention falls "
-        "monotonically with the offset (offset profile, in the dynamics section below). `phase_lag=True` adds a learned "
-        "per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form).",
+        "monotonically with the offset (offset profile, in the dynamics section below). `phase_lag=True` adds a "
+        "learned per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form).",
         "",
         screen_section("screen5"),
         "",
