@@ -161,9 +161,9 @@ def test_without_self_coupling_fused_equals_reference(value):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("self_coupling", [True, False])
-def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling):
-    layer = make_layer(phase_lag=True, self_coupling=self_coupling)
+@pytest.mark.parametrize("self_coupling,content_lag", [(True, False), (False, False), (True, True)])
+def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling, content_lag):
+    layer = make_layer(phase_lag=True, self_coupling=self_coupling, content_lag=content_lag)
     theta = random_phases(B, T, K).requires_grad_()
     fused, ref = layer(theta), layer(theta, path="reference")
     assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
@@ -172,13 +172,15 @@ def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling):
     for a, b in zip(g_fused, g_ref, strict=True):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
     if self_coupling:  # s_{t,u} = τ/√d Σ_j g^q g^k cos(θ_t − θ_u + ω_j (t − u) + β_j), written out
-        lag = layer.lag.view(H, -1)
+        lag = layer.lag.view(H, -1).expand(B, T, H, -1)
+        if content_lag:
+            lag = lag + layer.lag_proj(lift(theta.detach())).view(B, T, H, -1)
         scores = layer._scores_reference(theta.detach(), lift(theta.detach()))
         gq, gk = layer._gates(lift(theta.detach()))
         th, omega, d = theta.detach(), layer.omega.view(H, -1), K // H
         for h, t, u in itertools.product(range(H), range(T), range(T)):
             if u <= t:
-                x = th[:, t, h * d:(h + 1) * d] - th[:, u, h * d:(h + 1) * d] + omega[h] * (t - u) + lag[h]
+                x = th[:, t, h * d:(h + 1) * d] - th[:, u, h * d:(h + 1) * d] + omega[h] * (t - u) + lag[:, t, h]
                 literal = layer.log_tau[h].exp() / math.sqrt(d) * (gq[:, h, t] * gk[:, h, u] * torch.cos(x)).sum(-1)
                 assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
 

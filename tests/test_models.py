@@ -17,6 +17,7 @@ def tiny_models():
     yield "ka-shared", KuramotoLM(KuramotoConfig(**TINY_KA, shared_gates=True)).double()
     yield "ka-no-self", KuramotoLM(KuramotoConfig(**TINY_KA, self_coupling=False)).double()
     yield "ka-lag", KuramotoLM(KuramotoConfig(**TINY_KA, phase_lag=True, phase_lag_spread=1.0)).double()
+    yield "ka-content-lag", KuramotoLM(KuramotoConfig(**TINY_KA, content_lag=True)).double()
     yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()
     yield "tf-untied", TransformerLM(TransformerConfig(**TINY_TF, tied=False)).double()
 

@@ -189,12 +189,17 @@ def _screen5() -> list[Spec]:
     the offset t − u (RESULTS.md, offset profile): the SPEC's score has no phase offset between query and key,
     so its positional part peaks at u = t. A learned phase lag β (``phase_lag``) lets a head peak at an
     earlier offset; alone, from β = 0 (the SPEC's score at init) or spread over the circle, and with
-    ``self_coupling=False`` (the one change confirmed at 10M)."""
+    ``self_coupling=False`` (the one change confirmed at 10M). Beyond position, the score only finds content
+    like the query's own (cos(θ_t − θ_u) peaks at θ_u = θ_t): ``content_lag`` lets the query seek other phases."""
     variants: dict[str, dict[str, Any]] = {
         "default": {},
         "phase-lag": {"phase_lag": True},
         "phase-lag-spread-1": {"phase_lag": True, "phase_lag_spread": 1.0},
         "phase-lag-no-self": {"phase_lag": True, "self_coupling": False},
+        # a query-dependent lag W_β ψ(θ_t) as well (the query seeks phases unlike its own); its 2k² + k
+        # parameters per layer paid for by the feed-forward (1,006,872 parameters)
+        "content-lag": {"phase_lag": True, "content_lag": True, "ff_hidden": 149},
+        "content-lag-no-self": {"phase_lag": True, "content_lag": True, "ff_hidden": 149, "self_coupling": False},
     }
     return [Spec("screen5", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
 
@@ -289,7 +294,7 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 # change of that default makes such records stale instead of silently matching. A missing training field
 # counts at today's TrainConfig default: changing a training default needs an entry of its own here.
 RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
-                                   "phase_lag": False, "phase_lag_spread": 0.0}
+                                   "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

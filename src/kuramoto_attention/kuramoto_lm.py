@@ -52,6 +52,7 @@ class KuramotoConfig:
     # SPEC's s; lets a head prefer an earlier offset by position alone. Spread: β's uniform init range / π.
     phase_lag: bool = False
     phase_lag_spread: float = 0.0
+    content_lag: bool = False  # + a query-dependent lag W_β ψ(θ_t) (layer.py); 2k² + k parameters per layer
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
@@ -65,7 +66,8 @@ class KuramotoConfig:
             gates=self.gates, omega=self.omega, value=self.value, bound=self.bound,
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
-            phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread, fp32_attention=self.fp32_attention,
+            phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
+            content_lag=self.content_lag, fp32_attention=self.fp32_attention,
         )
 
 

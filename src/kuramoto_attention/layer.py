@@ -94,6 +94,9 @@ class KuramotoAttention(nn.Module):
                    u = t: no head can prefer u = t − 2 to u = t − 1 by position alone (RoPE can, since
                    its q and k phases differ); β_j moves that peak to ω_j (t − u) = −β_j.
       phase_lag_spread: β's initialisation, uniform in [−π·s, π·s) (0: β = 0, the SPEC's score at init).
+      content_lag: adds a query-dependent lag β(θ_t) = W_β ψ(θ_t) (weights init 0.02, so ≈ 0 at init): the
+                   query looks for phases θ_u = θ_t + β(θ_t) rather than for its own, as a transformer's
+                   W_q ≠ W_k lets a query seek content unlike its own (2k² + k parameters per layer).
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -120,6 +123,7 @@ class KuramotoAttention(nn.Module):
         self_coupling: bool = True,
         phase_lag: bool = False,
         phase_lag_spread: float = 0.0,
+        content_lag: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -151,6 +155,10 @@ class KuramotoAttention(nn.Module):
         if phase_lag:
             spread = torch.pi * phase_lag_spread
             self.lag = nn.Parameter(torch.empty(dim).uniform_(-spread, spread) if spread else torch.zeros(dim))
+        self.lag_proj: nn.Linear | None = None
+        if content_lag:
+            self.lag_proj = nn.Linear(2 * dim, dim, bias=False)
+            nn.init.normal_(self.lag_proj.weight, std=0.02)
 
         log_tau = torch.full((heads,), math.log(tau_init))
         if tau == "learned":
@@ -192,8 +200,13 @@ class KuramotoAttention(nn.Module):
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
 
-    def _lag(self) -> Tensor | None:
-        return None if self.lag is None else self.lag.view(self.heads, 1, self.head_dim)  # β: (H, 1, k/H)
+    def _lag(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """The query's phase lag: β (H, 1, k/H), + W_β ψ(θ_t) (B, H, T, k/H), or None (the SPEC's score)."""
+        lag = None if self.lag is None else self.lag.view(self.heads, 1, self.head_dim).to(dtype)
+        if self.lag_proj is not None:
+            content = self._heads(self.lag_proj(psi).to(dtype))
+            lag = content if lag is None else content + lag
+        return lag
 
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
@@ -219,8 +232,8 @@ class KuramotoAttention(nn.Module):
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
         trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
-        lag = self._lag()
-        trig_q = trig if lag is None else lift(phi + lag.to(phi.dtype)).to(att_dtype)  # ψ(φ + β)
+        lag = self._lag(psi_mm, phi.dtype)
+        trig_q = trig if lag is None else lift(phi + lag).to(att_dtype)  # ψ(φ + β)
         tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
@@ -250,8 +263,9 @@ class KuramotoAttention(nn.Module):
         lag = (pos[:, None] - pos[None, :])[..., None]  # (T, T, 1): t − u
         diff = th[:, :, :, None, :] - th[:, :, None, :, :]  # θ_t − θ_u: (B, H, T, T, k/H)
         drift = self._omega().to(theta.dtype)[:, None] * lag  # ω_j (t − u): (H, T, T, k/H)
-        if self.lag is not None:
-            drift = drift + self._lag().to(theta.dtype)[:, None]  # + β_j
+        beta = self._lag(psi, theta.dtype)
+        if beta is not None:
+            drift = drift + beta.unsqueeze(-2)  # + β_j: (H, 1, 1, k/H) or (B, H, T, 1, k/H)
         gq, gk = self._gates(psi)
         kernel = gq[:, :, :, None, :] * gk[:, :, None, :, :] * torch.cos(diff + drift)
         s = self._tau().to(theta.dtype) / math.sqrt(self.head_dim) * kernel.sum(-1)

@@ -426,7 +426,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "(Σ_j w_j cos(ω_j (t − u)), w ≥ 0, for coordinates whose phase is the same for all tokens) peaks at "
         "u = t: a head cannot prefer t − 2 to t − 1 by position alone, and every trained head's attention falls "
         "monotonically with the offset (offset profile, in the dynamics section below). `phase_lag=True` adds a "
-        "learned per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form).",
+        "learned per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form). "
+        "Beyond position, the content part cos(θ_t − θ_u) peaks where θ_u = θ_t: a query can only seek bytes like "
+        "itself (a transformer's W_q ≠ W_k can seek others). `content_lag=True` adds a query-dependent lag "
+        "W_β ψ(θ_t) (2k² + k parameters per layer, paid for by the feed-forward).",
         "",
         screen_section("screen5"),
         "",
