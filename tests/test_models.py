@@ -5,6 +5,7 @@ import torch
 
 from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
 from kuramoto_attention.presets import NOMINAL, ConfigError, build_model, get_preset, preset_table
+from kuramoto_attention.torus import lift
 
 TINY_KA = dict(dim=16, depth=2, heads=2, ff_hidden=24)
 TINY_TF = dict(dim=16, depth=2, heads=2, ff_hidden=24)
@@ -18,6 +19,8 @@ def tiny_models():
     yield "ka-no-self", KuramotoLM(KuramotoConfig(**TINY_KA, self_coupling=False)).double()
     yield "ka-lag", KuramotoLM(KuramotoConfig(**TINY_KA, phase_lag=True, phase_lag_spread=1.0)).double()
     yield "ka-content-lag", KuramotoLM(KuramotoConfig(**TINY_KA, content_lag=True)).double()
+    for ff in ("lift", "angles"):
+        yield f"ka-ff-{ff}-tangent", KuramotoLM(KuramotoConfig(**TINY_KA, ff=ff, ff_output="tangent")).double()
     yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()
     yield "tf-untied", TransformerLM(TransformerConfig(**TINY_TF, tied=False)).double()
 
@@ -116,8 +119,25 @@ def test_config_errors():
         build_model("kuramoto", KuramotoConfig(**TINY_KA, ff="sideways"))
     with pytest.raises(ValueError, match="int64"):
         KuramotoLM(KuramotoConfig(**TINY_KA))(torch.zeros(1, 3))
+    with pytest.raises(ConfigError, match="ff_output"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_output="angle"))
     with pytest.raises(ConfigError, match="embed_spread"):
         build_model("kuramoto", KuramotoConfig(**TINY_KA, embed_spread=0.0))
+
+
+def test_tangent_feed_forward_moves_toward_its_phasor_field():
+    """ff_output="tangent": the increment is Im(conj(e^{iθ}) y) = |y| sin(arg y − θ), y = SwiGLU(ψ(θ)), so it
+    is 2π-periodic in θ, vanishes where θ = arg y and pulls θ toward arg y (positive below, negative above)."""
+    from kuramoto_attention.kuramoto_lm import PhaseFeedForward
+
+    cfg = KuramotoConfig(**TINY_KA, ff_output="tangent", bound="none")
+    ff = PhaseFeedForward(cfg).double()
+    theta = torch.rand(3, 5, cfg.dim, dtype=torch.float64) * 6 - 3
+    y = ff.mlp(lift(theta))
+    target = torch.atan2(y[..., cfg.dim:], y[..., : cfg.dim])
+    expected = y.unflatten(-1, (2, cfg.dim)).norm(dim=-2) * torch.sin(target - theta)
+    assert torch.allclose(ff(theta) - theta, expected, atol=1e-12)
+    assert torch.allclose(ff(theta + 2 * torch.pi) - (theta + 2 * torch.pi), expected, atol=1e-12)
 
 
 def test_embed_spread_bounds_the_initial_phases():

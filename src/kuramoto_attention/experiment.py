@@ -190,7 +190,8 @@ def _screen5() -> list[Spec]:
     so its positional part peaks at u = t. A learned phase lag β (``phase_lag``) lets a head peak at an
     earlier offset; alone, from β = 0 (the SPEC's score at init) or spread over the circle, and with
     ``self_coupling=False`` (the one change confirmed at 10M). Beyond position, the score only finds content
-    like the query's own (cos(θ_t − θ_u) peaks at θ_u = θ_t): ``content_lag`` lets the query seek other phases."""
+    like the query's own (cos(θ_t − θ_u) peaks at θ_u = θ_t): ``content_lag`` lets the query seek other phases.
+    And the feed-forward's write: ``ff_output="tangent"``."""
     variants: dict[str, dict[str, Any]] = {
         "default": {},
         "phase-lag": {"phase_lag": True},
@@ -200,6 +201,9 @@ def _screen5() -> list[Spec]:
         # parameters per layer paid for by the feed-forward (1,006,872 parameters)
         "content-lag": {"phase_lag": True, "content_lag": True, "ff_hidden": 149},
         "content-lag-no-self": {"phase_lag": True, "content_lag": True, "ff_hidden": 149, "self_coupling": False},
+        # writing, not selecting: the feed-forward emits a phasor field and the oscillator moves toward it along
+        # its tangent (the attention step's form), instead of a raw rotation whose effect on ψ depends on θ
+        "ff-tangent": {"ff_output": "tangent", "ff_hidden": 167},
     }
     return [Spec("screen5", f"ka-{k}", "ka-1m", v, {**SWEEP, "lr": 4e-3}, "valid") for k, v in variants.items()]
 
@@ -294,7 +298,8 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 # change of that default makes such records stale instead of silently matching. A missing training field
 # counts at today's TrainConfig default: changing a training default needs an entry of its own here.
 RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
-                                   "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False}
+                                   "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
+                                   "ff_output": "increment"}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

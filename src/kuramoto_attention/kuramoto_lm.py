@@ -2,7 +2,7 @@
 
     θ^0_t = E[x_t]                                   byte → learned phases in T^k
     θ ← θ + bound(v(θ) ⊙ a(θ))                       KuramotoAttention (layer.py)
-    θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward
+    θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward (or bound(Im(conj(z) ⊙ y)), y = SwiGLU)
     logits_c = Σ_j α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout
 
 No normalisation layers: the state lives on a compact manifold. Choices the paper leaves
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from .layer import KuramotoAttention, PhaseGates
 from .lm import VOCAB_SIZE, ByteLM
 from .modules import Bound, BoundKind, KVCache, SwiGLU
-from .torus import lift, wrap
+from .torus import lift, tangent_projection, wrap
 
 
 @dataclass
@@ -34,6 +34,10 @@ class KuramotoConfig:
     # paper's reading). Raw θ trained far better in screen round 2 (RESULTS.md): wrap(θ) jumps by 2π where
     # a phase crosses ±π, so the feed-forward sees a discontinuous input.
     ff_wrap: bool = False
+    # What the feed-forward emits: "increment", a per-coordinate angle increment (the SPEC's block), or
+    # "tangent", a phasor y_j ∈ R² per coordinate that the oscillator moves toward along its tangent,
+    # Im(conj(e^{iθ_j}) y_j) (a forcing field, the attention step's own form; 2k outputs, not k).
+    ff_output: Literal["increment", "tangent"] = "increment"
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
     omega: Literal["learned", "zero"] = "learned"
@@ -81,17 +85,25 @@ class PhaseFeedForward(nn.Module):
 
     def __init__(self, cfg: KuramotoConfig) -> None:
         super().__init__()
-        self.mode, self.wrap = cfg.ff, cfg.ff_wrap
+        if cfg.ff_output not in ("increment", "tangent"):
+            raise ValueError(f"ff_output must be 'increment' or 'tangent', got {cfg.ff_output!r}")
+        self.mode, self.wrap, self.tangent = cfg.ff, cfg.ff_wrap, cfg.ff_output == "tangent"
         dim_in = 2 * cfg.dim if cfg.ff == "lift" else cfg.dim
-        self.mlp = SwiGLU(dim_in, cfg.ff_hidden, cfg.dim)
+        self.mlp = SwiGLU(dim_in, cfg.ff_hidden, 2 * cfg.dim if self.tangent else cfg.dim)
         self.bound = Bound(cfg.dim, cfg.bound, cfg.ff_radius_init)
 
     def forward(self, theta: Tensor) -> Tensor:
+        psi = lift(theta) if self.mode == "lift" or self.tangent else None
         if self.mode == "lift":
-            x = lift(theta)
+            x = psi
         else:
             x = wrap(theta) if self.wrap else theta
-        return theta + self.bound(self.mlp(x))
+        y = self.mlp(x)
+        if self.tangent:  # move toward the phasor field y along the tangent (same form as the attention step)
+            cos_t, sin_t = psi.chunk(2, dim=-1)
+            re_y, im_y = y.to(theta.dtype).chunk(2, dim=-1)
+            y = tangent_projection(cos_t, sin_t, re_y, im_y)
+        return theta + self.bound(y)
 
 
 class KuramotoBlock(nn.Module):

@@ -72,6 +72,7 @@ def _settings(r: dict[str, Any]) -> str:
     if r["family"] != "kuramoto":
         return "transformer preset"
     ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
+    ff += " → tangent" if m.get("ff_output") == "tangent" else ""
     return (f"k {m['dim']}, depth {m['depth']}, heads {m['heads']}, radius {m['attn_radius_init']:g}/"
             f"{m['ff_radius_init']:g} ({m['bound']}), τ₀ {m['tau_init']:g}, ff {ff} (hidden {m['ff_hidden']}), "
             f"v₀ {m['value_init']:g}, phase lr ×{t['phase_lr_mult']:g}; {r['params']:,} params")
@@ -429,7 +430,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "learned per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form). "
         "Beyond position, the content part cos(θ_t − θ_u) peaks where θ_u = θ_t: a query can only seek bytes like "
         "itself (a transformer's W_q ≠ W_k can seek others). `content_lag=True` adds a query-dependent lag "
-        "W_β ψ(θ_t) (2k² + k parameters per layer, paid for by the feed-forward).",
+        "W_β ψ(θ_t) (2k² + k parameters per layer, paid for by the feed-forward). Apart from selection, "
+        "`ff_output=\"tangent\"` changes how the feed-forward writes: it emits a phasor y_j per coordinate and the "
+        "oscillator moves toward it along its tangent, Im(conj(e^{iθ_j}) y_j) (the attention step's own form), "
+        "instead of a rotation whose effect on ψ(θ) depends on θ.",
         "",
         screen_section("screen5"),
         "",
