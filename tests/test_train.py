@@ -150,6 +150,11 @@ def test_eval_and_sample_cli(tmp_path, corpus, capsys):
     assert main(["sample", str(run), "--prompt", "phase ", "--length", "20", "--top-k", "5"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("phase ")
+    greedy = ["sample", str(run), "--prompt", "phase ", "--length", "8", "--temperature", "0"]
+    assert main(greedy) == 0
+    eager = capsys.readouterr().out
+    assert main([*greedy, "--compile"]) == 0
+    assert capsys.readouterr().out == eager
 
 
 @pytest.mark.parametrize("argv,needle", [
