@@ -434,10 +434,11 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
 
 def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("experiment", help="run the replication protocol or regenerate RESULTS.md")
-    p.add_argument("action", choices=["run", "report", "replicate", "dynamics"],
+    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap"],
                    help="run GROUP; report: RESULTS.md from results/; replicate: every protocol group (not the "
                         "frozen ones), then report; "
-                        "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs")
+                        "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
+                        "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
                    "several (default: main)")
     p.add_argument("--only", action="append", help="run only these run names")
@@ -458,6 +459,12 @@ def _cmd(args: Any) -> None:
 
         groups = args.group if args.action == "dynamics" and args.group else ["main"]
         print(f"wrote {write([row for group in groups for row in measure(group, args.data_dir)])}")
+    if args.action in ("gap", "replicate"):
+        from . import gap
+
+        if args.action == "gap" and len(args.group) > 1:
+            raise ConfigError("experiment gap takes one GROUP (default: main)")
+        print(f"wrote {gap.write(gap.measure(args.group[0] if args.group else 'main', args.data_dir))}")
     if args.action in ("report", "replicate"):
         from .results import write_results_md
 

@@ -444,8 +444,8 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
     ]
     if plot is not None:
         parts += ["## Validation BPC against tokens", "", f"![validation curves]({plot.as_posix()})", ""]
-    dyn = Path("results") / "dynamics.md"
-    if dyn.exists():
-        parts += [dyn.read_text()]
+    for name in ("gap.md", "dynamics.md"):  # written by `kuramoto experiment gap` and `... dynamics`
+        if (RESULTS / name).exists():
+            parts += [(RESULTS / name).read_text()]
     path.write_text("\n".join(parts))
     return path

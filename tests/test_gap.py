@@ -1,0 +1,46 @@
+"""The loss-gap breakdown (`kuramoto experiment gap`) on hand-made per-byte losses."""
+
+import math
+
+import pytest
+import torch
+
+from kuramoto_attention import KuramotoConfig, KuramotoLM, gap
+
+
+def test_by_position_bins_and_means():
+    ka = torch.tensor([[3.0, 2.0, 2.0, 1.0, 1.0]])
+    tf = torch.tensor([[2.0, 2.0, 1.0, 1.0, 0.0]])
+    rows = gap.by_position(ka, tf, edges=(0, 1, 2, 4, 8))
+    assert [(r["from"], r["to"]) for r in rows] == [(0, 1), (1, 2), (2, 4), (4, 5)]
+    assert [r["gap"] for r in rows] == pytest.approx([1.0, 0.0, 0.5, 1.0])
+
+
+def test_by_difficulty_groups_by_the_transformers_loss():
+    tf = torch.arange(8, dtype=torch.float32)  # quartiles {0,1}, {2,3}, {4,5}, {6,7}
+    ka = tf + torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, -1.0, -1.0])
+    rows = gap.by_difficulty(ka, tf)
+    assert [r["bytes"] for r in rows] == [2, 2, 2, 2]
+    assert [r["gap"] for r in rows] == pytest.approx([1.0, 0.0, 0.0, -1.0])
+    assert rows[0]["tf"] == pytest.approx(0.5)
+
+
+def test_bits_per_byte_is_the_cross_entropy_in_bits():
+    model = KuramotoLM(KuramotoConfig(dim=8, depth=1, heads=2, ff_hidden=8))
+    windows = torch.randint(0, 256, (2, 6))
+    bits = gap.bits_per_byte(model, windows)
+    assert bits.shape == (2, 5)
+    logits = model(windows[:, :-1])
+    nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
+    assert bits.mean().item() == pytest.approx(nats.item() / math.log(2), rel=1e-5)
+
+
+def test_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(gap, "RESULTS", tmp_path)
+    ka, tf = torch.full((2, 6), 2.5), torch.full((2, 6), 2.0)
+    res = {"group": "main", "seeds": [0, 1], "windows_per_seed": 1, "context": 6, "ka": 2.5, "tf": 2.0,
+           "by_position": gap.by_position(ka, tf), "by_difficulty": gap.by_difficulty(ka, tf)}
+    text = gap.write(res).read_text()
+    assert "`kuramoto experiment gap main`" in text and "gap +0.500" in text
+    assert "| 0 | 2.500 | 2.000 | +0.500 |" in text and "| 4–5 | 2.500 | 2.000 | +0.500 |" in text
+    assert (tmp_path / "gap.json").exists()
