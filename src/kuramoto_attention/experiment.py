@@ -218,6 +218,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "fp32-attention": {"fp32_attention": True},
     "no-self-coupling": {"self_coupling": False},  # round 4: −0.037
     "embed-spread-0.1": {"embed_spread": 0.1},  # round 4: −0.027
+    "phase-lag": {"phase_lag": True},  # round 5: −0.022
+    "phase-lag-no-self": {"phase_lag": True, "self_coupling": False},  # round 5: −0.037 (no-self alone: −0.037)
 }
 
 
