@@ -236,3 +236,15 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
     assert "| 3.0M | lr (best of each sweep, valid BPC) | 2.6000 | 2.5000 | +0.1000 |" in text
     assert "| 10.0M | main | 2.3000 | 2.1500 | +0.1500 |" in text  # seed 0 only
     assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 |" in text
+
+
+def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
+    assert "experiment run scale" in results.scale_section()
+    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
+    rows += [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
+             fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
+             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
+    write(in_tmp, rows)
+    text = results.scale_section()
+    assert "| 1M | main | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
+    assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text

@@ -240,6 +240,14 @@ def _budget() -> list[Spec]:
             for p in ("ka-1m", "tf-1m")]
 
 
+def _scale() -> list[Spec]:
+    """Does the gap close with size? The paper has Kuramoto attention level with the transformer at 5M. The
+    5M pair (seed 0) at the main protocol; no 5M sweep: each model at its 1M sweep's best lr (a larger model
+    usually wants a lower one, so both are likely above their optimum alike)."""
+    return [Spec("scale", f"{p}", p, {}, {**PROTOCOL, "lr": best_lr(p.replace("-5m", "-1m")), "seed": 0})
+            for p in ("ka-5m", "tf-5m")]
+
+
 # In run order: first those never measured, then the three the paper reports (measured with wrap(θ)).
 ABLATIONS: dict[str, dict[str, Any]] = {
     "ff-lift": FF_LIFT_MATCHED, "ff-angles": RAW, "omega-zero": {"omega": "zero"},
@@ -261,7 +269,7 @@ def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_g
 GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
     "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3, "confirm": _confirm,
-    "screen4": _screen4, "budget": _budget, "screen5": _screen5,
+    "screen4": _screen4, "budget": _budget, "screen5": _screen5, "scale": _scale,
 }
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)

@@ -237,6 +237,26 @@ def budget_section() -> str:
             + _table(["tokens", "group", "ka-1m", "tf-1m", "gap"], body))
 
 
+PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.452", "−0.004 (medians)")}
+
+
+def scale_section() -> str:
+    """The seed-0 pair at 1M (main) and 5M parameters (scale), test BPC, beside the paper's enwik8 numbers."""
+    runs = {r["preset"]: r for g in ("main", "scale") for r in load_results(g) if r["train"]["seed"] == 0}
+    body = []
+    for size, (p_ka, p_tf, p_gap) in PAPER_BY_SIZE.items():
+        ka, tf = runs.get(f"ka-{size}"), runs.get(f"tf-{size}")
+        if ka and tf:
+            body.append([size.upper(), ka["group"], f"{ka['params']:,} / {tf['params']:,}",
+                         f"{ka['train']['lr']:g} / {tf['train']['lr']:g}", _fmt(ka["eval_bpc"]), _fmt(tf["eval_bpc"]),
+                         f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", f"{p_ka} / {p_tf}, {p_gap}"])
+    if len(body) < 2:
+        return "_No 5M runs yet (`kuramoto experiment run scale`)._"
+    return ("Seed 0, 10M tokens, the main protocol; the 5M pair at each model's 1M-sweep learning rate (no 5M "
+            "sweep).\n\n" + _table(["size", "group", "params ka / tf", "lr ka / tf", "ka test BPC", "tf test BPC",
+                                      "gap", "paper (enwik8) ka / tf, gap"], body))
+
+
 def superseded_section(group: str, what: str) -> str:
     """ka-1m runs of a frozen main group (an earlier default), against main's transformer runs."""
     ka, tf = load_results(group), [r for r in load_results("main") if r["family"] == "transformer"]
@@ -383,6 +403,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "## Does the gap close with more training?",
         "",
         budget_section(),
+        "",
+        "## Does the gap close with size?",
+        "",
+        scale_section(),
         "",
         "## pycode (bits per byte)",
         "",
