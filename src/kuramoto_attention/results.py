@@ -461,10 +461,11 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "",
         screen_section("screen5"),
         "",
-        "Reading the round (the offset profiles of these runs are in the dynamics section): with a lag, and "
-        "more so with the content lag, heads of the middle layers do learn to peak at t − u = 1 or 2 instead of "
-        "at u = t, yet no variant beat `self_coupling=False` alone, so which offsets a head can prefer is not what "
-        "holds ka-1m back at this budget. The tangent feed-forward was the worst variant: our reading is that a "
+        "Reading the round (the offset profiles of these runs are in the dynamics section): with the constant "
+        "lag alone every head still peaks at u = t (with less self weight than the default's); with the content "
+        "lag, most heads of the middle layers peak at t − u = 1 or 2; without self-coupling, a few heads peak at "
+        "t − u ≥ 2. Yet no variant beat `self_coupling=False` alone, so which offsets a head can prefer is not "
+        "what holds ka-1m back at this budget. The tangent feed-forward was the worst variant: our reading is that a "
         "pull toward a field is a contraction (bytes whose phases differ but whose field y agrees end nearer "
         "each other, so information is lost), where a rotation is invertible; we did not test this further.",
         "",
