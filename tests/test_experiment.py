@@ -87,8 +87,10 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
              "knockout_attn_bpc": [0.01, 0.5], "knockout_ff_bpc": [0.2, None],
              "peak_offset": [[0, 1], [2, 0]], "offset_profile": [[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]],
                                                                  [[0.2, 0.3, 0.5], [0.9, 0.1, 0.0]]]}
-    disagree = {**agree, "run": "confirm/b", "group": "confirm", "local_near_one": False, "omega_decreasing": False}
-    text = dynamics.write([agree, disagree]).read_text()
+    disagree = {**agree, "run": "b", "local_near_one": False, "omega_decreasing": False}
+    variant = {**agree, "run": "confirm/c", "group": "confirm", "global_falls": False}  # listed, not judged
+    text = dynamics.write([agree, disagree, variant]).read_text()
+    assert "| confirm/c |" in text and "Verdicts on the main runs only" in text
     assert "`kuramoto experiment dynamics main confirm`" in text
     assert "| a | 0 1 \\| 2 0 | 0.30 0.45 0.25 \\| 0.55 0.20 0.25 | 1 of 4 |" in text
     assert "| a | +0.010 → +0.500 | +0.200 → — |" in text

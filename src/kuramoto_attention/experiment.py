@@ -450,7 +450,7 @@ def add_subcommand(sub: Any) -> None:
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
-                   "several (default: main)")
+                   "several (default: main confirm screen5)")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)
@@ -465,9 +465,9 @@ def _cmd(args: Any) -> None:
         for group in GROUPS:
             run_group(group, args.data_dir)
     if args.action in ("dynamics", "replicate"):
-        from .dynamics import measure, write
+        from .dynamics import DEFAULT_GROUPS, measure, write
 
-        groups = args.group if args.action == "dynamics" and args.group else ["main"]
+        groups = args.group if args.action == "dynamics" and args.group else DEFAULT_GROUPS
         print(f"wrote {write([row for group in groups for row in measure(group, args.data_dir)])}")
     if args.action in ("gap", "replicate"):
         from . import gap
