@@ -137,47 +137,38 @@ FIELDS = list(
 
 @pytest.mark.parametrize("gates,omega,value,bound,tau", FIELDS)
 def test_fused_equals_reference_forward_and_gradients(gates, omega, value, bound, tau):
-    layer = make_layer(gates=gates, omega=omega, value=value, bound=bound, tau=tau)
+    assert_fused_equals_reference(make_layer(gates=gates, omega=omega, value=value, bound=bound, tau=tau))
+
+
+def assert_fused_equals_reference(layer: KuramotoAttention) -> torch.Tensor:
+    """Both paths give the same output and the same gradients (θ and every parameter); returns θ."""
     theta = random_phases(B, T, K).requires_grad_()
-    fused = layer(theta)
-    ref = layer(theta, path="reference")
+    fused, ref = layer(theta), layer(theta, path="reference")
     assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
     weights = torch.randn_like(fused)
     g_fused = torch.autograd.grad((fused * weights).sum(), [theta, *layer.parameters()])
     g_ref = torch.autograd.grad((ref * weights).sum(), [theta, *layer.parameters()])
     for a, b in zip(g_fused, g_ref, strict=True):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    return theta.detach()
 
 
 @pytest.mark.parametrize("value", ["circular", "projection"])
 def test_without_self_coupling_fused_equals_reference(value):
-    layer = make_layer(value=value, self_coupling=False)
-    theta = random_phases(B, T, K).requires_grad_()
-    fused, ref = layer(theta), layer(theta, path="reference")
-    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
-    g_fused = torch.autograd.grad(fused.sum(), [theta, *layer.parameters()])
-    g_ref = torch.autograd.grad(ref.sum(), [theta, *layer.parameters()])
-    for a, b in zip(g_fused, g_ref, strict=True):
-        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    assert_fused_equals_reference(make_layer(value=value, self_coupling=False))
 
 
 @pytest.mark.parametrize("self_coupling,content_lag", [(True, False), (False, False), (True, True)])
 def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling, content_lag):
     layer = make_layer(phase_lag=True, self_coupling=self_coupling, content_lag=content_lag)
-    theta = random_phases(B, T, K).requires_grad_()
-    fused, ref = layer(theta), layer(theta, path="reference")
-    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
-    g_fused = torch.autograd.grad(fused.sum(), [theta, *layer.parameters()])
-    g_ref = torch.autograd.grad(ref.sum(), [theta, *layer.parameters()])
-    for a, b in zip(g_fused, g_ref, strict=True):
-        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    th = assert_fused_equals_reference(layer)
     if self_coupling:  # s_{t,u} = τ/√d Σ_j g^q g^k cos(θ_t − θ_u + ω_j (t − u) + β_j), written out
         lag = layer.lag.view(H, -1).expand(B, T, H, -1)
         if content_lag:
-            lag = lag + layer.lag_proj(lift(theta.detach())).view(B, T, H, -1)
-        scores = layer._scores_reference(theta.detach(), lift(theta.detach()))
-        gq, gk = layer._gates(lift(theta.detach()))
-        th, omega, d = theta.detach(), layer.omega.view(H, -1), K // H
+            lag = lag + layer.lag_proj(lift(th)).view(B, T, H, -1)
+        scores = layer._scores_reference(th, lift(th))
+        gq, gk = layer._gates(lift(th))
+        omega, d = layer.omega.view(H, -1), K // H
         for h, t, u in itertools.product(range(H), range(T), range(T)):
             if u <= t:
                 x = th[:, t, h * d:(h + 1) * d] - th[:, u, h * d:(h + 1) * d] + omega[h] * (t - u) + lag[:, t, h]
