@@ -233,8 +233,14 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
                  fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
     rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
              for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
+    lag = experiment.CANDIDATES[experiment.BEST_VARIANT]
+    rows += [fake_result("confirm", f"ka-{experiment.BEST_VARIANT}", "ka-1m", 2.25, **lag),
+             {**fake_result("budget", f"ka-1m-{experiment.BEST_VARIANT}-20m", "ka-1m", 2.10, **lag),
+              "tokens": 20_000_000}]
     write(in_tmp, rows)
     text = results.budget_section()
+    assert "| 10.0M | main | 2.3000 | 2.1500 | +0.1500 | 2.2500 | +0.1000 |" in text
+    assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 | 2.1000 | +0.1000 |" in text
     assert "| 3.0M | lr (best of each sweep, valid BPC) | 2.6000 | 2.5000 | +0.1000 |" in text
     assert "| 10.0M | main | 2.3000 | 2.1500 | +0.1500 |" in text  # seed 0 only
     assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 |" in text

@@ -9,7 +9,18 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .experiment import PROTOCOL, RESULTS, TRAIN_DEFAULTS, all_results, best_lr, load_results, plan, same_run
+from .experiment import (
+    BEST_VARIANT,
+    CANDIDATES,
+    PROTOCOL,
+    RESULTS,
+    TRAIN_DEFAULTS,
+    all_results,
+    best_lr,
+    load_results,
+    plan,
+    same_run,
+)
 from .presets import ConfigError
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
@@ -219,25 +230,38 @@ def _gap_along_training(rows: list[dict[str, Any]]) -> str:
 
 
 def budget_section() -> str:
-    """The seed-0 pair's test gap at 10M (main) and 20M tokens (budget), and the best valid gap of the 3M sweep."""
-    runs = {(r["family"], r["tokens"] // 1_000_000): r for g in ("main", "budget") for r in load_results(g)
-            if r["train"]["seed"] == 0}
+    """The seed-0 pair's test gap at 10M (main) and 20M tokens (budget), and the best valid gap of the 3M sweep;
+    beside it the best confirmed variant (``BEST_VARIANT``) at 10M (confirm) and 20M (budget)."""
+    runs, variant = {}, {}
+    for r in (r for g in ("main", "budget", "confirm") for r in load_results(g) if r["train"]["seed"] == 0):
+        millions = r["tokens"] // 1_000_000
+        if r["name"] in (f"ka-{BEST_VARIANT}", f"ka-1m-{BEST_VARIANT}-20m"):
+            variant[millions] = r
+        elif r["group"] != "confirm" and not r["model_overrides"]:
+            runs[(r["family"], millions)] = r
     body = []
     for millions in sorted({m for _, m in runs}):
         ka, tf = runs.get(("kuramoto", millions)), runs.get(("transformer", millions))
         if ka and tf:
+            v = variant.get(millions)
             body.append([f"{ka['tokens'] / 1e6:.1f}M", ka["group"], _fmt(ka["eval_bpc"]), _fmt(tf["eval_bpc"]),
-                         f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}"])
+                         f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", _fmt(v["eval_bpc"]) if v else "—",
+                         f"{v['eval_bpc'] - tf['eval_bpc']:+.4f}" if v else "—"])
     sweep = {p: min((r["eval_bpc"] for r in load_results("lr") if r["preset"] == p), default=None)
              for p in ("ka-1m", "tf-1m")}
     if None not in sweep.values():
+        screened = next((r for r in load_results("screen5") if r["name"] == f"ka-{BEST_VARIANT}"), None)
+        v = [_fmt(screened["eval_bpc"]) + " (screen5)", f"{screened['eval_bpc'] - sweep['tf-1m']:+.4f}"] \
+            if screened else ["—", "—"]
         body.insert(0, ["3.0M", "lr (best of each sweep, valid BPC)", _fmt(sweep["ka-1m"]), _fmt(sweep["tf-1m"]),
-                        f"{sweep['ka-1m'] - sweep['tf-1m']:+.4f}"])
+                        f"{sweep['ka-1m'] - sweep['tf-1m']:+.4f}", *v])
     if len(body) < 2:
         return "_No longer-budget runs yet (`kuramoto experiment run budget`)._"
     return ("Each row is a pair trained with its own full schedule to that budget (seed 0, each model's swept "
-            "lr); test BPC unless stated.\n\n"
-            + _table(["tokens", "group", "ka-1m", "tf-1m", "gap"], body))
+            f"lr); test BPC unless stated. The last two columns: ka-1m with {BEST_VARIANT} "
+            f"({', '.join(f'{k}={v}' for k, v in CANDIDATES[BEST_VARIANT].items())}; outside the SPEC), "
+            "the best variant confirmed at 10M, and its gap to the same transformer.\n\n"
+            + _table(["tokens", "group", "ka-1m", "tf-1m", "gap", "ka-1m variant", "variant gap"], body))
 
 
 PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.452", "−0.004 (medians)")}
