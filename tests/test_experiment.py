@@ -256,3 +256,16 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
     text = results.scale_section()
     assert "| 1M | main | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
+
+
+def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
+    rows = [fake_result("main", f"{p}-seed{i}", p, b + i / 100, seed=i)
+            for i in (0, 1) for p, b in (("ka-1m", 2.30), ("tf-1m", 2.10))]
+    write(in_tmp, rows)
+    assert "best ka-1m measured" not in results.comparison_section("main", "BPC")
+    lag = experiment.CANDIDATES[experiment.BEST_VARIANT]
+    write(in_tmp, [fake_result("confirm", f"ka-{experiment.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
+                               2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
+    text = results.comparison_section("main", "BPC")
+    assert "Gap (Kuramoto − transformer, mean): **+0.2000**" in text
+    assert "group confirm, 2 seeds): 2.2100 ± 0.0141, a gap of **+0.1050**." in text
