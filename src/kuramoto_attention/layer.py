@@ -260,9 +260,9 @@ class KuramotoAttention(nn.Module):
         t_len = theta.shape[1]
         th = self._heads(theta)
         pos = torch.arange(t_len, device=theta.device, dtype=theta.dtype)
-        lag = (pos[:, None] - pos[None, :])[..., None]  # (T, T, 1): t − u
+        offset = (pos[:, None] - pos[None, :])[..., None]  # (T, T, 1): t − u
         diff = th[:, :, :, None, :] - th[:, :, None, :, :]  # θ_t − θ_u: (B, H, T, T, k/H)
-        drift = self._omega().to(theta.dtype)[:, None] * lag  # ω_j (t − u): (H, T, T, k/H)
+        drift = self._omega().to(theta.dtype)[:, None] * offset  # ω_j (t − u): (H, T, T, k/H)
         beta = self._lag(psi, theta.dtype)
         if beta is not None:
             drift = drift + beta.unsqueeze(-2)  # + β_j: (H, 1, 1, k/H) or (B, H, T, 1, k/H)
