@@ -251,11 +251,13 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
     rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
     rows += [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
              fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
-             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
+             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3),
+             fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
     write(in_tmp, rows)
     text = results.scale_section()
     assert "| 1M | main | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
+    assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown" in text
 
 
 def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
