@@ -258,6 +258,10 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
     assert "| 1M | main | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
     assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown" in text
+    assert "Caveat" not in text
+    write(in_tmp, [fake_result("scale", "tf-5m", "tf-5m", 2.20, lr=8e-3), fake_result("scale", "tf-5m-lr-0.004",
+                                                                                    "tf-5m", 2.25, lr=4e-3)])
+    assert "Caveat: tf-5m (2.2000) is worse than tf-1m (2.1500)" in results.scale_section()
 
 
 def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):

@@ -302,7 +302,17 @@ def scale_section() -> str:
             + "; ".join(f"{p}: {', '.join(f'{x:g}' for x in v)}" for p, v in tried.items() if v)
             + "), the best shown.\n\n"
             + _table(["size", "group", "params ka / tf", "lr ka / tf", "ka test BPC", "tf test BPC", "gap",
-                      "paper (enwik8) ka / tf, gap"], body))
+                      "paper (enwik8) ka / tf, gap"], body) + _untuned(runs))
+
+
+def _untuned(runs: dict[str, dict[str, Any]]) -> str:
+    """A caveat for each family whose 5M model scored worse than its 1M model: its 5M learning rate is off."""
+    worse = [f"{f}-5m ({_fmt(runs[f'{f}-5m']['eval_bpc'])}) is worse than {f}-1m ({_fmt(runs[f'{f}-1m']['eval_bpc'])})"
+             for f in ("ka", "tf") if runs[f"{f}-5m"]["eval_bpc"] > runs[f"{f}-1m"]["eval_bpc"]]
+    if not worse:
+        return ""
+    return ("\n\nCaveat: " + "; ".join(worse) + ". Five times the parameters at the same tokens would normally score "
+            "better, so that model's learning rate is off its optimum and the 5M gap says little until it is tuned.")
 
 
 def superseded_section(group: str, what: str) -> str:
