@@ -519,13 +519,16 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "",
         screen_section("screen5"),
         "",
-        "Reading the round (the offset profiles of these runs are in the dynamics section): with the constant "
-        "lag alone every head still peaks at u = t (with less self weight than the default's); with the content "
-        "lag, most heads of the middle layers peak at t − u = 1 or 2; without self-coupling, a few heads peak at "
-        "t − u ≥ 2. Yet no variant beat `self_coupling=False` alone, so which offsets a head can prefer is not "
-        "what holds ka-1m back at this budget. The tangent feed-forward was the worst variant: our reading is that a "
-        "pull toward a field is a contraction (bytes whose phases differ but whose field y agrees end nearer "
-        "each other, so information is lost), where a rotation is invertible; we did not test this further.",
+        "Reading the round (the offset profiles of these runs and of the confirm runs are in the dynamics "
+        "section). At 3M tokens the constant lag left every head peaking at u = t (with less self weight), and no "
+        "variant beat `self_coupling=False` alone. At 10M tokens (confirm) the lag did what it was built for: "
+        "with self-coupling, the heads of layers 2–4 moved their peak to t − u = 1 or 2 and their self weight "
+        "fell several-fold; without self-coupling, 4–6 of 16 heads per seed peak at t − u ≥ 2 (at most 1 without "
+        "the lag). It held its screen gain there, alone and on top of `self_coupling=False`: the SPEC's score "
+        "cannot express a positional preference for an earlier offset, and at this budget that costs about 0.02 "
+        "BPC. The tangent feed-forward was the worst variant: our reading is that a pull toward a field is a "
+        "contraction (bytes whose phases differ but whose field y agrees end nearer each other, so information "
+        "is lost), where a rotation is invertible; we did not test this further.",
         "",
         "### Candidates of rounds 3–5 at the main protocol (10M tokens, test BPC)",
         "",
