@@ -257,7 +257,7 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
     text = results.scale_section()
     assert "| 1M | main | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
-    assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown" in text
+    assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown; tf-5m had more rates tried than ka-5m" in text
     assert "Caveat" not in text
     write(in_tmp, [fake_result("scale", "tf-5m", "tf-5m", 2.20, lr=8e-3), fake_result("scale", "tf-5m-lr-0.004",
                                                                                     "tf-5m", 2.25, lr=4e-3)])

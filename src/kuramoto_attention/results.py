@@ -300,9 +300,19 @@ def scale_section() -> str:
     tried = {p: sorted(r["train"]["lr"] for r in load_results("scale") if r["preset"] == p) for p in ("ka-5m", "tf-5m")}
     return ("Seed 0, 10M tokens, the main protocol. No full 5M sweep: each 5M model at the learning rates tried ("
             + "; ".join(f"{p}: {', '.join(f'{x:g}' for x in v)}" for p, v in tried.items() if v)
-            + "), the best shown.\n\n"
+            + "), the best shown"
+            + _uneven_tries(tried)
+            + ".\n\n"
             + _table(["size", "group", "params ka / tf", "lr ka / tf", "ka test BPC", "tf test BPC", "gap",
                       "paper (enwik8) ka / tf, gap"], body) + _untuned(runs))
+
+
+def _uneven_tries(tried: dict[str, list[float]]) -> str:
+    more, fewer = sorted(tried, key=lambda p: len(tried[p]), reverse=True)
+    if len(tried[more]) == len(tried[fewer]):
+        return ""
+    return (f"; {more} had more rates tried than {fewer}, which favours it: {fewer} may gain from another rate "
+            "too")
 
 
 def _untuned(runs: dict[str, dict[str, Any]]) -> str:
