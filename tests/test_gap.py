@@ -44,3 +44,18 @@ def test_write(tmp_path, monkeypatch):
     assert "`kuramoto experiment gap main`" in text and "gap +0.500" in text
     assert "| 0 | 2.500 | 2.000 | +0.500 |" in text and "| 4–5 | 2.500 | 2.000 | +0.500 |" in text
     assert (tmp_path / "gap.json").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["experiment", "gap"], "no seed with both ka-1m and tf-1m in results/main"),
+    (["experiment", "gap", "main", "confirm"], "experiment gap takes one GROUP"),
+    (["experiment", "run"], "experiment run needs one GROUP"),
+    (["experiment", "run", "main", "confirm"], "experiment run needs one GROUP"),
+])
+def test_experiment_user_errors_are_one_line(argv, needle, tmp_path, monkeypatch, capsys):
+    from kuramoto_attention.cli import main
+
+    monkeypatch.chdir(tmp_path)  # no results/ here
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and needle in err

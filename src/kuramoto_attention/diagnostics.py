@@ -297,13 +297,14 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     def stack(key: str) -> Tensor:
         return torch.stack(rows[key]).cpu()
 
+    offsets = stack("offsets")
     return Diagnostics(
         local_order=stack("local"),
         global_order=torch.stack([global_order(s, heads) for s in states]).cpu(),
         entropy=stack("entropy"),
         distance=stack("distance"),
-        offset_profile=stack("offsets"),
-        peak_offset=stack("offsets").argmax(dim=-1),
+        offset_profile=offsets,
+        peak_offset=offsets.argmax(dim=-1),
         self_weight=stack("self"),
         sync_fraction=stack("sync"),
         repel_fraction=stack("repel"),

@@ -1,6 +1,6 @@
 """The paper's two dynamics claims, measured on trained Kuramoto runs (issue 5, RESULTS.md).
 
-``kuramoto experiment dynamics [GROUP ...]`` (default: ``DEFAULT_GROUPS``) diagnoses every Kuramoto run of
+``kuramoto experiment dynamics [GROUP ...]`` (default: ``experiment.DYNAMICS_GROUPS``) diagnoses every Kuramoto run of
 the groups on its validation split and writes ``results/dynamics.json`` and ``results/dynamics.md`` (which
 RESULTS.md includes). The verdicts are computed from the numbers, with the rule stated:
 
@@ -17,12 +17,11 @@ from typing import Any
 
 import torch
 
+from .diagnostics import OFFSETS
 from .experiment import RESULTS, RUNS, load_results
 from .presets import ConfigError
 
 LOCAL_NEAR_ONE = 0.9
-# main: the claims' verdicts; confirm and screen5: the variants whose offset profiles RESULTS.md discusses
-DEFAULT_GROUPS = ("main", "confirm", "screen5")
 
 
 def _spearman(values: list[float]) -> float:
@@ -78,7 +77,8 @@ def _offset_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "### Where the heads look (offset profile)",
         "",
-        "For each head, the offset t − u at which its mean attention A_{t,t−Δ} (queries t ≥ 8, Δ = 0..8) is "
+        f"For each head, the offset t − u at which its mean attention A_{{t,t−Δ}} (queries t ≥ {OFFSETS}, "
+        f"Δ = 0..{OFFSETS}) is "
         "largest, layer by layer (heads in order); and the mean over heads of A_{t,t−Δ} for Δ = 0, 1, 2, 3. "
         "A transformer's previous-token and skip heads peak at Δ ≥ 1 whatever the content; here the score's "
         "positional part Σ_j w_j cos(ω_j Δ) (w ≥ 0) peaks at Δ = 0 (RESULTS.md, round 5).",

@@ -185,8 +185,8 @@ def _screen4() -> list[Spec]:
 
 
 def _screen5() -> list[Spec]:
-    """Round 5, as round 3: positional selection. Every trained head's mean attention falls monotonically with
-    the offset t − u (RESULTS.md, offset profile): the SPEC's score has no phase offset between query and key,
+    """Round 5, as round 3: positional selection. Main's trained heads put their largest attention on u = t
+    (RESULTS.md, offset profile): the SPEC's score has no phase offset between query and key,
     so its positional part peaks at u = t. A learned phase lag β (``phase_lag``) lets a head peak at an
     earlier offset; alone, from β = 0 (the SPEC's score at init) or spread over the circle, and with
     ``self_coupling=False`` (the one change confirmed at 10M). Beyond position, the score only finds content
@@ -279,6 +279,9 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3, "confirm": _confirm,
     "screen4": _screen4, "budget": _budget, "screen5": _screen5, "scale": _scale,
 }
+# `experiment dynamics` without groups: main (the claims' verdicts), then the variants whose offset profiles
+# RESULTS.md discusses
+DYNAMICS_GROUPS = ("main", "confirm", "screen5")
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)
     "lr-wrapped": lambda: _lr("lr-wrapped", dict(WRAPPED), ("ka-1m",)),
@@ -458,7 +461,7 @@ def add_subcommand(sub: Any) -> None:
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
-                   "several (default: main confirm screen5)")
+                   f"several (default: {' '.join(DYNAMICS_GROUPS)})")
     p.add_argument("--only", action="append", help="run only these run names")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)
@@ -473,9 +476,9 @@ def _cmd(args: Any) -> None:
         for group in GROUPS:
             run_group(group, args.data_dir)
     if args.action in ("dynamics", "replicate"):
-        from .dynamics import DEFAULT_GROUPS, measure, write
+        from .dynamics import measure, write
 
-        groups = args.group if args.action == "dynamics" and args.group else DEFAULT_GROUPS
+        groups = args.group if args.action == "dynamics" and args.group else DYNAMICS_GROUPS
         print(f"wrote {write([row for group in groups for row in measure(group, args.data_dir)])}")
     if args.action in ("gap", "replicate"):
         from . import gap
