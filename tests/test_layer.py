@@ -54,10 +54,12 @@ def test_gates_positive_mean_one():
 
 def test_proposition1_kuramoto_identity():
     """a = -sin θ Re G + cos θ Im G equals Σ_u A_{t,u} sin(θ_u − θ_t)."""
-    layer, theta = make_layer(), random_phases(B, T, K)
+    layer, theta = make_layer(bound="none"), random_phases(B, T, K)
     a_ref, attn = layer.coupling(theta)
-    psi = lift(theta)
-    a_fused = layer._increment_fused(theta, psi, psi, None)
+    with torch.no_grad():  # v(θ) ≡ 1 and no bound: the fused step's increment is a itself
+        layer.value_gate.weight.zero_()
+        layer.value_gate.bias.fill_(1.0)
+    a_fused = layer(theta) - theta
     d = K // H
     th = theta.view(B, T, H, d).transpose(1, 2)
     re = attn @ th.cos()

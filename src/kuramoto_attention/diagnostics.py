@@ -232,19 +232,6 @@ def _float32_model(model: Any) -> KuramotoLM:
     return model
 
 
-def _ff_increment(block: Any, theta: Tensor) -> Tensor | None:
-    """The bounded feed-forward increment, captured from its Bound so it is exactly the model's."""
-    if block.ff is None:
-        return None
-    seen: list[Tensor] = []
-    handle = block.ff.bound.register_forward_hook(lambda _m, _i, out: seen.append(out))
-    try:
-        block.ff(theta)
-    finally:
-        handle.remove()
-    return seen[0]
-
-
 def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     """All diagnostics of ``model`` on the byte batch ``idx`` (B, T) int64, in float32, no gradients.
 
@@ -277,7 +264,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         a, attn = layer.coupling(theta)
         v = layer.value_gate(lift(theta))
         step = layer.bound(v * a)
-        ff_step = _ff_increment(block, theta + step)
+        ff_step = None if block.ff is None else block.ff.increment(theta + step)
         rows["local"].append(local_order(attn, theta))
         rows["entropy"].append(attention_entropy(attn))
         rows["distance"].append(attention_distance(attn))

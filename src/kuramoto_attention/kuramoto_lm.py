@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .layer import KuramotoAttention, PhaseGates
 from .lm import VOCAB_SIZE, ByteLM
-from .modules import Bound, BoundKind, KVCache, SwiGLU
+from .modules import Bound, BoundKind, KVCache, SwiGLU, compute_dtype
 from .torus import lift, tangent_projection, wrap
 
 
@@ -93,17 +93,25 @@ class PhaseFeedForward(nn.Module):
         self.bound = Bound(cfg.dim, cfg.bound, cfg.ff_radius_init)
 
     def forward(self, theta: Tensor) -> Tensor:
+        return self.bound.step(theta, self._update(theta))
+
+    def increment(self, theta: Tensor) -> Tensor:
+        """bound(update): the step this block adds to θ (for diagnostics)."""
+        return self.bound(self._update(theta))
+
+    def _update(self, theta: Tensor) -> Tensor:
+        """The unbounded update (B, T, k): SwiGLU(x), or its tangent component."""
         psi = lift(theta) if self.mode == "lift" or self.tangent else None
         if self.mode == "lift":
             x = psi
         else:
             x = wrap(theta) if self.wrap else theta
-        y = self.mlp(x)
+        y = self.mlp(x.to(compute_dtype(x)))  # cast once for both input matmuls
         if self.tangent:  # move toward the phasor field y along the tangent (same form as the attention step)
             cos_t, sin_t = psi.chunk(2, dim=-1)
             re_y, im_y = y.to(theta.dtype).chunk(2, dim=-1)
             y = tangent_projection(cos_t, sin_t, re_y, im_y)
-        return theta + self.bound(y)
+        return y
 
 
 class KuramotoBlock(nn.Module):

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .fused import gated_step, query_key
 from .modules import (
     Bound,
     BoundKind,
@@ -200,58 +201,85 @@ class KuramotoAttention(nn.Module):
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
 
-    def _lag(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
-        """The query's phase lag: β (H, 1, k/H), + W_β ψ(θ_t) (B, H, T, k/H), or None (the SPEC's score)."""
-        lag = None if self.lag is None else self.lag.view(self.heads, 1, self.head_dim).to(dtype)
+    def _lag_flat(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """The query's phase lag as (k,) or (B, T, k) (the layout of θ), or None."""
+        lag = None if self.lag is None else self.lag.to(dtype)
         if self.lag_proj is not None:
-            content = self._heads(self.lag_proj(psi).to(dtype))
+            content = self.lag_proj(psi).to(dtype)
             lag = content if lag is None else content + lag
         return lag
+
+    def _lag(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """The same lag per head: (H, 1, k/H) or (B, H, T, k/H)."""
+        lag = self._lag_flat(psi, dtype)
+        if lag is None:
+            return None
+        return lag.view(self.heads, 1, self.head_dim) if lag.dim() == 1 else self._heads(lag)
 
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
 
     def _step(self, theta: Tensor, psi: Tensor, a: Tensor) -> Tensor:
         """θ ← θ + bound(v(θ) ⊙ a): the bounded, value-gated move along the circle (in θ's dtype)."""
-        return theta + self.bound(self.value_gate(psi).to(theta.dtype) * a)
+        return self.bound.step(theta, self.value_gate(psi).to(theta.dtype) * a)
 
     # ----------------------------------------------------------------- paths
-    def _increment_fused(self, theta: Tensor, psi: Tensor, psi_mm: Tensor, cache: KVCache | None) -> Tensor:
-        """a (B, T, k) via one causal SDPA call (SPEC §4.5).
+    def _fused(self, theta: Tensor, psi: Tensor, psi_mm: Tensor, cache: KVCache | None) -> Tensor:
+        """The new θ (B, T, k) via one causal SDPA call (SPEC §4.5).
 
-        Written for few passes over memory (eager mode is bound by elementwise traffic):
-        ψ(φ) is computed in θ's dtype, then cast once to the attention's dtype, so the gate
-        products and the attention see one dtype (``psi_mm`` is ψ(θ) already cast); τ is
-        folded into the query gate; the tangent projection is in θ's dtype and reads cos θ,
-        sin θ from ψ(θ) in the (B, T, H, k/H) layout the attention returns.
+        With φ_t = θ_t + ω t the score is the dot product of q_t = τ g^q_t ⊙ ψ(φ_t [+ β]) and
+        k_u = g^k_u ⊙ ψ(φ_u), and G is the attention output for values ψ(θ_u). ``psi_mm`` is ψ(θ)
+        already cast to the matmul dtype (read by the gates, the values and the value gate).
+        In eager mode the elementwise work around the attention runs hand-fused (``fused.py``);
+        under torch.compile, and for the variants it does not cover, the plain expressions below.
         """
-        b, t, _ = theta.shape
-        d = self.head_dim
         offset = cache.length if cache is not None else 0
-        pos = torch.arange(offset, offset + t, device=theta.device, dtype=theta.dtype)
-        phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
+        pos = torch.arange(offset, offset + theta.shape[1], device=theta.device, dtype=theta.dtype)
         att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
+        eager = not torch.compiler.is_compiling()
+        module = self._gate_module()
+        if eager and module is not None:
+            lag = self._lag_flat(psi_mm, theta.dtype)
+            q, k = query_key(theta, self.omega, pos, lag, module.proj(psi_mm), self.log_tau.exp(), att_dtype)
+        else:
+            q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype)
+        v = self._values(psi if self.fp32_attention else psi_mm).to(att_dtype)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
+        with no_autocast:
+            out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), exclude_self=not self.self_coupling)
+        if eager and self.value_proj is None and self.bound.kind == "norm":
+            return gated_step(theta, psi, out, self.value_gate(psi_mm), self.bound.log_radius)
+        return self._step(theta, psi_mm, self._increment_plain(theta, psi, out))
+
+    def _query_key_plain(
+        self, theta: Tensor, psi_mm: Tensor, pos: Tensor, att_dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor]:
+        """q, k (B, H, T, 2d) as plain expressions: τ is folded into the query gate; ψ(φ) is computed in
+        θ's dtype and cast once, so the gate products see one dtype."""
+        d = self.head_dim
+        phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
         lag = self._lag(psi_mm, phi.dtype)
         trig_q = trig if lag is None else lift(phi + lag).to(att_dtype)  # ψ(φ + β)
         tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
-            q, k = trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
-        else:
-            gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau))
-            q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
-            k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
-        v = self._values(psi if self.fp32_attention else psi_mm).to(att_dtype)
-        if cache is not None:
-            k, v = cache.update(k, v)
-        no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
-        with no_autocast:
-            out = causal_attention(q, k, v, scale=1.0 / math.sqrt(d), exclude_self=not self.self_coupling)
+            return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
+        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau))
+        q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
+        k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
+        return q, k
+
+    def _increment_plain(self, theta: Tensor, psi: Tensor, out: Tensor) -> Tensor:
+        """a (B, T, k) from the attention output (B, H, T, 2d): the tangent projection in θ's dtype,
+        reading cos θ, sin θ from ψ(θ) in the (B, T, H, d) layout (or A·W_v ψ(θ) for the ablation)."""
+        b, t, _ = theta.shape
         out = out.transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
             return out.reshape(b, t, self.dim).to(theta.dtype)
-        cos_t, sin_t = (c.view(b, t, self.heads, d) for c in psi.chunk(2, dim=-1))
+        cos_t, sin_t = (c.view(b, t, self.heads, self.head_dim) for c in psi.chunk(2, dim=-1))
         re_g, im_g = out.to(theta.dtype).chunk(2, dim=-1)
         return tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
 
@@ -307,5 +335,4 @@ class KuramotoAttention(nn.Module):
             return (new, attn) if return_attention else new
         if path != "fused":
             raise ValueError(f"path must be 'fused' or 'reference', got {path!r}")
-        psi_mm = psi.to(compute_dtype(psi))  # read by the gates, the values and the value gate
-        return self._step(theta, psi_mm, self._increment_fused(theta, psi, psi_mm, cache))
+        return self._fused(theta, psi, psi.to(compute_dtype(psi)), cache)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .fused import bounded_step
 from .torus import bound_elementwise, bound_norm
 
 BoundKind = Literal["norm", "norm-soft", "elementwise", "none"]
@@ -50,6 +51,12 @@ class Bound(nn.Module):
         if self.kind == "norm-soft":
             return bound_norm(x / r, r)
         return bound_elementwise(x, r)
+
+    def step(self, theta: Tensor, x: Tensor) -> Tensor:
+        """θ + bound(x) in θ's dtype (x may be lower precision); hand-fused in eager mode (``fused.py``)."""
+        if self.kind == "norm" and not torch.compiler.is_compiling():
+            return bounded_step(theta, x, self.log_radius)
+        return theta + self(x)
 
 
 class SwiGLU(nn.Module):

@@ -1,0 +1,226 @@
+"""Hand-fused elementwise stretches of Kuramoto attention's fused path (eager mode).
+
+Eager PyTorch pays one pass over memory per operator, and autograd's generic backward of a
+chain of views, casts and broadcasts adds zero-fills, copies and reductions of its own: in a
+training step of ``ka-1m`` these, not the matmuls, were most of the time (BENCHMARKS.md). Each
+function here computes one stretch of the layer with its backward written out, in the fewest
+passes over (B, T, k) tensors. The math is the layer's (layer.py); the plain expressions there
+are what ``torch.compile`` traces (it fuses them itself) and what the tests compare these with.
+
+Shapes: θ, φ (B, T, k) with k = H·d, seen per head as (B, T, H, d) views (no transposes: the
+attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memory).
+
+    query_key:  φ = θ + ω t;  q = τ g^q ⊙ ψ(φ + β),  k = g^k ⊙ ψ(φ)
+                g = softplus(z) / mean_head(softplus(z))        (z = W ψ(θ) + b, the gate logits)
+    gated_step: a = cos θ · Im G − sin θ · Re G;  x = v ⊙ a;  θ' = θ + h(‖x‖²) x
+    bounded_step:                                              θ' = θ + h(‖x‖²) x
+                h(s) = r · tanh(√s)/√s (the norm bound of ``torus.bound_norm``)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+from .torus import _tanh_ratio
+
+
+def _gates_forward(z: Tensor, q_scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """g (B, T, 2, H, d) float32 from logits z (B, T, 2k): softplus over its head mean, g^q scaled by
+    ``q_scale`` (H,). Also the per-(token, head) scale (B, T, 2, H, 1) and 1/mean."""
+    b, t, _ = z.shape
+    heads = q_scale.shape[0]
+    sp = F.softplus(z.to(_at_least_fp32(z))).view(b, t, 2, heads, -1)
+    inv_mean = sp.mean(dim=-1, keepdim=True).reciprocal_()
+    q_scale = q_scale.to(sp.dtype)
+    scale = inv_mean * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, heads, 1)
+    return sp.mul_(scale), scale, inv_mean
+
+
+def _at_least_fp32(x: Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def _write_features(out: Tensor, cos: Tensor, sin: Tensor, gate: Tensor) -> None:
+    """out (B, T, H, 2d) ← (gate ⊙ cos, gate ⊙ sin), cast on store."""
+    d = cos.shape[-1]
+    torch.mul(cos, gate, out=out[..., :d])
+    torch.mul(sin, gate, out=out[..., d:])
+
+
+class _QueryKey(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None,
+                z: Tensor, tau: Tensor, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        b, t, k = theta.shape
+        heads = tau.shape[0]
+        phi = theta + omega * pos[:, None]  # (B, T, k)
+        cos, sin = torch.cos(phi), torch.sin(phi)
+        if lag is not None:
+            phi_q = phi.add_(lag)  # phi itself is not needed again
+            cos_q, sin_q = torch.cos(phi_q), torch.sin(phi_q)
+        else:
+            cos_q, sin_q = cos, sin
+        g, scale, inv_mean = _gates_forward(z, tau)
+        q = theta.new_empty(b, t, heads, 2 * (k // heads), dtype=out_dtype)
+        key = torch.empty_like(q)
+        view = (b, t, heads, -1)
+        _write_features(q, cos_q.view(view), sin_q.view(view), g[:, :, 0])
+        _write_features(key, cos.view(view), sin.view(view), g[:, :, 1])
+        ctx.save_for_backward(cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau)
+        ctx.has_lag, ctx.lag_shape = lag is not None, None if lag is None else lag.shape
+        return q.transpose(1, 2), key.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
+        cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau = ctx.saved_tensors
+        b, t, k = cos.shape
+        heads = tau.shape[0]
+        d = k // heads
+        view = (b, t, heads, d)
+        # (B, T, H, 2d) views in g's dtype: converted once here (on the CPU, a mixed-dtype op converts its
+        # lower-precision operand into a temporary on every call)
+        grad_q, grad_k = (x.transpose(1, 2).to(g.dtype) for x in (grad_q, grad_k))
+        gq, gk = g[:, :, 0], g[:, :, 1]
+        # dL/dφ: q_c = g cos φ, q_s = g sin φ  ->  dφ = cos φ · (g dq_s) − sin φ · (g dq_c), per stream
+        phi_grads = []
+        for grad, c, s, gate in ((grad_q, cos_q, sin_q, gq), (grad_k, cos, sin, gk)):
+            along_s = torch.mul(grad[..., d:], gate, out=g.new_empty(view))  # out=: θ's layout, whatever
+            along_c = torch.mul(grad[..., :d], gate, out=g.new_empty(view))  # the layout of grad
+            dphi = along_s.mul_(c.view(view))
+            phi_grads.append(dphi.addcmul_(s.view(view), along_c, value=-1.0).view(b, t, k))
+        grad_lag = phi_grads[0].sum_to_size(ctx.lag_shape) if ctx.has_lag and ctx.needs_input_grad[3] else None
+        grad_phi = phi_grads[0] + phi_grads[1]  # not in place: grad_lag may be phi_grads[0] itself
+        grad_omega = pos @ grad_phi.sum(0) if ctx.needs_input_grad[1] else None  # Σ_{b,t} t · dφ
+        # dL/dg: g ⊙ (cos, sin)  ->  dg = dq_c cos + dq_s sin
+        grad_g = torch.empty_like(g)
+        for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
+            torch.mul(grad[..., :d], c.view(view), out=grad_g[:, :, i])
+            grad_g[:, :, i].addcmul_(grad[..., d:], s.view(view))
+        # g = scale · sp with scale = c/mean(sp):  dsp = scale ⊙ dg − mean(dg ⊙ g) / mean(sp)
+        dot = (grad_g * g).mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1)
+        grad_tau = None
+        if ctx.needs_input_grad[5]:
+            grad_tau = dot[:, :, 0].sum(dim=(0, 1)).view(heads) * d / tau  # g^q is linear in τ
+        grad_sp = grad_g.mul_(scale).sub_(dot * inv_mean)
+        grad_z = grad_sp.view(b, t, 2 * k).mul_(torch.sigmoid(z.to(grad_sp.dtype))).to(z.dtype)
+        return grad_phi, grad_omega, None, grad_lag, grad_z, grad_tau, None
+
+
+def query_key(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: Tensor, tau: Tensor,
+              out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The attention's gated, drifted query and key features, (B, H, T, 2d) each, in ``out_dtype``.
+
+    theta (B, T, k) float; omega (k,); pos (T,) positions in θ's dtype; lag: β broadcastable to
+    (B, T, k), or None; z (B, T, 2k) gate logits (query half, then key half); tau (H,).
+    """
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (theta, omega, lag, z, tau)):
+        return _QueryKey.apply(theta, omega, pos, lag, z, tau, out_dtype)
+    with torch.no_grad():
+        return _QueryKey.forward(_NoCtx(), theta, omega, pos, lag, z, tau, out_dtype)
+
+
+def _bound_factor(sq_norm: Tensor, log_radius: Tensor) -> Tensor:
+    """h(s) = r · tanh(√s)/√s per token, (B, T, 1) float32."""
+    return log_radius.exp().to(sq_norm.dtype) * _tanh_ratio(sq_norm)
+
+
+def _bound_backward(grad: Tensor, x: Tensor, sq_norm: Tensor, log_radius: Tensor,
+                    need_radius: bool) -> tuple[Tensor, Tensor | None]:
+    """(dL/dx, dL/dlog r) of θ' = θ + h(‖x‖²) x. The per-token chain s -> h is differentiated by autograd
+    (it is (B, T, 1), cheap); the (B, T, k) work is written out: dx = h ⊙ dθ' + 2 x (dθ'·x) h'(s)."""
+    with torch.enable_grad():
+        s = sq_norm.detach().requires_grad_()
+        lr = log_radius.detach().requires_grad_(need_radius)
+        h = _bound_factor(s, lr)
+    along = torch.linalg.vecdot(grad, x).unsqueeze(-1)  # dL/dh per token
+    inputs = (s, lr) if need_radius else (s,)
+    grads = torch.autograd.grad(h, inputs, grad_outputs=along)
+    grad_x = torch.mul(grad, h.detach()).addcmul_(x, grads[0], value=2.0)
+    return grad_x, grads[1] if need_radius else None
+
+
+class _GatedStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, theta: Tensor, psi: Tensor, out: Tensor, value: Tensor,
+                log_radius: Tensor) -> Tensor:
+        b, t, k = theta.shape
+        heads, d = out.shape[1], out.shape[-1] // 2
+        # G and v in θ's dtype, converted once (a mixed-dtype op on the CPU converts on every call)
+        g = out.transpose(1, 2).to(theta.dtype)  # (B, T, H, 2d) = (Re G, Im G) per head
+        value_f = value.to(theta.dtype)
+        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
+        a = torch.mul(cos, g[..., d:], out=theta.new_empty(b, t, heads, d))  # out=: θ's layout, whatever G's
+        a = a.addcmul_(sin, g[..., :d], value=-1.0).view(b, t, k)
+        x = a * value_f
+        sq = torch.linalg.vecdot(x, x).unsqueeze(-1)
+        new = torch.addcmul(theta, x, _bound_factor(sq, log_radius))
+        ctx.save_for_backward(psi, g, value_f, a, x, sq, log_radius)
+        ctx.out_dtype, ctx.value_dtype = out.dtype, value.dtype
+        return new
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        psi, g, value, a, x, sq, log_radius = ctx.saved_tensors
+        b, t, heads, d2 = g.shape
+        d = d2 // 2
+        grad_x, grad_radius = _bound_backward(grad, x, sq, log_radius, ctx.needs_input_grad[4])
+        grad_value = (grad_x * a).to(ctx.value_dtype) if ctx.needs_input_grad[3] else None
+        grad_a = grad_x.mul_(value).view(b, t, heads, d)
+        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
+        # a = cos θ Im G − sin θ Re G:  dIm G = cos θ da,  dRe G = −sin θ da,  dθ = −(sin θ Im G + cos θ Re G) da
+        grad_out = torch.empty_like(g)
+        torch.mul(grad_a, cos, out=grad_out[..., d:])
+        torch.mul(grad_a, sin, out=grad_out[..., :d]).neg_()
+        radial = torch.mul(sin, g[..., d:]).addcmul_(cos, g[..., :d])
+        grad_theta = torch.addcmul(grad, grad_a.view(b, t, -1), radial.view(b, t, -1), value=-1.0)
+        return grad_theta, None, grad_out.to(ctx.out_dtype).transpose(1, 2), grad_value, grad_radius
+
+
+def gated_step(theta: Tensor, psi: Tensor, out: Tensor, value: Tensor, log_radius: Tensor) -> Tensor:
+    """θ + bound(v ⊙ a) with a = Im(conj(e^{iθ}) G) and the norm bound, (B, T, k) in θ's dtype.
+
+    theta (B, T, k); psi = ψ(θ) (B, T, 2k) in θ's dtype, read as constants: the gradient through
+    cos θ and sin θ is part of θ's; out: G as (B, H, T, 2d) = (Re G, Im G) per head, any float dtype;
+    value: v(θ) (B, T, k), any float dtype; log_radius (1,).
+    """
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (theta, out, value, log_radius)):
+        return _GatedStep.apply(theta, psi.detach(), out, value, log_radius)
+    with torch.no_grad():
+        return _GatedStep.forward(_NoCtx(), theta, psi, out, value, log_radius)
+
+
+class _BoundedStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, theta: Tensor, x: Tensor, log_radius: Tensor) -> Tensor:
+        xf = x.to(theta.dtype)
+        sq = torch.linalg.vecdot(xf, xf).unsqueeze(-1)
+        ctx.save_for_backward(xf, sq, log_radius)
+        ctx.x_dtype = x.dtype
+        return torch.addcmul(theta, xf, _bound_factor(sq, log_radius))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        xf, sq, log_radius = ctx.saved_tensors
+        grad_x, grad_radius = _bound_backward(grad, xf, sq, log_radius, ctx.needs_input_grad[2])
+        return grad, grad_x.to(ctx.x_dtype), grad_radius
+
+
+def bounded_step(theta: Tensor, x: Tensor, log_radius: Tensor) -> Tensor:
+    """θ + bound(x) with the norm bound, in θ's dtype (x may be lower precision)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (theta, x, log_radius)):
+        return _BoundedStep.apply(theta, x, log_radius)
+    with torch.no_grad():
+        return _BoundedStep.forward(_NoCtx(), theta, x, log_radius)
+
+
+class _NoCtx:
+    """Stands in for the autograd context when a forward runs without a graph."""
+
+    def save_for_backward(self, *tensors: Tensor) -> None:
+        pass

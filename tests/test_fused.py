@@ -1,0 +1,113 @@
+"""The hand-fused eager stretches (fused.py) equal their plain expressions, values and gradients (float64)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import random_phases
+
+from kuramoto_attention.fused import bounded_step, gated_step, query_key
+from kuramoto_attention.torus import bound_norm, lift
+
+B, T, K, H = 2, 5, 8, 2
+D = K // H
+
+
+def plain_query_key(theta, omega, pos, lag, z, tau):
+    """q_t = τ g^q ⊙ ψ(θ_t + ω t + β), k_u = g^k ⊙ ψ(θ_u + ω u), g = softplus(z) / its head mean."""
+    g = F.softplus(z).view(B, T, 2, H, D)
+    g = g / g.mean(-1, keepdim=True)
+    phi = theta + omega * pos[:, None]
+    phi_q = phi if lag is None else phi + lag
+
+    def features(angle, gate):
+        a = angle.view(B, T, H, D)
+        return torch.cat((gate * a.cos(), gate * a.sin()), -1).transpose(1, 2)  # (B, H, T, 2d)
+
+    return features(phi_q, g[:, :, 0] * tau.view(H, 1)), features(phi, g[:, :, 1])
+
+
+def leaves(*tensors):
+    return [t.clone().requires_grad_() if t is not None else None for t in tensors]
+
+
+def assert_same(fused, plain, inputs, atol=1e-12):
+    """Equal outputs, and equal gradients of a random weighting of them with respect to ``inputs``."""
+    fused, plain = (out if isinstance(out, tuple) else (out,) for out in (fused, plain))
+    weights = [torch.randn_like(p) for p in plain]
+    grads = [torch.autograd.grad(sum((w * o).sum() for w, o in zip(weights, out, strict=True)), inputs)
+             for out in (fused, plain)]
+    for f, p in zip(fused, plain, strict=True):
+        assert f.shape == p.shape and torch.allclose(f, p, atol=atol)
+    for f, p in zip(*grads, strict=True):
+        assert f.shape == p.shape and torch.allclose(f, p, atol=100 * atol)
+
+
+@pytest.mark.parametrize("lag_shape", [None, (K,), (B, T, K)])
+def test_query_key_equals_plain(lag_shape):
+    f64 = torch.float64
+    theta, omega, z, tau = leaves(random_phases(B, T, K), torch.rand(K, dtype=f64),
+                                  torch.randn(B, T, 2 * K, dtype=f64), torch.rand(H, dtype=f64) + 0.5)
+    lag = None if lag_shape is None else leaves(torch.randn(lag_shape, dtype=f64))[0]
+    pos = torch.arange(3, 3 + T, dtype=f64)  # an offset, as with a cache
+    plain = plain_query_key(theta, omega, pos, lag, z, tau)
+    inputs = [x for x in (theta, omega, lag, z, tau) if x is not None]
+    assert_same(query_key(theta, omega, pos, lag, z, tau, f64), plain, inputs)
+    assert plain[0].shape == (B, H, T, 2 * D)
+    with torch.no_grad():  # the graph-free forward is the same function
+        for f, p in zip(query_key(theta, omega, pos, lag, z, tau, f64), plain, strict=True):
+            assert torch.allclose(f, p, atol=1e-12)
+
+
+def test_query_key_casts_on_store():
+    """fp32 phases, bf16 gate logits (autocast's matmul output), bf16 features: the attention's inputs."""
+    theta, omega, z = random_phases(B, T, K, dtype=torch.float32), torch.rand(K), torch.randn(B, T, 2 * K).bfloat16()
+    pos, tau = torch.arange(T, dtype=torch.float32), torch.rand(H) + 0.5
+    fused = query_key(theta, omega, pos, None, z, tau, torch.bfloat16)
+    plain = plain_query_key(theta, omega, pos, None, z.float(), tau)
+    for f, p in zip(fused, plain, strict=True):
+        assert f.dtype == torch.bfloat16 and torch.allclose(f.float(), p, atol=2e-2, rtol=1e-2)
+
+
+def plain_gated_step(theta, out, value, log_radius):
+    psi = lift(theta)
+    cos, sin = (c.view(B, T, H, D) for c in psi.chunk(2, -1))
+    g = out.transpose(1, 2)
+    a = (cos * g[..., D:] - sin * g[..., :D]).reshape(B, T, K)
+    return theta + bound_norm(value * a, log_radius.exp())
+
+
+@pytest.mark.parametrize("layout", ["heads-first", "tokens-first"])
+def test_gated_step_equals_plain(layout):
+    theta, value, log_radius = leaves(random_phases(B, T, K), torch.randn(B, T, K, dtype=torch.float64),
+                                      torch.tensor([math.log(2.0)], dtype=torch.float64))
+    raw = torch.randn(B, H, T, 2 * D, dtype=torch.float64) if layout == "heads-first" else \
+        torch.randn(B, T, H, 2 * D, dtype=torch.float64).transpose(1, 2)  # what SDPA returns, either way
+    (out,) = leaves(raw)
+    assert_same(gated_step(theta, lift(theta), out, value, log_radius), plain_gated_step(theta, out, value, log_radius),
+                (theta, out, value, log_radius))
+
+
+def test_bounded_step_equals_plain_and_keeps_dtypes():
+    theta, x, log_radius = leaves(random_phases(B, T, K), torch.randn(B, T, K, dtype=torch.float64),
+                                  torch.tensor([0.3], dtype=torch.float64))
+    assert_same(bounded_step(theta, x, log_radius), theta + bound_norm(x, log_radius.exp()), (theta, x, log_radius))
+    theta32 = random_phases(B, T, K, dtype=torch.float32)
+    x16 = torch.randn(B, T, K).bfloat16().requires_grad_()
+    out = bounded_step(theta32, x16, torch.zeros(1))
+    assert out.dtype == torch.float32  # phases stay in θ's dtype
+    out.sum().backward()
+    assert x16.grad.dtype == torch.bfloat16
+
+
+def test_functions_pass_gradcheck_and_zero_increment_is_smooth():
+    theta, x = leaves(random_phases(1, 3, K), torch.randn(1, 3, K, dtype=torch.float64))
+    log_radius = leaves(torch.tensor([0.1], dtype=torch.float64))[0]
+    assert torch.autograd.gradcheck(bounded_step, (theta, x, log_radius))
+    (out,) = leaves(torch.randn(1, H, 3, 2 * D, dtype=torch.float64))
+    assert torch.autograd.gradcheck(lambda th, o, v, r: gated_step(th, lift(th).detach(), o, v, r),
+                                    (theta, out, x, log_radius))
+    zero = torch.zeros(1, 3, K, dtype=torch.float64, requires_grad=True)
+    bounded_step(theta, zero, log_radius).sum().backward()
+    assert torch.isfinite(zero.grad).all() and torch.allclose(zero.grad, log_radius.exp().detach().expand_as(zero))
