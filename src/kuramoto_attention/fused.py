@@ -152,7 +152,7 @@ class _GatedStep(torch.autograd.Function):
         # G and v in θ's dtype, converted once (a mixed-dtype op on the CPU converts on every call)
         g = out.transpose(1, 2).to(theta.dtype)  # (B, T, H, 2d) = (Re G, Im G) per head
         value_f = value.to(theta.dtype)
-        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
+        cos, sin = psi.view(b, t, heads, 2 * d).chunk(2, dim=-1)
         a = torch.mul(cos, g[..., d:], out=theta.new_empty(b, t, heads, d))  # out=: θ's layout, whatever G's
         a = a.addcmul_(sin, g[..., :d], value=-1.0).view(b, t, k)
         x = a * value_f
@@ -171,7 +171,7 @@ class _GatedStep(torch.autograd.Function):
         grad_x, grad_radius = _bound_backward(grad, x, sq, log_radius, ctx.needs_input_grad[4])
         grad_value = (grad_x * a).to(ctx.value_dtype) if ctx.needs_input_grad[3] else None
         grad_a = grad_x.mul_(value).view(b, t, heads, d)
-        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
+        cos, sin = psi.view(b, t, heads, 2 * d).chunk(2, dim=-1)
         # a = cos θ Im G − sin θ Re G:  dIm G = cos θ da,  dRe G = −sin θ da,  dθ = −(sin θ Im G + cos θ Re G) da
         grad_out = torch.empty_like(g)
         torch.mul(grad_a, cos, out=grad_out[..., d:])
@@ -184,9 +184,9 @@ class _GatedStep(torch.autograd.Function):
 def gated_step(theta: Tensor, psi: Tensor, out: Tensor, value: Tensor, log_radius: Tensor) -> Tensor:
     """θ + bound(v ⊙ a) with a = Im(conj(e^{iθ}) G) and the norm bound, (B, T, k) in θ's dtype.
 
-    theta (B, T, k); psi = ψ(θ) (B, T, 2k) in θ's dtype, read as constants: the gradient through
-    cos θ and sin θ is part of θ's; out: G as (B, H, T, 2d) = (Re G, Im G) per head, any float dtype;
-    value: v(θ) (B, T, k), any float dtype; log_radius (1,).
+    theta (B, T, k); psi = ψ(θ) (B, T, 2k) per head, (cos θ_h, sin θ_h) head after head, in θ's dtype,
+    read as constants (the gradient through cos θ and sin θ is part of θ's); out: G as (B, H, T, 2d) =
+    (Re G, Im G) per head, any float dtype; value: v(θ) (B, T, k), any float dtype; log_radius (1,).
     """
     if torch.is_grad_enabled() and any(x.requires_grad for x in (theta, out, value, log_radius)):
         return _GatedStep.apply(theta, psi.detach(), out, value, log_radius)

@@ -59,9 +59,15 @@ class PhaseGates(nn.Module):
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
-    def forward(self, psi: Tensor, q_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def logits(self, psi: Tensor, order: Tensor | None = None) -> Tensor:
+        """W ψ + b (B, T, 2k): query logits, then key logits. ``order``: ψ's feature order, if not the lift's."""
+        if order is None:
+            return self.proj(psi)
+        return F.linear(psi, self.proj.weight[:, order], self.proj.bias)
+
+    def forward(self, psi: Tensor, q_scale: Tensor | None = None, order: Tensor | None = None) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
-        g = F.softplus(self.proj(psi)).view(b, t, 2, self.heads, -1)
+        g = F.softplus(self.logits(psi, order)).view(b, t, 2, self.heads, -1)
         scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
@@ -174,6 +180,9 @@ class KuramotoAttention(nn.Module):
         if value == "projection":
             self.value_proj = nn.Linear(2 * dim, dim, bias=False)
         self.bound = Bound(dim, bound, radius_init)
+        # ψ's features in the per-head layout of the fused path: head h's (cos θ_h, sin θ_h) together
+        cos_idx = torch.arange(dim).view(heads, 1, -1)
+        self.register_buffer("_head_order", torch.cat((cos_idx, cos_idx + dim), 1).flatten(), persistent=False)
 
     # ----------------------------------------------------------------- pieces
     def _gate_module(self) -> PhaseGates | None:
@@ -192,26 +201,37 @@ class KuramotoAttention(nn.Module):
         return split_heads(x, self.heads)
 
     def _values(self, psi: Tensor) -> Tensor:
-        """What A averages: ψ(θ_u) per head, (B, H, T, 2k/H) = [cos θ_h, sin θ_h], or the projection ablation."""
+        """What A averages on the reference path: ψ(θ_u) per head, (B, H, T, 2k/H) = [cos θ_h, sin θ_h], or
+        the projection ablation's W_v ψ(θ_u)."""
         if self.value_proj is not None:
             return self._heads(self.value_proj(psi))
         b, t, _ = psi.shape
         return psi.view(b, t, 2, self.heads, self.head_dim).permute(0, 3, 1, 2, 4).reshape(b, self.heads, t, -1)
 
+    def _lift_heads(self, theta: Tensor) -> Tensor:
+        """ψ(θ) in the fused path's per-head layout, (B, T, 2k) = (cos θ_h, sin θ_h) head after head: the
+        values ψ(θ_u) of every head are then a view, not a copy. Linear maps read it through ``_read``."""
+        b, t, _ = theta.shape
+        return lift(theta.view(b, t, self.heads, self.head_dim)).view(b, t, 2 * self.dim)
+
+    def _read(self, lin: nn.Linear, psi_heads: Tensor) -> Tensor:
+        """lin(ψ(θ)) from the per-head layout: the same map, its weight's columns put in that order."""
+        return F.linear(psi_heads, lin.weight[:, self._head_order], lin.bias)
+
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
 
-    def _lag_flat(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
-        """The query's phase lag as (k,) or (B, T, k) (the layout of θ), or None."""
+    def _lag_flat(self, psi: Tensor, dtype: torch.dtype, per_head: bool = False) -> Tensor | None:
+        """The query's phase lag as (k,) or (B, T, k) (the layout of θ), or None. ``per_head``: ψ's layout."""
         lag = None if self.lag is None else self.lag.to(dtype)
         if self.lag_proj is not None:
-            content = self.lag_proj(psi).to(dtype)
+            content = (self._read(self.lag_proj, psi) if per_head else self.lag_proj(psi)).to(dtype)
             lag = content if lag is None else content + lag
         return lag
 
-    def _lag(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
+    def _lag(self, psi: Tensor, dtype: torch.dtype, per_head: bool = False) -> Tensor | None:
         """The same lag per head: (H, 1, k/H) or (B, H, T, k/H)."""
-        lag = self._lag_flat(psi, dtype)
+        lag = self._lag_flat(psi, dtype, per_head)
         if lag is None:
             return None
         return lag.view(self.heads, 1, self.head_dim) if lag.dim() == 1 else self._heads(lag)
@@ -219,67 +239,77 @@ class KuramotoAttention(nn.Module):
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
 
-    def _step(self, theta: Tensor, psi: Tensor, a: Tensor) -> Tensor:
+    def _step(self, theta: Tensor, value: Tensor, a: Tensor) -> Tensor:
         """θ ← θ + bound(v(θ) ⊙ a): the bounded, value-gated move along the circle (in θ's dtype)."""
-        return self.bound.step(theta, self.value_gate(psi).to(theta.dtype) * a)
+        return self.bound.step(theta, value.to(theta.dtype) * a)
 
     # ----------------------------------------------------------------- paths
-    def _fused(self, theta: Tensor, psi: Tensor, psi_mm: Tensor, cache: KVCache | None) -> Tensor:
+    def _fused(self, theta: Tensor, cache: KVCache | None) -> Tensor:
         """The new θ (B, T, k) via one causal SDPA call (SPEC §4.5).
 
         With φ_t = θ_t + ω t the score is the dot product of q_t = τ g^q_t ⊙ ψ(φ_t [+ β]) and
-        k_u = g^k_u ⊙ ψ(φ_u), and G is the attention output for values ψ(θ_u). ``psi_mm`` is ψ(θ)
-        already cast to the matmul dtype (read by the gates, the values and the value gate).
-        In eager mode the elementwise work around the attention runs hand-fused (``fused.py``);
-        under torch.compile, and for the variants it does not cover, the plain expressions below.
+        k_u = g^k_u ⊙ ψ(φ_u), and G is the attention output for values ψ(θ_u). ψ(θ) is in the
+        per-head layout (``_lift_heads``) and cast once to the matmul dtype (``psi_mm``) for the
+        gates, the values and the value gate. In eager mode the elementwise work around the
+        attention runs hand-fused (``fused.py``); under torch.compile, and for the variants it
+        does not cover, the plain expressions of ``_query_key_plain`` and ``_increment_plain``.
         """
+        psi = self._lift_heads(theta)
+        psi_mm = psi.to(compute_dtype(psi))
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + theta.shape[1], device=theta.device, dtype=theta.dtype)
         att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
         eager = not torch.compiler.is_compiling()
         module = self._gate_module()
         if eager and module is not None:
-            lag = self._lag_flat(psi_mm, theta.dtype)
-            q, k = query_key(theta, self.omega, pos, lag, module.proj(psi_mm), self.log_tau.exp(), att_dtype)
+            lag = self._lag_flat(psi_mm, theta.dtype, per_head=True)
+            logits = module.logits(psi_mm, self._head_order)
+            q, k = query_key(theta, self.omega, pos, lag, logits, self.log_tau.exp(), att_dtype)
         else:
             q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype)
-        v = self._values(psi if self.fp32_attention else psi_mm).to(att_dtype)
+        b, t, _ = theta.shape
+        if self.value_proj is not None:
+            v = self._heads(self._read(self.value_proj, psi_mm))
+        else:  # ψ(θ_u) per head: a view of the per-head layout
+            v = (psi if self.fp32_attention else psi_mm).view(b, t, self.heads, -1).transpose(1, 2)
         if cache is not None:
-            k, v = cache.update(k, v)
+            k, v = cache.update(k, v.to(att_dtype))
         no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
         with no_autocast:
-            out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), exclude_self=not self.self_coupling)
+            out = causal_attention(q, k, v.to(att_dtype), scale=1.0 / math.sqrt(self.head_dim),
+                                   exclude_self=not self.self_coupling)
+        value = self._read(self.value_gate, psi_mm)
         if eager and self.value_proj is None and self.bound.kind == "norm":
-            return gated_step(theta, psi, out, self.value_gate(psi_mm), self.bound.log_radius)
-        return self._step(theta, psi_mm, self._increment_plain(theta, psi, out))
+            return gated_step(theta, psi, out, value, self.bound.log_radius)
+        return self._step(theta, value, self._increment_plain(theta, psi, out))
 
     def _query_key_plain(
         self, theta: Tensor, psi_mm: Tensor, pos: Tensor, att_dtype: torch.dtype
     ) -> tuple[Tensor, Tensor]:
         """q, k (B, H, T, 2d) as plain expressions: τ is folded into the query gate; ψ(φ) is computed in
-        θ's dtype and cast once, so the gate products see one dtype."""
+        θ's dtype and cast once, so the gate products see one dtype. ``psi_mm``: per-head layout."""
         d = self.head_dim
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
-        lag = self._lag(psi_mm, phi.dtype)
+        lag = self._lag(psi_mm, phi.dtype, per_head=True)
         trig_q = trig if lag is None else lift(phi + lag).to(att_dtype)  # ψ(φ + β)
         tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
             return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
-        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau))
+        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, order=self._head_order))
         q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
         k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
         return q, k
 
     def _increment_plain(self, theta: Tensor, psi: Tensor, out: Tensor) -> Tensor:
         """a (B, T, k) from the attention output (B, H, T, 2d): the tangent projection in θ's dtype,
-        reading cos θ, sin θ from ψ(θ) in the (B, T, H, d) layout (or A·W_v ψ(θ) for the ablation)."""
+        reading cos θ, sin θ from the per-head ψ(θ) (or A·W_v ψ(θ) for the ablation)."""
         b, t, _ = theta.shape
         out = out.transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
             return out.reshape(b, t, self.dim).to(theta.dtype)
-        cos_t, sin_t = (c.view(b, t, self.heads, self.head_dim) for c in psi.chunk(2, dim=-1))
+        cos_t, sin_t = psi.view(b, t, self.heads, -1).chunk(2, dim=-1)
         re_g, im_g = out.to(theta.dtype).chunk(2, dim=-1)
         return tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
 
@@ -326,13 +356,13 @@ class KuramotoAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """θ (B, T, k) -> new θ (B, T, k); with ``return_attention`` also A (B, H, T, T)
         (computed on the reference path). ``cache`` (fused path only) holds earlier tokens."""
-        psi = lift(theta)
         if return_attention or path == "reference":
             if cache is not None:
                 raise ValueError("the reference path does not take a cache; use path='fused'")
+            psi = lift(theta)
             a, attn = self._coupling_reference(theta, psi)
-            new = self._step(theta, psi, a)
+            new = self._step(theta, self.value_gate(psi), a)
             return (new, attn) if return_attention else new
         if path != "fused":
             raise ValueError(f"path must be 'fused' or 'reference', got {path!r}")
-        return self._fused(theta, psi, psi.to(compute_dtype(psi)), cache)
+        return self._fused(theta, cache)
