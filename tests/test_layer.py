@@ -178,6 +178,19 @@ def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling, cont
                 assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
 
 
+@pytest.mark.parametrize("self_coupling", [True, False])
+def test_coupling_lag_fused_equals_reference_and_literal_increment(self_coupling):
+    """a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j} + γ_j), the Kuramoto–Sakaguchi coupling, written out."""
+    layer = make_layer(coupling_lag=True, self_coupling=self_coupling, bound="none")
+    th = assert_fused_equals_reference(layer)
+    a, attn = layer.coupling(th)
+    gamma, d = layer.coupling_lag.view(H, -1), K // H
+    for h, t in itertools.product(range(H), range(T)):
+        diff = th[:, :, h * d:(h + 1) * d] - th[:, t:t + 1, h * d:(h + 1) * d] + gamma[h]  # (B, T, d) over u
+        literal = (attn[:, h, t, :, None] * torch.sin(diff)).sum(1)
+        assert torch.allclose(a[:, t, h * d:(h + 1) * d], literal, atol=1e-12)
+
+
 def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():
     """Tokens with identical phases: without β the kernel Σ_j cos(ω_j (t − u)) peaks at u = t; with
     β_j = −2 ω_j it peaks at u = t − 2."""

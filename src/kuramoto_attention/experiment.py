@@ -220,6 +220,9 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "embed-spread-0.1": {"embed_spread": 0.1},  # round 4: −0.027
     "phase-lag": {"phase_lag": True},  # round 5: −0.022
     "phase-lag-no-self": {"phase_lag": True, "self_coupling": False},  # round 5: −0.037 (no-self alone: −0.037)
+    # not screened (3M screens misjudged the lag's mechanism): on the best variant, a Sakaguchi lag γ in the
+    # increment, so a coordinate can turn by how well it agrees with what it attends to (layer.py)
+    "phase-lag-no-self-coupling-lag": {"phase_lag": True, "self_coupling": False, "coupling_lag": True},
 }
 
 
@@ -320,7 +323,7 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 # counts at today's TrainConfig default: changing a training default needs an entry of its own here.
 RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
                                    "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
-                                   "ff_output": "increment"}
+                                   "ff_output": "increment", "coupling_lag": False}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

@@ -57,6 +57,8 @@ class KuramotoConfig:
     phase_lag: bool = False
     phase_lag_spread: float = 0.0
     content_lag: bool = False  # + a query-dependent lag W_β ψ(θ_t) (layer.py); 2k² + k parameters per layer
+    # A learned lag γ_j in the increment, Σ_u A sin(θ_u − θ_t + γ_j) (Kuramoto–Sakaguchi; layer.py): outside the SPEC
+    coupling_lag: bool = False
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
@@ -71,7 +73,7 @@ class KuramotoConfig:
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
             phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
-            content_lag=self.content_lag, fp32_attention=self.fp32_attention,
+            content_lag=self.content_lag, coupling_lag=self.coupling_lag, fp32_attention=self.fp32_attention,
         )
 
 
@@ -164,7 +166,8 @@ class KuramotoLM(ByteLM):
         return {"phase_embedding"}  # angles: shrinking them toward 0 has no meaning on T^k
 
     def phase_parameter_names(self) -> set[str]:
-        return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith((".omega", ".lag"))}
+        angles = (".omega", ".lag", ".coupling_lag")  # learned angles: the phase learning rate
+        return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith(angles)}
 
     def embed(self, idx: Tensor) -> Tensor:
         return self.phase_embedding[idx]

@@ -101,6 +101,11 @@ class KuramotoAttention(nn.Module):
                    u = t: no head can prefer u = t − 2 to u = t − 1 by position alone (RoPE can, since
                    its q and k phases differ); β_j moves that peak to ω_j (t − u) = −β_j.
       phase_lag_spread: β's initialisation, uniform in [−π·s, π·s) (0: β = 0, the SPEC's score at init).
+      coupling_lag: False (the SPEC). True: a learned per-coordinate lag γ_j in the increment, the
+                   Kuramoto–Sakaguchi coupling a = Σ_u A_{t,u} sin(θ_u − θ_t + γ_j) = cos γ · Im(conj z_t G) +
+                   sin γ · Re(conj z_t G) (init 0: the SPEC's a). The radial part Re(conj z_t G) = Σ_u A cos(θ_u − θ_t)
+                   is how well t agrees with what it attends to: γ lets a coordinate turn by that agreement,
+                   not only toward the attended phases (a departure from the SPEC; k parameters per layer).
       content_lag: adds a query-dependent lag β(θ_t) = W_β ψ(θ_t) (weights init 0.02, so ≈ 0 at init): the
                    query looks for phases θ_u = θ_t + β(θ_t) rather than for its own, as a transformer's
                    W_q ≠ W_k lets a query seek content unlike its own (2k² + k parameters per layer).
@@ -131,6 +136,7 @@ class KuramotoAttention(nn.Module):
         phase_lag: bool = False,
         phase_lag_spread: float = 0.0,
         content_lag: bool = False,
+        coupling_lag: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -162,6 +168,7 @@ class KuramotoAttention(nn.Module):
         if phase_lag:
             spread = torch.pi * phase_lag_spread
             self.lag = nn.Parameter(torch.empty(dim).uniform_(-spread, spread) if spread else torch.zeros(dim))
+        self.coupling_lag = nn.Parameter(torch.zeros(dim)) if coupling_lag else None
         self.lag_proj: nn.Linear | None = None
         if content_lag:
             self.lag_proj = nn.Linear(2 * dim, dim, bias=False)
@@ -279,7 +286,7 @@ class KuramotoAttention(nn.Module):
             out = causal_attention(q, k, v.to(att_dtype), scale=1.0 / math.sqrt(self.head_dim),
                                    exclude_self=not self.self_coupling)
         value = self._read(self.value_gate, psi_mm)
-        if eager and self.value_proj is None and self.bound.kind == "norm":
+        if eager and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None:
             return gated_step(theta, psi, out, value, self.bound.log_radius)
         return self._step(theta, value, self._increment_plain(theta, psi, out))
 
@@ -311,7 +318,12 @@ class KuramotoAttention(nn.Module):
             return out.reshape(b, t, self.dim).to(theta.dtype)
         cos_t, sin_t = psi.view(b, t, self.heads, -1).chunk(2, dim=-1)
         re_g, im_g = out.to(theta.dtype).chunk(2, dim=-1)
-        return tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
+        a = tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
+        if self.coupling_lag is None:
+            return a
+        radial = torch.addcmul(cos_t * re_g, sin_t, im_g).reshape(b, t, self.dim)  # Re(conj z_t G)
+        gamma = self.coupling_lag.to(theta.dtype)
+        return torch.addcmul(torch.cos(gamma) * a, torch.sin(gamma), radial)
 
     def _scores_reference(self, theta: Tensor, psi: Tensor) -> Tensor:
         """s_{t,u} written out with the T×T×(k/H) cosine kernel; (B, H, T, T), causal −inf."""
@@ -335,7 +347,10 @@ class KuramotoAttention(nn.Module):
         if self.value_proj is not None:
             return merge_heads(attn @ self._values(psi)), attn
         th = self._heads(theta)
-        sin_diff = torch.sin(th[:, :, None, :, :] - th[:, :, :, None, :])  # [t, u] = sin(θ_u − θ_t)
+        diff = th[:, :, None, :, :] - th[:, :, :, None, :]  # [t, u] = θ_u − θ_t
+        if self.coupling_lag is not None:
+            diff = diff + self.coupling_lag.view(self.heads, 1, 1, self.head_dim).to(theta.dtype)  # + γ_j
+        sin_diff = torch.sin(diff)
         a = (attn[..., None] * sin_diff).sum(dim=-2)
         return merge_heads(a), attn
 
