@@ -116,3 +116,15 @@ def test_functions_pass_gradcheck_and_zero_increment_is_smooth():
     zero = torch.zeros(1, 3, K, dtype=torch.float64, requires_grad=True)
     bounded_step(theta, zero, log_radius).sum().backward()
     assert torch.isfinite(zero.grad).all() and torch.allclose(zero.grad, log_radius.exp().detach().expand_as(zero))
+
+
+def test_autocast_does_not_reach_inside():
+    """Under bf16 autocast the functions compute exactly as without it (their dtypes are explicit)."""
+    theta, x = random_phases(B, T, K, dtype=torch.float32), torch.randn(B, T, K)
+    log_radius = torch.tensor([0.5])
+    out = torch.randn(B, H, T, 2 * D)
+    plain = bounded_step(theta, x, log_radius), gated_step(theta, lift_heads(theta), out, x, log_radius)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = bounded_step(theta, x, log_radius), gated_step(theta, lift_heads(theta), out, x, log_radius)
+    for a, b in zip(plain, cast, strict=True):
+        assert torch.equal(a, b)

@@ -19,6 +19,10 @@ attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memor
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -27,8 +31,21 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from .torus import _tanh_ratio
 
 
+def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a Function's forward with autocast off: its dtypes are chosen explicitly (autocast would, e.g.,
+    run ``linalg.vecdot`` in bf16 and so round the bound's norm)."""
+
+    @functools.wraps(forward)
+    def wrapped(ctx: Any, *args: Any) -> Any:
+        device = next(a for a in args if isinstance(a, Tensor)).device.type
+        with torch.autocast(device, enabled=False):
+            return forward(ctx, *args)
+
+    return wrapped
+
+
 def _gates_forward(z: Tensor, q_scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """g (B, T, 2, H, d) float32 from logits z (B, T, 2k): softplus over its head mean, g^q scaled by
+    """g (B, T, 2, H, d), at least float32, from logits z (B, T, 2k): softplus over its head mean, g^q scaled by
     ``q_scale`` (H,). Also the per-(token, head) scale (B, T, 2, H, 1) and 1/mean."""
     b, t, _ = z.shape
     heads = q_scale.shape[0]
@@ -52,6 +69,7 @@ def _write_features(out: Tensor, cos: Tensor, sin: Tensor, gate: Tensor) -> None
 
 class _QueryKey(torch.autograd.Function):
     @staticmethod
+    @_no_autocast
     def forward(ctx: FunctionCtx, theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None,
                 z: Tensor, tau: Tensor, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         b, t, k = theta.shape
@@ -145,6 +163,7 @@ def _bound_backward(grad: Tensor, x: Tensor, sq_norm: Tensor, log_radius: Tensor
 
 class _GatedStep(torch.autograd.Function):
     @staticmethod
+    @_no_autocast
     def forward(ctx: FunctionCtx, theta: Tensor, psi: Tensor, out: Tensor, value: Tensor,
                 log_radius: Tensor) -> Tensor:
         b, t, k = theta.shape
@@ -196,6 +215,7 @@ def gated_step(theta: Tensor, psi: Tensor, out: Tensor, value: Tensor, log_radiu
 
 class _BoundedStep(torch.autograd.Function):
     @staticmethod
+    @_no_autocast
     def forward(ctx: FunctionCtx, theta: Tensor, x: Tensor, log_radius: Tensor) -> Tensor:
         xf = x.to(theta.dtype)
         sq = torch.linalg.vecdot(xf, xf).unsqueeze(-1)
