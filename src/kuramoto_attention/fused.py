@@ -60,11 +60,26 @@ def _at_least_fp32(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _write_features(out: Tensor, cos: Tensor, sin: Tensor, gate: Tensor) -> None:
-    """out (B, T, H, 2d) ← (gate ⊙ cos, gate ⊙ sin), cast on store."""
-    d = cos.shape[-1]
-    torch.mul(cos, gate, out=out[..., :d])
-    torch.mul(sin, gate, out=out[..., d:])
+def _features(cos: Tensor, sin: Tensor, gate: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """(B, T, H, 2d) in ``dtype``: per head (gate ⊙ cos, gate ⊙ sin). The products run on whole (B, T, k)
+    rows; one copy then interleaves the heads and casts (on the CPU an elementwise op writing d-long runs
+    is ~1.6× slower than one writing whole rows, and a cast on store costs a copy of its own)."""
+    b, t, k = cos.shape
+    halves = cos.new_empty(b, t, 2, k)
+    torch.mul(cos, gate, out=halves[:, :, 0])
+    torch.mul(sin, gate, out=halves[:, :, 1])
+    out = cos.new_empty(b, t, heads, 2, k // heads, dtype=dtype)
+    out.copy_(halves.view(b, t, 2, heads, -1).transpose(2, 3))
+    return out.view(b, t, heads, -1)
+
+
+def _halves(grad: Tensor, dtype: torch.dtype) -> Tensor:
+    """(B, H, T, 2d), any layout  ->  (B, T, 2, k) in ``dtype``: the cosine and the sine halves of every
+    head as whole rows (the inverse arrangement of ``_features``), in one copy."""
+    b, heads, t, d2 = grad.shape
+    out = grad.new_empty(b, t, 2, heads, d2 // 2, dtype=dtype)
+    out.copy_(grad.transpose(1, 2).unflatten(-1, (2, d2 // 2)).transpose(2, 3))
+    return out.view(b, t, 2, -1)
 
 
 class _QueryKey(torch.autograd.Function):
@@ -82,11 +97,9 @@ class _QueryKey(torch.autograd.Function):
         else:
             cos_q, sin_q = cos, sin
         g, scale, inv_mean = _gates_forward(z, tau)
-        q = theta.new_empty(b, t, heads, 2 * (k // heads), dtype=out_dtype)
-        key = torch.empty_like(q)
-        view = (b, t, heads, -1)
-        _write_features(q, cos_q.view(view), sin_q.view(view), g[:, :, 0])
-        _write_features(key, cos.view(view), sin.view(view), g[:, :, 1])
+        rows = g.view(b, t, 2, k)  # g^q, g^k as (B, T, k) rows
+        q = _features(cos_q, sin_q, rows[:, :, 0], heads, out_dtype)
+        key = _features(cos, sin, rows[:, :, 1], heads, out_dtype)
         ctx.save_for_backward(cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau)
         ctx.has_lag, ctx.lag_shape = lag is not None, None if lag is None else lag.shape
         return q.transpose(1, 2), key.transpose(1, 2)
@@ -97,32 +110,23 @@ class _QueryKey(torch.autograd.Function):
         cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau = ctx.saved_tensors
         b, t, k = cos.shape
         heads = tau.shape[0]
-        d = k // heads
-        view = (b, t, heads, d)
-        # (B, T, H, 2d) views in g's dtype: converted once here (on the CPU, a mixed-dtype op converts its
-        # lower-precision operand into a temporary on every call)
-        grad_q, grad_k = (x.transpose(1, 2).to(g.dtype) for x in (grad_q, grad_k))
-        gq, gk = g[:, :, 0], g[:, :, 1]
-        # dL/dφ: q_c = g cos φ, q_s = g sin φ  ->  dφ = cos φ · (g dq_s) − sin φ · (g dq_c), per stream
-        phi_grads = []
-        for grad, c, s, gate in ((grad_q, cos_q, sin_q, gq), (grad_k, cos, sin, gk)):
-            along_s = torch.mul(grad[..., d:], gate, out=g.new_empty(view))  # out=: θ's layout, whatever
-            along_c = torch.mul(grad[..., :d], gate, out=g.new_empty(view))  # the layout of grad
-            dphi = along_s.mul_(c.view(view))
-            phi_grads.append(dphi.addcmul_(s.view(view), along_c, value=-1.0).view(b, t, k))
-        grad_lag = phi_grads[0].sum_to_size(ctx.lag_shape) if ctx.has_lag and ctx.needs_input_grad[3] else None
-        grad_phi = phi_grads[0] + phi_grads[1]  # not in place: grad_lag may be phi_grads[0] itself
-        grad_omega = pos @ grad_phi.sum(0) if ctx.needs_input_grad[1] else None  # Σ_{b,t} t · dφ
-        # dL/dg: g ⊙ (cos, sin)  ->  dg = dq_c cos + dq_s sin
+        rows = g.view(b, t, 2, k)
         grad_g = torch.empty_like(g)
+        grad_rows = grad_g.view(b, t, 2, k)
+        # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
+        phi_grads = []
         for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
-            torch.mul(grad[..., :d], c.view(view), out=grad_g[:, :, i])
-            grad_g[:, :, i].addcmul_(grad[..., d:], s.view(view))
+            dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
+            torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
+            phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
+        grad_lag = phi_grads[0].sum_to_size(ctx.lag_shape) if ctx.has_lag and ctx.needs_input_grad[3] else None
+        grad_phi = phi_grads[0] + phi_grads[1] if grad_lag is not None else phi_grads[0].add_(phi_grads[1])
+        grad_omega = pos @ grad_phi.sum(0) if ctx.needs_input_grad[1] else None  # Σ_{b,t} t · dφ
         # g = scale · sp with scale = c/mean(sp):  dsp = scale ⊙ dg − mean(dg ⊙ g) / mean(sp)
         dot = (grad_g * g).mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1)
         grad_tau = None
         if ctx.needs_input_grad[5]:
-            grad_tau = dot[:, :, 0].sum(dim=(0, 1)).view(heads) * d / tau  # g^q is linear in τ
+            grad_tau = dot[:, :, 0].sum(dim=(0, 1)).view(heads) * (k // heads) / tau  # g^q is linear in τ
         grad_sp = grad_g.mul_(scale).sub_(dot * inv_mean)
         grad_z = grad_sp.view(b, t, 2 * k).mul_(torch.sigmoid(z.to(grad_sp.dtype))).to(z.dtype)
         return grad_phi, grad_omega, None, grad_lag, grad_z, grad_tau, None
