@@ -61,21 +61,20 @@ def _at_least_fp32(x: Tensor) -> torch.dtype:
 
 
 def _features(cos: Tensor, sin: Tensor, gate: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
-    """(B, T, H, 2d) in ``dtype``: per head (gate ⊙ cos, gate ⊙ sin). The products run on whole (B, T, k)
-    rows; one copy then interleaves the heads and casts (on the CPU an elementwise op writing d-long runs
-    is ~1.6× slower than one writing whole rows, and a cast on store costs a copy of its own)."""
+    """(B, T, H, 2d) in ``dtype``: per head (gate ⊙ cos, gate ⊙ sin), written (and cast) in place."""
     b, t, k = cos.shape
-    halves = cos.new_empty(b, t, 2, k)
-    torch.mul(cos, gate, out=halves[:, :, 0])
-    torch.mul(sin, gate, out=halves[:, :, 1])
     out = cos.new_empty(b, t, heads, 2, k // heads, dtype=dtype)
-    out.copy_(halves.view(b, t, 2, heads, -1).transpose(2, 3))
+    view = (b, t, heads, k // heads)
+    gate = gate.view(view)
+    torch.mul(cos.view(view), gate, out=out[:, :, :, 0])
+    torch.mul(sin.view(view), gate, out=out[:, :, :, 1])
     return out.view(b, t, heads, -1)
 
 
 def _halves(grad: Tensor, dtype: torch.dtype) -> Tensor:
     """(B, H, T, 2d), any layout  ->  (B, T, 2, k) in ``dtype``: the cosine and the sine halves of every
-    head as whole rows (the inverse arrangement of ``_features``), in one copy."""
+    head as whole rows (the inverse arrangement of ``_features``), in one copy: on the CPU an elementwise
+    op on d-long runs is ~1.6× slower than on whole rows, and the backward has many of them."""
     b, heads, t, d2 = grad.shape
     out = grad.new_empty(b, t, 2, heads, d2 // 2, dtype=dtype)
     out.copy_(grad.transpose(1, 2).unflatten(-1, (2, d2 // 2)).transpose(2, 3))
