@@ -37,7 +37,9 @@ def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(forward)
     def wrapped(ctx: Any, *args: Any) -> Any:
-        device = next(a for a in args if isinstance(a, Tensor)).device.type
+        device = args[0].device.type
+        if not torch.is_autocast_enabled(device):  # the common case when decoding: no context to enter
+            return forward(ctx, *args)
         with torch.autocast(device, enabled=False):
             return forward(ctx, *args)
 

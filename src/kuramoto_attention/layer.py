@@ -43,6 +43,21 @@ from .torus import lift, tangent_projection
 Path = Literal["fused", "reference"]
 
 
+def read_lift(lin: nn.Linear, psi_heads: Tensor, heads: int) -> Tensor:
+    """lin(ψ(θ)) from ψ(θ) in the per-head layout (cos θ_h, sin θ_h head after head; ``_lift_heads``): the
+    same map, its weight's columns rearranged to match (a copy of the small weight, not of ψ). Without a
+    graph (generation: one token per call) the rearranged copy is kept until the weight changes."""
+    weight = lin.weight
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return F.linear(psi_heads, weight.unflatten(1, (2, heads, -1)).transpose(1, 2).flatten(1), lin.bias)
+    key = (weight.data_ptr(), weight._version, weight.dtype, weight.device, heads)
+    cached = lin.__dict__.get("_per_head_weight")
+    if cached is None or cached[0] != key:
+        cached = (key, weight.detach().unflatten(1, (2, heads, -1)).transpose(1, 2).flatten(1))
+        lin.__dict__["_per_head_weight"] = cached
+    return F.linear(psi_heads, cached[1], lin.bias)
+
+
 class PhaseGates(nn.Module):
     """ρ(W ψ(θ)) for the query and key gates: softplus, then divide by the mean over
     each head's coordinates, so the gates are a positive diagonal metric of mean 1.
@@ -59,15 +74,13 @@ class PhaseGates(nn.Module):
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
-    def logits(self, psi: Tensor, order: Tensor | None = None) -> Tensor:
-        """W ψ + b (B, T, 2k): query logits, then key logits. ``order``: ψ's feature order, if not the lift's."""
-        if order is None:
-            return self.proj(psi)
-        return F.linear(psi, self.proj.weight[:, order], self.proj.bias)
+    def logits(self, psi: Tensor, per_head: bool = False) -> Tensor:
+        """W ψ + b (B, T, 2k): query logits, then key logits. ``per_head``: ψ in the per-head layout."""
+        return read_lift(self.proj, psi, self.heads) if per_head else self.proj(psi)
 
-    def forward(self, psi: Tensor, q_scale: Tensor | None = None, order: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, psi: Tensor, q_scale: Tensor | None = None, per_head: bool = False) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
-        g = F.softplus(self.logits(psi, order)).view(b, t, 2, self.heads, -1)
+        g = F.softplus(self.logits(psi, per_head)).view(b, t, 2, self.heads, -1)
         scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
@@ -187,9 +200,6 @@ class KuramotoAttention(nn.Module):
         if value == "projection":
             self.value_proj = nn.Linear(2 * dim, dim, bias=False)
         self.bound = Bound(dim, bound, radius_init)
-        # ψ's features in the per-head layout of the fused path: head h's (cos θ_h, sin θ_h) together
-        cos_idx = torch.arange(dim).view(heads, 1, -1)
-        self.register_buffer("_head_order", torch.cat((cos_idx, cos_idx + dim), 1).flatten(), persistent=False)
 
     # ----------------------------------------------------------------- pieces
     def _gate_module(self) -> PhaseGates | None:
@@ -222,8 +232,7 @@ class KuramotoAttention(nn.Module):
         return lift(theta.view(b, t, self.heads, self.head_dim)).view(b, t, 2 * self.dim)
 
     def _read(self, lin: nn.Linear, psi_heads: Tensor) -> Tensor:
-        """lin(ψ(θ)) from the per-head layout: the same map, its weight's columns put in that order."""
-        return F.linear(psi_heads, lin.weight[:, self._head_order], lin.bias)
+        return read_lift(lin, psi_heads, self.heads)
 
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
@@ -270,7 +279,7 @@ class KuramotoAttention(nn.Module):
         module = self._gate_module()
         if eager and module is not None:
             lag = self._lag_flat(psi_mm, theta.dtype, per_head=True)
-            logits = module.logits(psi_mm, self._head_order)
+            logits = module.logits(psi_mm, per_head=True)
             q, k = query_key(theta, self.omega, pos, lag, logits, self.log_tau.exp(), att_dtype)
         else:
             q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype)
@@ -304,7 +313,7 @@ class KuramotoAttention(nn.Module):
         module = self._gate_module()
         if module is None:
             return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
-        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, order=self._head_order))
+        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, per_head=True))
         q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
         k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
         return q, k
