@@ -70,11 +70,6 @@ def test_query_key_casts_on_store():
         assert f.dtype == torch.bfloat16 and torch.allclose(f.float(), p, atol=2e-2, rtol=1e-2)
 
 
-def lift_heads(theta):
-    """ψ(θ) in the fused path's per-head layout: (cos θ_h, sin θ_h) head after head."""
-    return lift(theta.view(*theta.shape[:-1], H, D)).flatten(-2)
-
-
 def plain_gated_step(theta, out, value, log_radius):
     psi = lift(theta)
     cos, sin = (c.view(B, T, H, D) for c in psi.chunk(2, -1))
@@ -90,7 +85,7 @@ def test_gated_step_equals_plain(layout):
     raw = torch.randn(B, H, T, 2 * D, dtype=torch.float64) if layout == "heads-first" else \
         torch.randn(B, T, H, 2 * D, dtype=torch.float64).transpose(1, 2)  # what SDPA returns, either way
     (out,) = leaves(raw)
-    fused = gated_step(theta, lift_heads(theta), out, value, log_radius)
+    fused = gated_step(theta, lift(theta), out, value, log_radius)
     assert_same(fused, plain_gated_step(theta, out, value, log_radius), (theta, out, value, log_radius))
 
 
@@ -111,7 +106,7 @@ def test_functions_pass_gradcheck_and_zero_increment_is_smooth():
     log_radius = leaves(torch.tensor([0.1], dtype=torch.float64))[0]
     assert torch.autograd.gradcheck(bounded_step, (theta, x, log_radius))
     (out,) = leaves(torch.randn(1, H, 3, 2 * D, dtype=torch.float64))
-    assert torch.autograd.gradcheck(lambda th, o, v, r: gated_step(th, lift_heads(th).detach(), o, v, r),
+    assert torch.autograd.gradcheck(lambda th, o, v, r: gated_step(th, lift(th).detach(), o, v, r),
                                     (theta, out, x, log_radius))
     zero = torch.zeros(1, 3, K, dtype=torch.float64, requires_grad=True)
     bounded_step(theta, zero, log_radius).sum().backward()
@@ -123,8 +118,8 @@ def test_autocast_does_not_reach_inside():
     theta, x = random_phases(B, T, K, dtype=torch.float32), torch.randn(B, T, K)
     log_radius = torch.tensor([0.5])
     out = torch.randn(B, H, T, 2 * D)
-    plain = bounded_step(theta, x, log_radius), gated_step(theta, lift_heads(theta), out, x, log_radius)
+    plain = bounded_step(theta, x, log_radius), gated_step(theta, lift(theta), out, x, log_radius)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = bounded_step(theta, x, log_radius), gated_step(theta, lift_heads(theta), out, x, log_radius)
+        cast = bounded_step(theta, x, log_radius), gated_step(theta, lift(theta), out, x, log_radius)
     for a, b in zip(plain, cast, strict=True):
         assert torch.equal(a, b)

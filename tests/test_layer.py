@@ -191,6 +191,21 @@ def test_coupling_lag_fused_equals_reference_and_literal_increment(self_coupling
         assert torch.allclose(a[:, t, h * d:(h + 1) * d], literal, atol=1e-12)
 
 
+@pytest.mark.parametrize("self_coupling", [True, False])
+def test_value_lag_fused_equals_reference_and_literal_increment(self_coupling):
+    """a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} + δ_{u,j} − θ_{t,j}), δ_u = W_δ ψ(θ_u), written out."""
+    layer = make_layer(value_lag=True, self_coupling=self_coupling, phase_lag=True)
+    th = assert_fused_equals_reference(layer)
+    a, attn = layer.coupling(th)
+    shifted, d = th + layer.value_lag(lift(th)), K // H
+    for h, t in itertools.product(range(H), range(T)):
+        cols = slice(h * d, (h + 1) * d)
+        literal = (attn[:, h, t, :, None] * torch.sin(shifted[:, :, cols] - th[:, t:t + 1, cols])).sum(1)
+        assert torch.allclose(a[:, t, cols], literal, atol=1e-12)
+    with pytest.raises(ValueError, match="value_lag"):
+        KuramotoAttention(K, H, value="projection", value_lag=True)
+
+
 def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():
     """Tokens with identical phases: without β the kernel Σ_j cos(ω_j (t − u)) peaks at u = t; with
     β_j = −2 ω_j it peaks at u = t − 2."""

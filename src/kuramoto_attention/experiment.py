@@ -223,6 +223,9 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # not screened (3M screens misjudged the lag's mechanism): on the best variant, a Sakaguchi lag γ in the
     # increment, so a coordinate can turn by how well it agrees with what it attends to (layer.py)
     "phase-lag-no-self-coupling-lag": {"phase_lag": True, "self_coupling": False, "coupling_lag": True},
+    # not screened either: u offers its phase shifted by a function of its content, e^{i(θ_u + W_δ ψ(θ_u))}
+    # (layer.py), its 2k² parameters per layer paid for by the feed-forward (as content-lag's)
+    "phase-lag-no-self-value-lag": {"phase_lag": True, "self_coupling": False, "value_lag": True, "ff_hidden": 149},
 }
 
 
@@ -323,7 +326,7 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 # counts at today's TrainConfig default: changing a training default needs an entry of its own here.
 RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
                                    "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
-                                   "ff_output": "increment", "coupling_lag": False}
+                                   "ff_output": "increment", "coupling_lag": False, "value_lag": False}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

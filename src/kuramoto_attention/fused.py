@@ -5,7 +5,8 @@ chain of views, casts and broadcasts adds zero-fills, copies and reductions of i
 training step of ``ka-1m`` these, not the matmuls, were most of the time (BENCHMARKS.md). Each
 function here computes one stretch of the layer with its backward written out, in the fewest
 passes over (B, T, k) tensors. The math is the layer's (layer.py); the plain expressions there
-are what ``torch.compile`` traces (it fuses them itself) and what the tests compare these with.
+are what ``torch.compile`` traces (it fuses them itself), what runs without autograd (decoding one
+token per call pays per operator call, where these save nothing), and what the tests compare these with.
 
 Shapes: θ, φ (B, T, k) with k = H·d, seen per head as (B, T, H, d) views (no transposes: the
 attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memory).
@@ -31,16 +32,19 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from .torus import _tanh_ratio
 
 
+def fused_applies() -> bool:
+    """Whether the hand-fused functions pay off: eager mode (torch.compile fuses the plain expressions
+    itself) with autograd recording (without it, the plain expressions run with fewer Python calls)."""
+    return torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
 def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
     """Run a Function's forward with autocast off: its dtypes are chosen explicitly (autocast would, e.g.,
     run ``linalg.vecdot`` in bf16 and so round the bound's norm)."""
 
     @functools.wraps(forward)
     def wrapped(ctx: Any, *args: Any) -> Any:
-        device = args[0].device.type
-        if not torch.is_autocast_enabled(device):  # the common case when decoding: no context to enter
-            return forward(ctx, *args)
-        with torch.autocast(device, enabled=False):
+        with torch.autocast(args[0].device.type, enabled=False):
             return forward(ctx, *args)
 
     return wrapped
@@ -140,10 +144,7 @@ def query_key(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: 
     theta (B, T, k) float; omega (k,); pos (T,) positions in θ's dtype; lag: β broadcastable to
     (B, T, k), or None; z (B, T, 2k) gate logits (query half, then key half); tau (H,).
     """
-    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (theta, omega, lag, z, tau)):
-        return _QueryKey.apply(theta, omega, pos, lag, z, tau, out_dtype)
-    with torch.no_grad():
-        return _QueryKey.forward(_NoCtx(), theta, omega, pos, lag, z, tau, out_dtype)
+    return _QueryKey.apply(theta, omega, pos, lag, z, tau, out_dtype)
 
 
 def _bound_factor(sq_norm: Tensor, log_radius: Tensor) -> Tensor:
@@ -176,7 +177,7 @@ class _GatedStep(torch.autograd.Function):
         # G and v in θ's dtype, converted once (a mixed-dtype op on the CPU converts on every call)
         g = out.transpose(1, 2).to(theta.dtype)  # (B, T, H, 2d) = (Re G, Im G) per head
         value_f = value.to(theta.dtype)
-        cos, sin = psi.view(b, t, heads, 2 * d).chunk(2, dim=-1)
+        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
         a = torch.mul(cos, g[..., d:], out=theta.new_empty(b, t, heads, d))  # out=: θ's layout, whatever G's
         a = a.addcmul_(sin, g[..., :d], value=-1.0).view(b, t, k)
         x = a * value_f
@@ -195,7 +196,7 @@ class _GatedStep(torch.autograd.Function):
         grad_x, grad_radius = _bound_backward(grad, x, sq, log_radius, ctx.needs_input_grad[4])
         grad_value = (grad_x * a).to(ctx.value_dtype) if ctx.needs_input_grad[3] else None
         grad_a = grad_x.mul_(value).view(b, t, heads, d)
-        cos, sin = psi.view(b, t, heads, 2 * d).chunk(2, dim=-1)
+        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
         # a = cos θ Im G − sin θ Re G:  dIm G = cos θ da,  dRe G = −sin θ da,  dθ = −(sin θ Im G + cos θ Re G) da
         grad_out = torch.empty_like(g)
         torch.mul(grad_a, cos, out=grad_out[..., d:])
@@ -208,14 +209,11 @@ class _GatedStep(torch.autograd.Function):
 def gated_step(theta: Tensor, psi: Tensor, out: Tensor, value: Tensor, log_radius: Tensor) -> Tensor:
     """θ + bound(v ⊙ a) with a = Im(conj(e^{iθ}) G) and the norm bound, (B, T, k) in θ's dtype.
 
-    theta (B, T, k); psi = ψ(θ) (B, T, 2k) per head, (cos θ_h, sin θ_h) head after head, in θ's dtype,
-    read as constants (the gradient through cos θ and sin θ is part of θ's); out: G as (B, H, T, 2d) =
-    (Re G, Im G) per head, any float dtype; value: v(θ) (B, T, k), any float dtype; log_radius (1,).
+    theta (B, T, k); psi = ψ(θ) (B, T, 2k) in θ's dtype, read as constants (the gradient through cos θ
+    and sin θ is part of θ's); out: G as (B, H, T, 2d) = (Re G, Im G) per head, any float dtype;
+    value: v(θ) (B, T, k), any float dtype; log_radius (1,).
     """
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (theta, out, value, log_radius)):
-        return _GatedStep.apply(theta, psi.detach(), out, value, log_radius)
-    with torch.no_grad():
-        return _GatedStep.forward(_NoCtx(), theta, psi, out, value, log_radius)
+    return _GatedStep.apply(theta, psi.detach(), out, value, log_radius)
 
 
 class _BoundedStep(torch.autograd.Function):
@@ -238,14 +236,4 @@ class _BoundedStep(torch.autograd.Function):
 
 def bounded_step(theta: Tensor, x: Tensor, log_radius: Tensor) -> Tensor:
     """θ + bound(x) with the norm bound, in θ's dtype (x may be lower precision)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (theta, x, log_radius)):
-        return _BoundedStep.apply(theta, x, log_radius)
-    with torch.no_grad():
-        return _BoundedStep.forward(_NoCtx(), theta, x, log_radius)
-
-
-class _NoCtx:
-    """Stands in for the autograd context when a forward runs without a graph."""
-
-    def save_for_backward(self, *tensors: Tensor) -> None:
-        pass
+    return _BoundedStep.apply(theta, x, log_radius)

@@ -59,6 +59,8 @@ class KuramotoConfig:
     content_lag: bool = False  # + a query-dependent lag W_β ψ(θ_t) (layer.py); 2k² + k parameters per layer
     # A learned lag γ_j in the increment, Σ_u A sin(θ_u − θ_t + γ_j) (Kuramoto–Sakaguchi; layer.py): outside the SPEC
     coupling_lag: bool = False
+    # Values e^{i(θ_u + δ_u)}, δ_u = W_δ ψ(θ_u): u writes a phase other than its own (layer.py); 2k² per layer
+    value_lag: bool = False
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
@@ -73,7 +75,8 @@ class KuramotoConfig:
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
             phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
-            content_lag=self.content_lag, coupling_lag=self.coupling_lag, fp32_attention=self.fp32_attention,
+            content_lag=self.content_lag, coupling_lag=self.coupling_lag, value_lag=self.value_lag,
+            fp32_attention=self.fp32_attention,
         )
 
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .fused import gated_step, query_key
+from .fused import fused_applies, gated_step, query_key
 from .modules import (
     Bound,
     BoundKind,
@@ -41,21 +41,6 @@ from .modules import (
 from .torus import lift, tangent_projection
 
 Path = Literal["fused", "reference"]
-
-
-def read_lift(lin: nn.Linear, psi_heads: Tensor, heads: int) -> Tensor:
-    """lin(ψ(θ)) from ψ(θ) in the per-head layout (cos θ_h, sin θ_h head after head; ``_lift_heads``): the
-    same map, its weight's columns rearranged to match (a copy of the small weight, not of ψ). Without a
-    graph (generation: one token per call) the rearranged copy is kept until the weight changes."""
-    weight = lin.weight
-    if torch.is_grad_enabled() and weight.requires_grad:
-        return F.linear(psi_heads, weight.unflatten(1, (2, heads, -1)).transpose(1, 2).flatten(1), lin.bias)
-    key = (weight.data_ptr(), weight._version, weight.dtype, weight.device, heads)
-    cached = lin.__dict__.get("_per_head_weight")
-    if cached is None or cached[0] != key:
-        cached = (key, weight.detach().unflatten(1, (2, heads, -1)).transpose(1, 2).flatten(1))
-        lin.__dict__["_per_head_weight"] = cached
-    return F.linear(psi_heads, cached[1], lin.bias)
 
 
 class PhaseGates(nn.Module):
@@ -74,13 +59,9 @@ class PhaseGates(nn.Module):
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
-    def logits(self, psi: Tensor, per_head: bool = False) -> Tensor:
-        """W ψ + b (B, T, 2k): query logits, then key logits. ``per_head``: ψ in the per-head layout."""
-        return read_lift(self.proj, psi, self.heads) if per_head else self.proj(psi)
-
-    def forward(self, psi: Tensor, q_scale: Tensor | None = None, per_head: bool = False) -> tuple[Tensor, Tensor]:
+    def forward(self, psi: Tensor, q_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
-        g = F.softplus(self.logits(psi, per_head)).view(b, t, 2, self.heads, -1)
+        g = F.softplus(self.proj(psi)).view(b, t, 2, self.heads, -1)
         scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
@@ -119,6 +100,11 @@ class KuramotoAttention(nn.Module):
                    sin γ · Re(conj z_t G) (init 0: the SPEC's a). The radial part Re(conj z_t G) = Σ_u A cos(θ_u − θ_t)
                    is how well t agrees with what it attends to: γ lets a coordinate turn by that agreement,
                    not only toward the attended phases (a departure from the SPEC; k parameters per layer).
+      value_lag:   False (the SPEC: raw phases as values). True: token u offers its phase shifted by a learned
+                   function of its content, e^{i(θ_u + δ_u)} with δ_u = W_δ ψ(θ_u) (weights init 0.02, so ≈ 0
+                   at init), and a = Σ_u A_{t,u} sin(θ_u + δ_u − θ_t): still a circular mean of unit phasors and
+                   a tangent increment, but u can now write a phase other than its own into t, as a
+                   transformer's W_v writes content other than the key's (2k² parameters per layer).
       content_lag: adds a query-dependent lag β(θ_t) = W_β ψ(θ_t) (weights init 0.02, so ≈ 0 at init): the
                    query looks for phases θ_u = θ_t + β(θ_t) rather than for its own, as a transformer's
                    W_q ≠ W_k lets a query seek content unlike its own (2k² + k parameters per layer).
@@ -150,6 +136,7 @@ class KuramotoAttention(nn.Module):
         phase_lag_spread: float = 0.0,
         content_lag: bool = False,
         coupling_lag: bool = False,
+        value_lag: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -182,6 +169,12 @@ class KuramotoAttention(nn.Module):
             spread = torch.pi * phase_lag_spread
             self.lag = nn.Parameter(torch.empty(dim).uniform_(-spread, spread) if spread else torch.zeros(dim))
         self.coupling_lag = nn.Parameter(torch.zeros(dim)) if coupling_lag else None
+        self.value_lag: nn.Linear | None = None
+        if value_lag:
+            if value != "circular":
+                raise ValueError("value_lag shifts the circular values; it needs value='circular'")
+            self.value_lag = nn.Linear(2 * dim, dim, bias=False)
+            nn.init.normal_(self.value_lag.weight, std=0.02)
         self.lag_proj: nn.Linear | None = None
         if content_lag:
             self.lag_proj = nn.Linear(2 * dim, dim, bias=False)
@@ -217,37 +210,30 @@ class KuramotoAttention(nn.Module):
         """(B, T, k) -> (B, H, T, k/H)."""
         return split_heads(x, self.heads)
 
-    def _values(self, psi: Tensor) -> Tensor:
-        """What A averages on the reference path: ψ(θ_u) per head, (B, H, T, 2k/H) = [cos θ_h, sin θ_h], or
-        the projection ablation's W_v ψ(θ_u)."""
+    def _values(self, psi: Tensor, theta: Tensor) -> Tensor:
+        """What A averages, per head (B, H, T, 2k/H) in ψ's dtype: ψ(θ_u) = [cos θ_h, sin θ_h], or ψ(θ_u + δ_u)
+        with ``value_lag``, or the projection ablation's W_v ψ(θ_u)."""
         if self.value_proj is not None:
             return self._heads(self.value_proj(psi))
+        if self.value_lag is not None:
+            psi = lift(theta + self.value_lag(psi).to(theta.dtype)).to(psi.dtype)
         b, t, _ = psi.shape
         return psi.view(b, t, 2, self.heads, self.head_dim).permute(0, 3, 1, 2, 4).reshape(b, self.heads, t, -1)
-
-    def _lift_heads(self, theta: Tensor) -> Tensor:
-        """ψ(θ) in the fused path's per-head layout, (B, T, 2k) = (cos θ_h, sin θ_h) head after head: the
-        values ψ(θ_u) of every head are then a view, not a copy. Linear maps read it through ``_read``."""
-        b, t, _ = theta.shape
-        return lift(theta.view(b, t, self.heads, self.head_dim)).view(b, t, 2 * self.dim)
-
-    def _read(self, lin: nn.Linear, psi_heads: Tensor) -> Tensor:
-        return read_lift(lin, psi_heads, self.heads)
 
     def _omega(self) -> Tensor:
         return self.omega.view(self.heads, 1, self.head_dim)  # (H, 1, k/H)
 
-    def _lag_flat(self, psi: Tensor, dtype: torch.dtype, per_head: bool = False) -> Tensor | None:
-        """The query's phase lag as (k,) or (B, T, k) (the layout of θ), or None. ``per_head``: ψ's layout."""
+    def _lag_flat(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """The query's phase lag as (k,) or (B, T, k) (the layout of θ), or None."""
         lag = None if self.lag is None else self.lag.to(dtype)
         if self.lag_proj is not None:
-            content = (self._read(self.lag_proj, psi) if per_head else self.lag_proj(psi)).to(dtype)
+            content = self.lag_proj(psi).to(dtype)
             lag = content if lag is None else content + lag
         return lag
 
-    def _lag(self, psi: Tensor, dtype: torch.dtype, per_head: bool = False) -> Tensor | None:
+    def _lag(self, psi: Tensor, dtype: torch.dtype) -> Tensor | None:
         """The same lag per head: (H, 1, k/H) or (B, H, T, k/H)."""
-        lag = self._lag_flat(psi, dtype, per_head)
+        lag = self._lag_flat(psi, dtype)
         if lag is None:
             return None
         return lag.view(self.heads, 1, self.head_dim) if lag.dim() == 1 else self._heads(lag)
@@ -264,38 +250,32 @@ class KuramotoAttention(nn.Module):
         """The new θ (B, T, k) via one causal SDPA call (SPEC §4.5).
 
         With φ_t = θ_t + ω t the score is the dot product of q_t = τ g^q_t ⊙ ψ(φ_t [+ β]) and
-        k_u = g^k_u ⊙ ψ(φ_u), and G is the attention output for values ψ(θ_u). ψ(θ) is in the
-        per-head layout (``_lift_heads``) and cast once to the matmul dtype (``psi_mm``) for the
-        gates, the values and the value gate. In eager mode the elementwise work around the
-        attention runs hand-fused (``fused.py``); under torch.compile, and for the variants it
-        does not cover, the plain expressions of ``_query_key_plain`` and ``_increment_plain``.
+        k_u = g^k_u ⊙ ψ(φ_u), and G is the attention output for values ψ(θ_u). ψ(θ) is cast once
+        to the matmul dtype (``psi_mm``) for the gates, the values and the value gate. In eager mode
+        training, the elementwise work around the attention runs hand-fused (``fused.py``); under
+        torch.compile, without autograd, and for the variants it does not cover, the plain expressions of
+        ``_query_key_plain`` and ``_increment_plain``.
         """
-        psi = self._lift_heads(theta)
+        psi = lift(theta)
         psi_mm = psi.to(compute_dtype(psi))
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + theta.shape[1], device=theta.device, dtype=theta.dtype)
         att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
-        eager = not torch.compiler.is_compiling()
+        hand = fused_applies()
         module = self._gate_module()
-        if eager and module is not None:
-            lag = self._lag_flat(psi_mm, theta.dtype, per_head=True)
-            logits = module.logits(psi_mm, per_head=True)
-            q, k = query_key(theta, self.omega, pos, lag, logits, self.log_tau.exp(), att_dtype)
+        if hand and module is not None:
+            lag = self._lag_flat(psi_mm, theta.dtype)
+            q, k = query_key(theta, self.omega, pos, lag, module.proj(psi_mm), self.log_tau.exp(), att_dtype)
         else:
             q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype)
-        b, t, _ = theta.shape
-        if self.value_proj is not None:
-            v = self._heads(self._read(self.value_proj, psi_mm))
-        else:  # ψ(θ_u) per head: a view of the per-head layout
-            v = (psi if self.fp32_attention else psi_mm).view(b, t, self.heads, -1).transpose(1, 2)
+        v = self._values(psi if self.fp32_attention else psi_mm, theta).to(att_dtype)
         if cache is not None:
-            k, v = cache.update(k, v.to(att_dtype))
+            k, v = cache.update(k, v)
         no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
         with no_autocast:
-            out = causal_attention(q, k, v.to(att_dtype), scale=1.0 / math.sqrt(self.head_dim),
-                                   exclude_self=not self.self_coupling)
-        value = self._read(self.value_gate, psi_mm)
-        if eager and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None:
+            out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), exclude_self=not self.self_coupling)
+        value = self.value_gate(psi_mm)
+        if hand and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None:
             return gated_step(theta, psi, out, value, self.bound.log_radius)
         return self._step(theta, value, self._increment_plain(theta, psi, out))
 
@@ -303,29 +283,29 @@ class KuramotoAttention(nn.Module):
         self, theta: Tensor, psi_mm: Tensor, pos: Tensor, att_dtype: torch.dtype
     ) -> tuple[Tensor, Tensor]:
         """q, k (B, H, T, 2d) as plain expressions: τ is folded into the query gate; ψ(φ) is computed in
-        θ's dtype and cast once, so the gate products see one dtype. ``psi_mm``: per-head layout."""
+        θ's dtype and cast once, so the gate products see one dtype."""
         d = self.head_dim
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
-        lag = self._lag(psi_mm, phi.dtype, per_head=True)
+        lag = self._lag(psi_mm, phi.dtype)
         trig_q = trig if lag is None else lift(phi + lag).to(att_dtype)  # ψ(φ + β)
         tau = self.log_tau.exp()
         module = self._gate_module()
         if module is None:
             return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
-        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, per_head=True))
+        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau))
         q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
         k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
         return q, k
 
     def _increment_plain(self, theta: Tensor, psi: Tensor, out: Tensor) -> Tensor:
         """a (B, T, k) from the attention output (B, H, T, 2d): the tangent projection in θ's dtype,
-        reading cos θ, sin θ from the per-head ψ(θ) (or A·W_v ψ(θ) for the ablation)."""
+        reading cos θ, sin θ from ψ(θ) in the (B, T, H, d) layout (or A·W_v ψ(θ) for the ablation)."""
         b, t, _ = theta.shape
         out = out.transpose(1, 2)  # (B, T, H, 2d)
         if self.value_proj is not None:
             return out.reshape(b, t, self.dim).to(theta.dtype)
-        cos_t, sin_t = psi.view(b, t, self.heads, -1).chunk(2, dim=-1)
+        cos_t, sin_t = (c.view(b, t, self.heads, self.head_dim) for c in psi.chunk(2, dim=-1))
         re_g, im_g = out.to(theta.dtype).chunk(2, dim=-1)
         a = tangent_projection(cos_t, sin_t, re_g, im_g).reshape(b, t, self.dim)
         if self.coupling_lag is None:
@@ -354,9 +334,10 @@ class KuramotoAttention(nn.Module):
         """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})."""
         attn = torch.softmax(self._scores_reference(theta, psi), dim=-1)  # (B, H, T, T)
         if self.value_proj is not None:
-            return merge_heads(attn @ self._values(psi)), attn
+            return merge_heads(attn @ self._values(psi, theta)), attn
         th = self._heads(theta)
-        diff = th[:, :, None, :, :] - th[:, :, :, None, :]  # [t, u] = θ_u − θ_t
+        th_u = th if self.value_lag is None else th + self._heads(self.value_lag(psi).to(theta.dtype))  # θ_u + δ_u
+        diff = th_u[:, :, None, :, :] - th[:, :, :, None, :]  # [t, u] = θ_u (+ δ_u) − θ_t
         if self.coupling_lag is not None:
             diff = diff + self.coupling_lag.view(self.heads, 1, 1, self.head_dim).to(theta.dtype)  # + γ_j
         sin_diff = torch.sin(diff)

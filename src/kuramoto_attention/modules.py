@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .fused import bounded_step
+from .fused import bounded_step, fused_applies
 from .torus import bound_elementwise, bound_norm
 
 BoundKind = Literal["norm", "norm-soft", "elementwise", "none"]
@@ -53,8 +53,8 @@ class Bound(nn.Module):
         return bound_elementwise(x, r)
 
     def step(self, theta: Tensor, x: Tensor) -> Tensor:
-        """θ + bound(x) in θ's dtype (x may be lower precision); hand-fused in eager mode (``fused.py``)."""
-        if self.kind == "norm" and not torch.compiler.is_compiling():
+        """θ + bound(x) in θ's dtype (x may be lower precision); hand-fused in eager training (``fused.py``)."""
+        if self.kind == "norm" and fused_applies():
             return bounded_step(theta, x, self.log_radius)
         return theta + self(x)
 
