@@ -80,7 +80,7 @@ def tangent_projection(cos_theta: Tensor, sin_theta: Tensor, re_g: Tensor, im_g:
     return torch.addcmul(cos_theta * im_g, sin_theta, re_g, value=-1.0)
 
 
-def _tanh_ratio(sq_norm: Tensor) -> Tensor:
+def tanh_ratio(sq_norm: Tensor) -> Tensor:
     """tanh(n)/n as a function of s = n², continuous and with finite gradient at s = 0.
 
     Below n = 1e-6 the ratio is held at its value there, 1 − 3.3e-13 (tanh(n)/n = 1 − n²/3 + …),
@@ -100,7 +100,7 @@ def bound_norm(x: Tensor, radius: Tensor) -> Tensor:
     smooth at x = 0 (where it is r·x to first order). x: (..., k); radius broadcasts.
     """
     sq = torch.linalg.vecdot(x, x).unsqueeze(-1)
-    return x * (radius * _tanh_ratio(sq))  # one pass over x: the (..., 1) factor is cheap
+    return x * (radius * tanh_ratio(sq))  # one pass over x: the (..., 1) factor is cheap
 
 
 def bound_elementwise(x: Tensor, radius: Tensor) -> Tensor:
