@@ -167,43 +167,47 @@ def _bound_backward(grad: Tensor, x: Tensor, sq_norm: Tensor, log_radius: Tensor
     return grad_x, grads[1] if need_radius else None
 
 
+def _interleave(rows: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """(B, T, 2, k) rows  ->  (B, H, T, 2d) in ``dtype``, the layout the attention reads (``_halves``'s inverse)."""
+    b, t, _, k = rows.shape
+    out = rows.new_empty(b, t, heads, 2, k // heads, dtype=dtype)
+    out.copy_(rows.view(b, t, 2, heads, -1).transpose(2, 3))
+    return out.view(b, t, heads, -1).transpose(1, 2)
+
+
 class _GatedStep(torch.autograd.Function):
     @staticmethod
     @_no_autocast
     def forward(ctx: FunctionCtx, theta: Tensor, psi: Tensor, out: Tensor, value: Tensor,
                 log_radius: Tensor) -> Tensor:
-        b, t, k = theta.shape
-        heads, d = out.shape[1], out.shape[-1] // 2
-        # G and v in θ's dtype, converted once (a mixed-dtype op on the CPU converts on every call)
-        g = out.transpose(1, 2).to(theta.dtype)  # (B, T, H, 2d) = (Re G, Im G) per head
+        # G as whole rows (Re G, Im G) and v in θ's dtype, each converted once (a mixed-dtype op on the CPU
+        # converts its operand on every call)
+        re_g, im_g = _halves(out, theta.dtype).unbind(2)  # (B, T, k) each
         value_f = value.to(theta.dtype)
-        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
-        a = torch.mul(cos, g[..., d:], out=theta.new_empty(b, t, heads, d))  # out=: θ's layout, whatever G's
-        a = a.addcmul_(sin, g[..., :d], value=-1.0).view(b, t, k)
+        cos, sin = psi.chunk(2, dim=-1)
+        a = torch.mul(cos, im_g).addcmul_(sin, re_g, value=-1.0)
         x = a * value_f
         sq = torch.linalg.vecdot(x, x).unsqueeze(-1)
         new = torch.addcmul(theta, x, _bound_factor(sq, log_radius))
-        ctx.save_for_backward(psi, g, value_f, a, x, sq, log_radius)
-        ctx.out_dtype, ctx.value_dtype = out.dtype, value.dtype
+        ctx.save_for_backward(psi, re_g, im_g, value_f, a, x, sq, log_radius)
+        ctx.out_dtype, ctx.value_dtype, ctx.heads = out.dtype, value.dtype, out.shape[1]
         return new
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        psi, g, value, a, x, sq, log_radius = ctx.saved_tensors
-        b, t, heads, d2 = g.shape
-        d = d2 // 2
+        psi, re_g, im_g, value, a, x, sq, log_radius = ctx.saved_tensors
         grad_x, grad_radius = _bound_backward(grad, x, sq, log_radius, ctx.needs_input_grad[4])
         grad_value = (grad_x * a).to(ctx.value_dtype) if ctx.needs_input_grad[3] else None
-        grad_a = grad_x.mul_(value).view(b, t, heads, d)
-        cos, sin = (c.view(b, t, heads, d) for c in psi.chunk(2, dim=-1))
+        grad_a = grad_x.mul_(value)
+        cos, sin = psi.chunk(2, dim=-1)
         # a = cos θ Im G − sin θ Re G:  dIm G = cos θ da,  dRe G = −sin θ da,  dθ = −(sin θ Im G + cos θ Re G) da
-        grad_out = torch.empty_like(g)
-        torch.mul(grad_a, cos, out=grad_out[..., d:])
-        torch.mul(grad_a, sin, out=grad_out[..., :d]).neg_()
-        radial = torch.mul(sin, g[..., d:]).addcmul_(cos, g[..., :d])
-        grad_theta = torch.addcmul(grad, grad_a.view(b, t, -1), radial.view(b, t, -1), value=-1.0)
-        return grad_theta, None, grad_out.to(ctx.out_dtype).transpose(1, 2), grad_value, grad_radius
+        grad_rows = grad_a.new_empty(*grad_a.shape[:-1], 2, grad_a.shape[-1])
+        torch.mul(grad_a, sin, out=grad_rows[..., 0, :]).neg_()
+        torch.mul(grad_a, cos, out=grad_rows[..., 1, :])
+        radial = torch.mul(sin, im_g).addcmul_(cos, re_g)
+        grad_theta = torch.addcmul(grad, grad_a, radial, value=-1.0)
+        return grad_theta, None, _interleave(grad_rows, ctx.heads, ctx.out_dtype), grad_value, grad_radius
 
 
 def gated_step(theta: Tensor, psi: Tensor, out: Tensor, value: Tensor, log_radius: Tensor) -> Tensor:
