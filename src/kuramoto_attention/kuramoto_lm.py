@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layer import KuramotoAttention, PhaseGates
@@ -173,7 +174,7 @@ class KuramotoLM(ByteLM):
         return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith(angles)}
 
     def embed(self, idx: Tensor) -> Tensor:
-        return self.phase_embedding[idx]
+        return F.embedding(idx, self.phase_embedding)  # = phase_embedding[idx]; its backward is 2× faster on CPU
 
     def readout(self, theta: Tensor) -> Tensor:
         return self.prototypes(lift(theta))
