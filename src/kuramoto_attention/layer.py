@@ -12,6 +12,8 @@ Two paths with identical parameters compute the same thing:
 * ``fused`` (default): with φ_t = θ_t + ω t the score is the dot product of
   q_t = τ g^q_t ⊙ ψ(φ_t) and k_u = g^k_u ⊙ ψ(φ_u) (cos(x−y) = cos x cos y + sin x sin y)
   and G is the attention output for values ψ(θ_u): one causal SDPA call, memory linear in T.
+  When training in eager mode, the elementwise work around that call runs as hand-written
+  forward/backward pairs (``fused.py``).
 * ``reference``: the literal formulas above, with the T×T×k kernel and the sum
   Σ_u A_{t,u} sin(θ_u − θ_t) written out. For tests and diagnostics only.
 """
@@ -331,7 +333,7 @@ class KuramotoAttention(nn.Module):
         return s.masked_fill(~causal_mask(t_len, t_len, theta.device, not self.self_coupling), float("-inf"))
 
     def _coupling_reference(self, theta: Tensor, psi: Tensor) -> tuple[Tensor, Tensor]:
-        """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})."""
+        """(a, A) from the literal sums: a_{t,j} = Σ_u A_{t,u} sin(θ_{u,j} [+ δ_{u,j}] − θ_{t,j} [+ γ_j])."""
         attn = torch.softmax(self._scores_reference(theta, psi), dim=-1)  # (B, H, T, T)
         if self.value_proj is not None:
             return merge_heads(attn @ self._values(psi, theta)), attn
