@@ -233,9 +233,9 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
                  fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
     rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
              for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
-    lag = experiment.CANDIDATES[experiment.BEST_VARIANT]
-    rows += [fake_result("confirm", f"ka-{experiment.BEST_VARIANT}", "ka-1m", 2.25, **lag),
-             {**fake_result("budget", f"ka-1m-{experiment.BEST_VARIANT}-20m", "ka-1m", 2.10, **lag),
+    lag = experiment.CANDIDATES[experiment.BUDGET_VARIANT]
+    rows += [fake_result("confirm", f"ka-{experiment.BUDGET_VARIANT}", "ka-1m", 2.25, **lag),
+             {**fake_result("budget", f"ka-1m-{experiment.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
               "tokens": 20_000_000}]
     write(in_tmp, rows)
     text = results.budget_section()

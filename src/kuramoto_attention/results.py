@@ -11,6 +11,7 @@ from typing import Any
 
 from .experiment import (
     BEST_VARIANT,
+    BUDGET_VARIANT,
     CANDIDATES,
     PROTOCOL,
     RESULTS,
@@ -218,8 +219,8 @@ def comparison_section(group: str, unit: str) -> str:
     return text
 
 
-def _best_variant_change() -> str:
-    return ", ".join(f"{k}={v}" for k, v in CANDIDATES[BEST_VARIANT].items())
+def _variant_change(name: str = BEST_VARIANT) -> str:
+    return ", ".join(f"{k}={v}" for k, v in CANDIDATES[name].items())
 
 
 def _best_variant_gap(tf_mean: float) -> str:
@@ -229,7 +230,7 @@ def _best_variant_gap(tf_mean: float) -> str:
     if not vals:
         return ""
     spread = f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else ""
-    return (f"\n\nThe best ka-1m measured, outside the SPEC ({_best_variant_change()}; group confirm, {len(vals)} seed"
+    return (f"\n\nThe best ka-1m measured, outside the SPEC ({_variant_change()}; group confirm, {len(vals)} seed"
             f"{'s' if len(vals) > 1 else ''}): {_fmt(statistics.mean(vals))}{spread}, a gap of "
             f"**{statistics.mean(vals) - tf_mean:+.4f}**.")
 
@@ -249,11 +250,11 @@ def _gap_along_training(rows: list[dict[str, Any]]) -> str:
 
 def budget_section() -> str:
     """The seed-0 pair's test gap at 10M (main) and 20M tokens (budget), and the best valid gap of the 3M sweep;
-    beside it the best confirmed variant (``BEST_VARIANT``) at 10M (confirm) and 20M (budget)."""
+    beside it a confirmed variant (``BUDGET_VARIANT``) at 10M (confirm) and 20M (budget)."""
     runs, variant = {}, {}
     for r in (r for g in ("main", "budget", "confirm") for r in load_results(g) if r["train"]["seed"] == 0):
         millions = r["tokens"] // 1_000_000
-        if r["name"] in (f"ka-{BEST_VARIANT}", f"ka-1m-{BEST_VARIANT}-20m"):
+        if r["name"] in (f"ka-{BUDGET_VARIANT}", f"ka-1m-{BUDGET_VARIANT}-20m"):
             variant[millions] = r
         elif r["group"] != "confirm" and not r["model_overrides"]:
             runs[(r["family"], millions)] = r
@@ -268,7 +269,7 @@ def budget_section() -> str:
     sweep = {p: min((r["eval_bpc"] for r in load_results("lr") if r["preset"] == p), default=None)
              for p in ("ka-1m", "tf-1m")}
     if None not in sweep.values():
-        screened = next((r for r in load_results("screen5") if r["name"] == f"ka-{BEST_VARIANT}"), None)
+        screened = next((r for r in load_results("screen5") if r["name"] == f"ka-{BUDGET_VARIANT}"), None)
         v = [_fmt(screened["eval_bpc"]) + " (screen5)", f"{screened['eval_bpc'] - sweep['tf-1m']:+.4f}"] \
             if screened else ["—", "—"]
         body.insert(0, ["3.0M", "lr (best of each sweep, valid BPC)", _fmt(sweep["ka-1m"]), _fmt(sweep["tf-1m"]),
@@ -276,9 +277,9 @@ def budget_section() -> str:
     if len(body) < 2:
         return "_No longer-budget runs yet (`kuramoto experiment run budget`)._"
     return ("Each row is a pair trained with its own full schedule to that budget (seed 0, each model's swept "
-            f"lr); test BPC unless stated. The last two columns: ka-1m with {BEST_VARIANT} "
-            f"({_best_variant_change()}; outside the SPEC), "
-            "the best variant confirmed at 10M, and its gap to the same transformer.\n\n"
+            f"lr); test BPC unless stated. The last two columns: ka-1m with {BUDGET_VARIANT} "
+            f"({_variant_change(BUDGET_VARIANT)}; outside the SPEC), "
+            "a variant confirmed at 10M, and its gap to the same transformer.\n\n"
             + _table(["tokens", "group", "ka-1m", "tf-1m", "gap", "ka-1m variant", "variant gap"], body))
 
 
