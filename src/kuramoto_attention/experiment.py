@@ -226,6 +226,9 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # not screened either: u offers its phase shifted by a function of its content, e^{i(θ_u + W_δ ψ(θ_u))}
     # (layer.py), its 2k² parameters per layer paid for by the feed-forward (as content-lag's)
     "phase-lag-no-self-value-lag": {"phase_lag": True, "self_coupling": False, "value_lag": True, "ff_hidden": 149},
+    # the two lags measured −0.012 (coupling) and −0.013 (value) on seed 0: together
+    "phase-lag-no-self-both-lags": {"phase_lag": True, "self_coupling": False, "coupling_lag": True, "value_lag": True,
+                                    "ff_hidden": 149},
 }
 
 
