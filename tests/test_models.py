@@ -123,6 +123,26 @@ def test_config_errors():
         build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_output="angle"))
     with pytest.raises(ConfigError, match="embed_spread"):
         build_model("kuramoto", KuramotoConfig(**TINY_KA, embed_spread=0.0))
+    with pytest.raises(ConfigError, match="readout_gain"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, readout_gain="vector"))
+
+
+@pytest.mark.parametrize("gain", ["scalar", "oscillator"])
+def test_readout_gain_scales_each_oscillators_alignment(gain):
+    """g_j multiplies oscillator j's term α_{c,j} cos(θ_j − μ_{c,j}): the same logits as prototypes whose
+    cos and sin columns of j are scaled by g_j; at init (g = 1) the paper's readout. Undecayed, like a norm gain."""
+    torch.manual_seed(0)
+    model = KuramotoLM(KuramotoConfig(**TINY_KA, readout_gain=gain)).double()
+    plain = KuramotoLM(KuramotoConfig(**TINY_KA)).double()
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if k != "readout_gain"})
+    theta = torch.randn(2, 5, TINY_KA["dim"], dtype=torch.float64)
+    assert torch.allclose(model.readout(theta), plain.readout(theta), atol=1e-12)
+    with torch.no_grad():
+        model.readout_gain.copy_(torch.rand_like(model.readout_gain) + 0.5)
+        g = model.readout_gain.expand(TINY_KA["dim"])
+        plain.prototypes.weight.mul_(torch.cat((g, g)))
+    assert torch.allclose(model.readout(theta), plain.readout(theta), atol=1e-12)
+    assert "readout_gain" in {n for n, p in model.named_parameters() if p.dim() < 2}  # the no-decay group
 
 
 def test_tangent_feed_forward_moves_toward_its_phasor_field():

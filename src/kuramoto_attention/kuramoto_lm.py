@@ -3,7 +3,7 @@
     θ^0_t = E[x_t]                                   byte → learned phases in T^k
     θ ← θ + bound(v(θ) ⊙ a(θ))                       KuramotoAttention (layer.py)
     θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward (or bound(Im(conj(z) ⊙ y)), y = SwiGLU)
-    logits_c = Σ_j α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout
+    logits_c = Σ_j [g_j] α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout (g: ``readout_gain``)
 
 No normalisation layers: the state lives on a compact manifold. Choices the paper leaves
 open are fields of ``KuramotoConfig`` (documented there and in the README).
@@ -63,6 +63,10 @@ class KuramotoConfig:
     # Values e^{i(θ_u + δ_u)}, δ_u = W_δ ψ(θ_u): u writes a phase other than its own (layer.py); 2k² per layer
     value_lag: bool = False
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
+    # A learned gain on the readout's input, undecayed (as the transformer's final RMSNorm gain): "none" (the
+    # paper's readout), "scalar" (one logit scale), "oscillator" (g_j per oscillator, on both cos θ_j and sin θ_j,
+    # so the readout stays Σ_j g_j α_{c,j} cos(θ_j − μ_{c,j})). The prototypes are decayed; |ψ| is fixed.
+    readout_gain: Literal["none", "scalar", "oscillator"] = "none"
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
     # start near-orthogonal in ψ, so the self pair dominates every score); small s starts all bytes near one
@@ -152,6 +156,10 @@ class KuramotoLM(ByteLM):
         # Readout of ψ(θ): row c is (α_c cos μ_c, α_c sin μ_c), i.e. prototype phases μ_c
         # with per-coordinate amplitudes α_c; a linear map of the lift is the same family.
         self.prototypes = nn.Linear(2 * config.dim, VOCAB_SIZE)
+        gains = {"none": 0, "scalar": 1, "oscillator": config.dim}
+        if config.readout_gain not in gains:
+            raise ValueError(f"readout_gain must be one of {tuple(gains)}, got {config.readout_gain!r}")
+        self.readout_gain = nn.Parameter(torch.ones(gains[config.readout_gain])) if gains[config.readout_gain] else None
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -177,7 +185,11 @@ class KuramotoLM(ByteLM):
         return F.embedding(idx, self.phase_embedding)  # = phase_embedding[idx]; its backward is 2× faster on CPU
 
     def readout(self, theta: Tensor) -> Tensor:
-        return self.prototypes(lift(theta))
+        psi = lift(theta)
+        if self.readout_gain is not None:  # the same g_j on cos θ_j and sin θ_j (ψ = [cos θ, sin θ])
+            gain = self.readout_gain
+            psi = psi * (gain.repeat(2) if gain.numel() > 1 else gain).to(psi.dtype)
+        return self.prototypes(psi)
 
     def phases(self, idx: Tensor, skip: frozenset[tuple[str, int]] = frozenset()) -> list[Tensor]:
         """The phase state before and after every block: depth + 1 tensors (B, T, k).
