@@ -218,6 +218,8 @@ def _screen6() -> list[Spec]:
         "default": {}, "readout-gain": {"readout_gain": "oscillator"}, "readout-scale": {"readout_gain": "scalar"},
         # the attention's increments sit on the bound (100% saturated in this variant): what does the bound cost?
         "bound-none": {"bound": "none"},
+        # the transformer's depth (5): one gate pair for all layers pays for the fifth layer (1,005,342 parameters)
+        "shared-gates-depth-5": {"shared_gates": True, "depth": 5, "ff_hidden": 211},
     }
     train_variants: dict[str, dict[str, Any]] = {
         "wd-0": {"weight_decay": 0.0}, "warmup-30": {"warmup": 30}, "beta2-0.99": {"beta2": 0.99},
