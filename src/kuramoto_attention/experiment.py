@@ -216,6 +216,8 @@ def _screen6() -> list[Spec]:
     transformer's final RMSNorm has an undecayed gain. And the bound itself, as an ablation (the SPEC has one)."""
     model_variants: dict[str, dict[str, Any]] = {
         "default": {}, "readout-gain": {"readout_gain": "oscillator"}, "readout-scale": {"readout_gain": "scalar"},
+        # at 3M tokens both gains were still growing at AdamW's top speed (about lr per step): start higher
+        "readout-gain-4": {"readout_gain": "oscillator", "readout_gain_init": 4.0},
         # the attention's increments sit on the bound (100% saturated in this variant): what does the bound cost?
         "bound-none": {"bound": "none"},
         # the transformer's depth (5): one gate pair for all layers pays for the fifth layer (1,005,342 parameters)
@@ -370,7 +372,7 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
                                    "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
                                    "ff_output": "increment", "coupling_lag": False, "value_lag": False,
-                                   "readout_gain": "none"}
+                                   "readout_gain": "none", "readout_gain_init": 1.0}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

@@ -67,6 +67,7 @@ class KuramotoConfig:
     # paper's readout), "scalar" (one logit scale), "oscillator" (g_j per oscillator, on both cos θ_j and sin θ_j,
     # so the readout stays Σ_j g_j α_{c,j} cos(θ_j − μ_{c,j})). The prototypes are decayed; |ψ| is fixed.
     readout_gain: Literal["none", "scalar", "oscillator"] = "none"
+    readout_gain_init: float = 1.0  # the gain's initial value (AdamW moves it by about lr per step)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
     # start near-orthogonal in ψ, so the self pair dominates every score); small s starts all bytes near one
@@ -159,7 +160,8 @@ class KuramotoLM(ByteLM):
         gains = {"none": 0, "scalar": 1, "oscillator": config.dim}
         if config.readout_gain not in gains:
             raise ValueError(f"readout_gain must be one of {tuple(gains)}, got {config.readout_gain!r}")
-        self.readout_gain = nn.Parameter(torch.ones(gains[config.readout_gain])) if gains[config.readout_gain] else None
+        self.readout_gain = (nn.Parameter(torch.full((gains[config.readout_gain],), config.readout_gain_init))
+                            if gains[config.readout_gain] else None)
         self._init_weights()
 
     def _init_weights(self) -> None:
