@@ -252,6 +252,9 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # the two lags measured −0.012 (coupling) and −0.013 (value) on seed 0: together
     "phase-lag-no-self-both-lags": {"phase_lag": True, "self_coupling": False, "coupling_lag": True, "value_lag": True,
                                     "ff_hidden": 149},
+    # round 6: an undecayed readout gain started at 4 (−0.040 valid BPC at 3M), on the best variant
+    "phase-lag-no-self-readout-gain-4": {"phase_lag": True, "self_coupling": False, "readout_gain": "oscillator",
+                                         "readout_gain_init": 4.0},
 }
 
 
