@@ -268,7 +268,9 @@ BUDGET_VARIANT = "phase-lag-no-self"  # the variant also trained to 20M (the bes
 # lag as well: −0.036) get all of main's seeds
 CANDIDATE_SEEDS: dict[str, tuple[int, ...]] = {"no-self-coupling": (0, 1, 2), "phase-lag-no-self": (0, 1, 2),
                                                 "phase-lag-no-self-coupling-lag": (0, 1, 2),  # −0.012 on seed 0
-                                                "phase-lag-no-self-both-lags": (0, 1)}  # −0.019 on seed 0
+                                                "phase-lag-no-self-both-lags": (0, 1),  # −0.019 on seed 0
+                                                # queued with all seeds at once (one session's time); seed 0 first
+                                                "phase-lag-no-self-readout-gain-4": (0, 1, 2)}
 
 
 def _confirm() -> list[Spec]:
