@@ -11,7 +11,10 @@ Groups, in the order they are meant to run:
   ablation  ka-1m variants of SPEC §5 / issue 4, 1 seed, 10M tokens
   pycode    the main comparison on pycode (bits per byte), 1 seed
   screen3   round 3: 3M-token runs of ka-1m variants against the ψ(θ) default (bounds, depth/width split)
-  confirm   round 3's candidates at the main protocol (10M tokens, test BPC), one seed
+  confirm   the screens' candidates at the main protocol (10M tokens, test BPC), one seed (the best: three)
+  screen4, screen5, screen6   rounds 4-6, as round 3 (group rates, self-coupling, lags, readout gain, optimiser)
+  budget    the main pair and the best variant at 20M tokens;  scale  the pair at 5M parameters
+  lr10m     each 1M model one sweep step below its swept rate, at the main protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-wrapped, ablation-wrapped   on wrap(θ), the default until screen2 measured raw θ better
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
