@@ -265,16 +265,16 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
 
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
-    assert "experiment run lr10m" in results.lr10m_section()
+    assert "experiment run lr10m" in results.tuning10m_section("lr10m", "lr")
     write(in_tmp, [fake_result("main", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
                    fake_result("main", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),  # other seeds: not compared
                    fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
                    fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
                    fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
-    text = results.lr10m_section()
+    text = results.tuning10m_section("lr10m", "lr")
     assert "| ka-1m | lr10m | 0.002 | 2.2500 |" in text and "| tf-1m | main | 0.008 | 2.1500 |" in text
-    assert "ka-1m 0.002, tf-1m 0.008; seed-0 gap +0.1000 (at the 3M sweep's rates: +0.1500)" in text
-    assert "Best at the lower rate: ka-1m; a lower rate still may be better." in text
+    assert "ka-1m 0.002, tf-1m 0.008; seed-0 gap +0.1000 (main's settings: +0.1500)" in text
+    assert "Best at the lowest lr tried: ka-1m; a lower one may be better still." in text
     write(in_tmp, [fake_result("scale", "ka-5m", "ka-5m", 2.0, lr=4e-3),
                    fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.9, lr=2e-3),
                    fake_result("scale", "tf-5m", "tf-5m", 1.8, lr=8e-3)])
