@@ -327,20 +327,23 @@ def scale_section() -> str:
 
 def tuning10m_section(group: str, option: str) -> str:
     """Each 1M model at main's setting of a training ``option`` (seed 0) and at the group's, 10M tokens, test BPC."""
+    def value(r: dict[str, Any]) -> float:
+        return r["train"].get(option, TRAIN_DEFAULTS[option])
+
     rows = {p: sorted([r for g in ("main", group) for r in load_results(g)
-                       if r["preset"] == p and r["train"]["seed"] == 0], key=lambda r: r["train"][option])
+                       if r["preset"] == p and r["train"]["seed"] == 0], key=value)
             for p in ("ka-1m", "tf-1m")}
     if not load_results(group) or not all(rows.values()):
         return f"_Not run yet (`kuramoto experiment run {group}`)._"
-    body = [[p, r["group"], f"{r['train'][option]:g}", _fmt(r["eval_bpc"])] for p, rs in rows.items() for r in rs]
+    body = [[p, r["group"], f"{value(r):g}", _fmt(r["eval_bpc"])] for p, rs in rows.items() for r in rs]
     best = {p: min(rs, key=lambda r: r["eval_bpc"]) for p, rs in rows.items()}
     low = [p for p, r in best.items() if r is rows[p][0] and len(rows[p]) > 1]
     main = {p: next(r for r in rs if r["group"] == "main") for p, rs in rows.items()}
     gap = best["ka-1m"]["eval_bpc"] - best["tf-1m"]["eval_bpc"]
     main_gap = main["ka-1m"]["eval_bpc"] - main["tf-1m"]["eval_bpc"]
     return (_table(["preset", "group", option, "test BPC"], body)
-            + f"\n\nEach model at its better {option}: ka-1m {best['ka-1m']['train'][option]:g}, tf-1m "
-            f"{best['tf-1m']['train'][option]:g}; seed-0 gap {gap:+.4f} (main's settings: {main_gap:+.4f})."
+            + f"\n\nEach model at its better {option}: ka-1m {value(best['ka-1m']):g}, tf-1m "
+            f"{value(best['tf-1m']):g}; seed-0 gap {gap:+.4f} (main's settings: {main_gap:+.4f})."
             + (f" Best at the lowest {option} tried: {', '.join(low)}; a lower one may be better still."
                if low else ""))
 
