@@ -440,7 +440,7 @@ def confirm_section(group: str = "confirm") -> str:
     if not rows or not ka or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     tf_mean = statistics.mean(tf)
-    body = [[r["name"], _overrides(r), str(r["train"]["seed"]), _screen_delta(r["name"].split("-seed")[0]),
+    body = [[r["name"], _overrides(r), str(r["train"]["seed"]), _screen_delta(r),
              _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ka[r['train']['seed']]:+.4f}" if r["train"]["seed"] in ka
              else "—", f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
     return ("Each run against main's ka-1m run of the same seed (test BPC "
@@ -470,12 +470,21 @@ def _seed_means(rows: list[dict[str, Any]], ka: dict[int, float], tf_mean: float
     return ("\n\nOver seeds:\n\n" + "\n".join(lines)) if lines else ""
 
 
-def _screen_delta(name: str) -> str:
-    """A run's Δ against its round's ka-default in the last screening round that ran it ("—": none did)."""
+def _same_optimiser(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("weight_decay", "beta1", "beta2", "phase_lr_mult", "omega_lr_mult", "grad_clip", "precision", "warmup")
+    return all(a["train"].get(k, TRAIN_DEFAULTS[k]) == b["train"].get(k, TRAIN_DEFAULTS[k]) for k in keys)
+
+
+def _screen_delta(run: dict[str, Any]) -> str:
+    """A confirm run's Δ against its round's ka-default in the last screening round that ran the same change, by
+    name or by the same model overrides ("—": none did)."""
+    name = run["name"].split("-seed")[0]
     for group in reversed(SCREENS):
         rows = {r["name"]: r for r in _with_twins(group)}
-        if name in rows and "ka-default" in rows:
-            return f"{rows[name]['eval_bpc'] - rows['ka-default']['eval_bpc']:+.4f} ({group})"
+        same = [r for n, r in rows.items() if n != "ka-default" and
+                (n == name or (r["model_overrides"] == run["model_overrides"] and _same_optimiser(r, run)))]
+        if same and "ka-default" in rows:
+            return f"{same[0]['eval_bpc'] - rows['ka-default']['eval_bpc']:+.4f} ({group})"
     return "—"
 
 
