@@ -4,36 +4,28 @@ Nothing in the page is typed by hand: every number comes from a summary file wri
 ``kuramoto experiment run``; sections whose runs do not exist yet say so.
 """
 
-import contextlib
 import statistics
 from pathlib import Path
 from typing import Any
 
 from .experiment import (
     BEST_VARIANT,
-    BUDGET_VARIANT,
-    CANDIDATES,
     PROTOCOL,
     RESULTS,
-    SWEEP,
     TRAIN_DEFAULTS,
-    all_results,
     best_lr,
     load_results,
     plan,
-    same_run,
 )
 from .presets import ConfigError
+from .results_common import fmt, label, overrides, saturation, settings, table, variant_change, with_twins
+from .results_scaling import budget_section, scale_section, tuning10m_section, warmup_intro
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
 # the reference each comparison group is read against (SPEC §5): enwik8 BPC at 1M; code (CodeParrot) BPB at 1M
 PAPER_GAP = {"main": "paper at 1M on enwik8: +0.021; target ≤ +0.03",
              "pycode": "paper at 1M on CodeParrot, a different code corpus: +0.013 to +0.015"}
 PAPER_DELTAS = {"ka-value-projection": "+0.25", "ka-no-ff": "+0.27", "ka-no-gates": "+0.09"}
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4f}"
 
 
 def _curve_plot(groups: list[str], out: Path) -> Path | None:
@@ -65,62 +57,8 @@ def _curve_plot(groups: list[str], out: Path) -> Path | None:
     return out
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def _overrides(r: dict[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in r["model_overrides"].items()]
-    default_mult = TRAIN_DEFAULTS["phase_lr_mult"]
-    if r["train"].get("phase_lr_mult", default_mult) != default_mult:
-        parts.append(f"phase_lr_mult={r['train']['phase_lr_mult']:g}")
-    return ", ".join(parts) or "(preset)"
-
-
-def _settings(r: dict[str, Any]) -> str:
-    """The open choices a screening run used, read from its recorded config."""
-    m, t = r["model"], r["train"]
-    if r["family"] != "kuramoto":
-        return "transformer preset"
-    ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
-    ff += " → tangent" if m.get("ff_output") == "tangent" else ""
-    extras = [text for on, text in (
-        (m.get("shared_gates"), "shared gates"), (m.get("self_coupling") is False, "no self-coupling"),
-        (m.get("phase_lag"), "phase lag"), (m.get("content_lag"), "content lag"),
-        (m.get("coupling_lag"), "coupling lag"), (m.get("value_lag"), "value lag"),
-        (m.get("readout_gain", "none") != "none",
-         f"readout gain {m.get('readout_gain')} (init {m.get('readout_gain_init', 1.0):g})"),
-    ) if on]
-    extras += [f"{k} {t[k]:g}" for k in ("weight_decay", "warmup", "beta2") if t.get(k, TRAIN_DEFAULTS[k]) !=
-               TRAIN_DEFAULTS[k]]
-    return (f"k {m['dim']}, depth {m['depth']}, heads {m['heads']}, radius {m['attn_radius_init']:g}/"
-            f"{m['ff_radius_init']:g} ({m['bound']}), τ₀ {m['tau_init']:g}, ff {ff} (hidden {m['ff_hidden']}), "
-            f"v₀ {m['value_init']:g}, phase lr ×{t['phase_lr_mult']:g}" + "".join(f", {e}" for e in extras)
-            + f"; {r['params']:,} params")
-
-
-def _with_twins(group: str) -> list[dict[str, Any]]:
-    """A group's results plus, for each planned run not made because another group already made it
-    identically (``experiment.same_run``), that run under the planned name, with ``twin`` naming it."""
-    rows = load_results(group)
-    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
-        done, pool = {r["name"] for r in rows}, all_results()
-        for spec in plan(group):
-            r = same_run(spec, pool) if spec.name not in done else None
-            if r is not None:
-                twin = f"{r['group']}/{r['name']}"
-                rows.append({**r, "name": spec.name, "model_overrides": spec.model, "twin": twin})
-    return rows
-
-
-def _label(r: dict[str, Any]) -> str:
-    return f"{r['name']} (= {r['twin']}: same config, seed and split)" if "twin" in r else r["name"]
-
-
 def screen_section(group: str = "screen") -> str:
-    rows = _with_twins(group)
+    rows = with_twins(group)
     if not rows:
         return f"_No screening runs yet (`kuramoto experiment run {group}`)._"
     missing = sorted({s.name for s in plan(group)} - {r["name"] for r in rows})
@@ -130,9 +68,9 @@ def screen_section(group: str = "screen") -> str:
     body = []
     for r in sorted(rows, key=lambda r: r["eval_bpc"]):
         delta = f"{r['eval_bpc'] - base['eval_bpc']:+.4f}" if base else "n/a"
-        body.append([_label(r), _settings(r), f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M",
-                     _fmt(r["eval_bpc"]), delta, _saturation(r)])
-    return _table(["run", "settings", "lr", "tokens", "valid BPC", "Δ vs ka-default",
+        body.append([label(r), settings(r), f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M",
+                     fmt(r["eval_bpc"]), delta, saturation(r)])
+    return table(["run", "settings", "lr", "tokens", "valid BPC", "Δ vs ka-default",
                    "saturated increments attn / ff (mean over layers)"], body) + note
 
 
@@ -146,7 +84,7 @@ SCREEN5_ADOPTED = ("none (the phase lag and self_coupling=False both depart from
                    "the best ka-1m measured; the confirm section has it over main's seeds")
 def _screen6_adopted() -> str:
     """Round 6's verdict, its figures read from results/screen6 and results/confirm."""
-    screen = {r["name"]: r["eval_bpc"] for r in _with_twins("screen6")}
+    screen = {r["name"]: r["eval_bpc"] for r in with_twins("screen6")}
     confirm = {r["name"]: r["eval_bpc"] for r in load_results("confirm")}
     gain, variant = confirm.get("ka-phase-lag-no-self-readout-gain-4"), confirm.get(f"ka-{BEST_VARIANT}")
     if "ka-default" not in screen or gain is None or variant is None:
@@ -154,7 +92,7 @@ def _screen6_adopted() -> str:
     delta = {n: screen[n] - screen["ka-default"] for n in ("ka-bound-none", "ka-shared-gates-depth-5") if n in screen}
     held = "held" if gain < variant - 0.02 else "did not hold"  # 0.02: about 2 sd of main's seeds
     return (f"none. The readout gain started at 4 (outside the paper's readout) {held} its screen gain at the main "
-            f"protocol: on the best variant's seed 0 it scored {_fmt(gain)} against {_fmt(variant)} (group confirm, "
+            f"protocol: on the best variant's seed 0 it scored {fmt(gain)} against {fmt(variant)} (group confirm, "
             "below); the 30-step warmup, a training option of both models, went to group warmup10m (above). "
             + "; ".join(f"{n} {d:+.3f}" for n, d in delta.items())
             + " (the bound stays; a fifth layer paid for by shared gates did not pay)")
@@ -175,7 +113,7 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
                "screen6": _screen6_adopted()}
     lines = []
     for group in SCREENS:
-        rows = _with_twins(group)
+        rows = with_twins(group)
         base = next((r for r in rows if r["name"] == "ka-default"), None)
         if base is None:
             continue
@@ -185,27 +123,18 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
         flat = [n for d, n in deltas if abs(d) <= threshold]
         helped = ", ".join(f"{n} {d:+.3f}" for d, n in moved if d < 0) or "none"
         hurt = ", ".join(f"{n} {d:+.3f}" for d, n in moved if d > 0) or "none"
-        lines.append(f"- **{group}** (against its ka-default, valid BPC {_fmt(base['eval_bpc'])}): helped {helped}; "
+        lines.append(f"- **{group}** (against its ka-default, valid BPC {fmt(base['eval_bpc'])}): helped {helped}; "
                      f"hurt {hurt}; within ±{threshold}: {', '.join(flat) or 'none'}. Adopted as default: "
                      f"{adopted[group]}.")
     return "\n".join(lines) if lines else "_No screening runs yet._"
-
-
-def _saturation(r: dict[str, Any]) -> str:
-    d = r.get("diagnostics")
-    if not d:
-        return "—"
-    ff = [x for x in d["ff_saturation"] if x is not None]
-    ff_text = f"{statistics.mean(ff):.0%}" if ff else "—"
-    return f"{statistics.mean(d['attn_saturation']):.0%} / {ff_text}"
 
 
 def lr_section() -> str:
     rows = load_results("lr") + load_results("lr-wrapped")
     if not rows:
         return "_No learning-rate sweep yet (`kuramoto experiment run lr`)._"
-    body = [[r["preset"], r["group"], _overrides(r) if r["family"] == "kuramoto" else "—", f"{r['train']['lr']:g}",
-             f"{r['tokens'] / 1e6:.1f}M", _fmt(r["eval_bpc"])]
+    body = [[r["preset"], r["group"], overrides(r) if r["family"] == "kuramoto" else "—", f"{r['train']['lr']:g}",
+             f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"])]
             for r in sorted(rows, key=lambda r: (r["preset"], r["group"], r["train"]["lr"]))]
     best = []
     for group in ("lr", "lr-wrapped"):
@@ -215,7 +144,7 @@ def lr_section() -> str:
                 for p in ("ka-1m", "tf-1m") if any(r["group"] == "lr" and r["preset"] == p for r in rows)}
     gap = (" At this 3M-token budget (its own full schedule) the best ka-1m is "
            f"{best_bpc['ka-1m'] - best_bpc['tf-1m']:+.3f} valid BPC from the best tf-1m." if len(best_bpc) == 2 else "")
-    return (_table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
+    return (table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
             + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; ka-1m's "
             "first sweep, lr-wrapped (feed-forward on wrap(θ)), feeds the frozen groups of the earlier defaults."
             + gap)
@@ -234,9 +163,9 @@ def comparison_section(group: str, unit: str) -> str:
         spread = f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed: no sd)"
         r0 = next(r for r in rows if r["family"] == family)
         paper = PAPER_1M[family] if group == "main" else "not reported"
-        body.append([r0["preset"], str(len(vals)), ", ".join(_fmt(v) for v in vals), _fmt(means[family]) + spread,
-                     _fmt(statistics.median(vals)), f"{r0['train']['lr']:g}", f"{r0['tokens'] / 1e6:.1f}M", paper])
-    text = _table(["model", "seeds", f"test {unit} per seed", "mean ± sd", "median", "lr", "tokens",
+        body.append([r0["preset"], str(len(vals)), ", ".join(fmt(v) for v in vals), fmt(means[family]) + spread,
+                     fmt(statistics.median(vals)), f"{r0['train']['lr']:g}", f"{r0['tokens'] / 1e6:.1f}M", paper])
+    text = table(["model", "seeds", f"test {unit} per seed", "mean ± sd", "median", "lr", "tokens",
                    "paper (enwik8, 1M)" if group == "main" else "paper (1M)"], body)
     if len(means) == 2:
         text += (f"\n\nGap (Kuramoto − transformer, mean): **{means['kuramoto'] - means['transformer']:+.4f}** "
@@ -247,10 +176,6 @@ def comparison_section(group: str, unit: str) -> str:
     return text
 
 
-def _variant_change(name: str = BEST_VARIANT) -> str:
-    return ", ".join(f"{k}={v}" for k, v in CANDIDATES[name].items())
-
-
 def _best_variant_gap(tf_mean: float) -> str:
     """The best confirmed ka-1m variant (outside the SPEC) over its seeds, against the same transformer mean."""
     vals = [r["eval_bpc"] for r in load_results("confirm")
@@ -258,8 +183,8 @@ def _best_variant_gap(tf_mean: float) -> str:
     if not vals:
         return ""
     spread = f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else ""
-    return (f"\n\nThe best ka-1m measured, outside the SPEC ({_variant_change()}; group confirm, {len(vals)} seed"
-            f"{'s' if len(vals) > 1 else ''}): {_fmt(statistics.mean(vals))}{spread}, a gap of "
+    return (f"\n\nThe best ka-1m measured, outside the SPEC ({variant_change()}; group confirm, {len(vals)} seed"
+            f"{'s' if len(vals) > 1 else ''}): {fmt(statistics.mean(vals))}{spread}, a gap of "
             f"**{statistics.mean(vals) - tf_mean:+.4f}**.")
 
 
@@ -276,127 +201,6 @@ def _gap_along_training(rows: list[dict[str, Any]]) -> str:
             f"high before the end): {', '.join(points)}.") if points else ""
 
 
-def budget_section() -> str:
-    """The seed-0 pair's test gap at 10M (main) and 20M tokens (budget), and the best valid gap of the 3M sweep;
-    beside it a confirmed variant (``BUDGET_VARIANT``) at 10M (confirm) and 20M (budget)."""
-    runs, variant = {}, {}
-    for r in (r for g in ("main", "budget", "confirm") for r in load_results(g) if r["train"]["seed"] == 0):
-        millions = r["tokens"] // 1_000_000
-        if r["name"] in (f"ka-{BUDGET_VARIANT}", f"ka-1m-{BUDGET_VARIANT}-20m"):
-            variant[millions] = r
-        elif r["group"] != "confirm" and not r["model_overrides"]:
-            runs[(r["family"], millions)] = r
-    body = []
-    for millions in sorted({m for _, m in runs}):
-        ka, tf = runs.get(("kuramoto", millions)), runs.get(("transformer", millions))
-        if ka and tf:
-            v = variant.get(millions)
-            body.append([f"{ka['tokens'] / 1e6:.1f}M", ka["group"], _fmt(ka["eval_bpc"]), _fmt(tf["eval_bpc"]),
-                         f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", _fmt(v["eval_bpc"]) if v else "—",
-                         f"{v['eval_bpc'] - tf['eval_bpc']:+.4f}" if v else "—"])
-    sweep = {p: min((r["eval_bpc"] for r in load_results("lr") if r["preset"] == p), default=None)
-             for p in ("ka-1m", "tf-1m")}
-    if None not in sweep.values():
-        screened = next((r for r in load_results("screen5") if r["name"] == f"ka-{BUDGET_VARIANT}"), None)
-        v = [_fmt(screened["eval_bpc"]) + " (screen5)", f"{screened['eval_bpc'] - sweep['tf-1m']:+.4f}"] \
-            if screened else ["—", "—"]
-        body.insert(0, ["3.0M", "lr (best of each sweep, valid BPC)", _fmt(sweep["ka-1m"]), _fmt(sweep["tf-1m"]),
-                        f"{sweep['ka-1m'] - sweep['tf-1m']:+.4f}", *v])
-    if len(body) < 2:
-        return "_No longer-budget runs yet (`kuramoto experiment run budget`)._"
-    return ("Each row is a pair trained with its own full schedule to that budget (seed 0, each model's swept "
-            f"lr); test BPC unless stated. The last two columns: ka-1m with {BUDGET_VARIANT} "
-            f"({_variant_change(BUDGET_VARIANT)}; outside the SPEC), "
-            "a variant confirmed at 10M, and its gap to the same transformer.\n\n"
-            + _table(["tokens", "group", "ka-1m", "tf-1m", "gap", "ka-1m variant", "variant gap"], body))
-
-
-PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.452", "−0.004 (medians)")}
-
-
-def scale_section() -> str:
-    """The seed-0 pair at 1M (main) and 5M parameters (scale), test BPC, beside the paper's enwik8 numbers."""
-    runs: dict[str, dict[str, Any]] = {}
-    for r in (r for g in ("main", "scale") for r in load_results(g) if r["train"]["seed"] == 0):
-        if r["preset"] not in runs or r["eval_bpc"] < runs[r["preset"]]["eval_bpc"]:  # the best lr tried
-            runs[r["preset"]] = r
-    body = []
-    for size, (p_ka, p_tf, p_gap) in PAPER_BY_SIZE.items():
-        ka, tf = runs.get(f"ka-{size}"), runs.get(f"tf-{size}")
-        if ka and tf:
-            body.append([size.upper(), ka["group"], f"{ka['params']:,} / {tf['params']:,}",
-                         f"{ka['train']['lr']:g} / {tf['train']['lr']:g}", _fmt(ka["eval_bpc"]), _fmt(tf["eval_bpc"]),
-                         f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", f"{p_ka} / {p_tf}, {p_gap}"])
-    if len(body) < 2:
-        return "_No 5M runs yet (`kuramoto experiment run scale`)._"
-    tried = {p: sorted(r["train"]["lr"] for r in load_results("scale") if r["preset"] == p) for p in ("ka-5m", "tf-5m")}
-    return ("Seed 0, 10M tokens, the main protocol. No full 5M sweep: each 5M model at the learning rates tried ("
-            + "; ".join(f"{p}: {', '.join(f'{x:g}' for x in v)}" for p, v in tried.items() if v)
-            + "), the best shown"
-            + _uneven_tries(tried)
-            + "".join(f"; {p}'s best is the lowest rate tried, so a lower one may be better still"
-                      for p, v in tried.items() if len(v) > 1 and runs[p]["train"]["lr"] == v[0])
-            + ".\n\n"
-            + _table(["size", "group", "params ka / tf", "lr ka / tf", "ka test BPC", "tf test BPC", "gap",
-                      "paper (enwik8) ka / tf, gap"], body) + _untuned(runs))
-
-
-def tuning10m_section(group: str, option: str) -> str:
-    """Each 1M model at main's setting of a training ``option`` (seed 0) and at the group's, 10M tokens, test BPC."""
-    def value(r: dict[str, Any]) -> float:
-        return r["train"].get(option, TRAIN_DEFAULTS[option])
-
-    rows = {p: sorted([r for g in ("main", group) for r in load_results(g)
-                       if r["preset"] == p and r["train"]["seed"] == 0], key=value)
-            for p in ("ka-1m", "tf-1m")}
-    if not load_results(group) or not all(rows.values()):
-        return f"_Not run yet (`kuramoto experiment run {group}`)._"
-    body = [[p, r["group"], f"{value(r):g}", _fmt(r["eval_bpc"])] for p, rs in rows.items() for r in rs]
-    best = {p: min(rs, key=lambda r: r["eval_bpc"]) for p, rs in rows.items()}
-    low = [p for p, r in best.items() if r is rows[p][0] and len(rows[p]) > 1]
-    main = {p: next(r for r in rs if r["group"] == "main") for p, rs in rows.items()}
-    gap = best["ka-1m"]["eval_bpc"] - best["tf-1m"]["eval_bpc"]
-    main_gap = main["ka-1m"]["eval_bpc"] - main["tf-1m"]["eval_bpc"]
-    return (_table(["preset", "group", option, "test BPC"], body)
-            + f"\n\nEach model at its better {option}: ka-1m {value(best['ka-1m']):g}, tf-1m "
-            f"{value(best['tf-1m']):g}; seed-0 gap {gap:+.4f} (main's settings: {main_gap:+.4f})."
-            + (f" Best at the lowest {option} tried: {', '.join(low)}; a lower one may be better still."
-               if low else ""))
-
-
-def _warmup_intro() -> str:
-    """Why warmup10m exists, its figures read from results/screen6 and the protocols."""
-    screen = {r["name"]: r for r in _with_twins("screen6")}
-    steps = {k: cfg["tokens"] / (cfg["batch_size"] * cfg["context"]) for k, cfg in (("3M", SWEEP), ("10M", PROTOCOL))}
-    share = {k: f"{PROTOCOL['warmup'] / v:.0%}" for k, v in steps.items()}
-    screened = ""
-    if "ka-warmup-30" in screen and "ka-default" in screen:
-        screened = (f"In round 6 (below) a 30-step warmup instead of {PROTOCOL['warmup']} scored "
-                    f"{screen['ka-warmup-30']['eval_bpc'] - screen['ka-default']['eval_bpc']:+.3f} valid BPC at 3M "
-                    f"tokens, where {PROTOCOL['warmup']} steps are {share['3M']} of the run ({share['10M']} of the "
-                    "protocol's). ")
-    return (screened + "It is a training option, so both models get it: `kuramoto experiment run warmup10m`, each 1M "
-            "model at its swept rate with warmup 30 (seed 0), against main's seed 0.")
-
-
-def _uneven_tries(tried: dict[str, list[float]]) -> str:
-    more, fewer = sorted(tried, key=lambda p: len(tried[p]), reverse=True)
-    if len(tried[more]) == len(tried[fewer]):
-        return ""
-    return (f"; {more} had more rates tried than {fewer}, which favours it: {fewer} may gain from another rate "
-            "too")
-
-
-def _untuned(runs: dict[str, dict[str, Any]]) -> str:
-    """A caveat for each family whose 5M model scored worse than its 1M model: its 5M learning rate is off."""
-    worse = [f"{f}-5m ({_fmt(runs[f'{f}-5m']['eval_bpc'])}) is worse than {f}-1m ({_fmt(runs[f'{f}-1m']['eval_bpc'])})"
-             for f in ("ka", "tf") if runs[f"{f}-5m"]["eval_bpc"] > runs[f"{f}-1m"]["eval_bpc"]]
-    if not worse:
-        return ""
-    return ("\n\nCaveat: " + "; ".join(worse) + ". Five times the parameters at the same tokens would normally score "
-            "better, so that model's learning rate is off its optimum and the 5M gap says little until it is tuned.")
-
-
 def superseded_section(group: str, what: str) -> str:
     """ka-1m runs of a frozen main group (an earlier default), against main's transformer runs."""
     ka, tf = load_results(group), [r for r in load_results("main") if r["family"] == "transformer"]
@@ -404,8 +208,8 @@ def superseded_section(group: str, what: str) -> str:
         return f"_No runs (`kuramoto experiment run {group}`)._"
     vals = [r["eval_bpc"] for r in ka]
     sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
-    text = (f"ka-1m ({ka[0]['params']:,} params), {what}, {len(vals)} seeds ({', '.join(_fmt(v) for v in vals)}): "
-            f"test BPC {_fmt(statistics.mean(vals))} ± {sd:.4f}, median {_fmt(statistics.median(vals))}")
+    text = (f"ka-1m ({ka[0]['params']:,} params), {what}, {len(vals)} seeds ({', '.join(fmt(v) for v in vals)}): "
+            f"test BPC {fmt(statistics.mean(vals))} ± {sd:.4f}, median {fmt(statistics.median(vals))}")
     if tf:
         gap = statistics.mean(vals) - statistics.mean(r["eval_bpc"] for r in tf)
         text += f"; gap to the transformer's mean (main): {gap:+.4f}"
@@ -418,17 +222,17 @@ def _ka_seed0(group: str) -> list[dict[str, Any]]:
 
 
 def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
-    rows = _with_twins(group)
+    rows = with_twins(group)
     full = _ka_seed0(full_group)
     if not rows or not full:
         return f"_No ablations yet (`kuramoto experiment run {group}`, after `{full_group}`)._"
     ref = full[0]["eval_bpc"]
-    body = [[_label(r), _overrides(r), f"{r['params']:,}", _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
+    body = [[label(r), overrides(r), f"{r['params']:,}", fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
              PAPER_DELTAS.get(r["name"], "—")] for r in rows]
-    return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, test BPC {_fmt(ref)}. An "
+    return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, test BPC {fmt(ref)}. An "
             "ablation that removes a component also removes its parameters (no re-matching; the paper does not "
             "say whether it re-matched).\n\n"
-            + _table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
+            + table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
 def confirm_section(group: str = "confirm") -> str:
@@ -440,14 +244,14 @@ def confirm_section(group: str = "confirm") -> str:
     if not rows or not ka or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     tf_mean = statistics.mean(tf)
-    body = [[r["name"], _overrides(r), str(r["train"]["seed"]), _screen_delta(r),
-             _fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ka[r['train']['seed']]:+.4f}" if r["train"]["seed"] in ka
+    body = [[r["name"], overrides(r), str(r["train"]["seed"]), _screen_delta(r),
+             fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ka[r['train']['seed']]:+.4f}" if r["train"]["seed"] in ka
              else "—", f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
     return ("Each run against main's ka-1m run of the same seed (test BPC "
-            f"{', '.join(f'seed {s} {_fmt(b)}' for s, b in sorted(ka.items()))}) and the transformer's mean over its "
-            f"seeds ({_fmt(tf_mean)}); main's seeds spread by about 0.01 (sd), so a difference under about 0.02 is "
+            f"{', '.join(f'seed {s} {fmt(b)}' for s, b in sorted(ka.items()))}) and the transformer's mean over its "
+            f"seeds ({fmt(tf_mean)}); main's seeds spread by about 0.01 (sd), so a difference under about 0.02 is "
             "not resolved. The screen column is the same change's valid-BPC Δ in its 3M-token screening round.\n\n"
-            + _table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs main ka-1m, same seed",
+            + table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs main ka-1m, same seed",
                       "gap to tf-1m mean"], body) + _seed_means(rows, ka, tf_mean))
 
 
@@ -463,8 +267,8 @@ def _seed_means(rows: list[dict[str, Any]], ka: dict[int, float], tf_mean: float
             continue
         vals = [r["eval_bpc"] for r in runs]
         same = statistics.mean(ka[s] for s in seeds)
-        lines.append(f"- {name}, seeds {', '.join(map(str, seeds))}: {_fmt(statistics.mean(vals))} ± "
-                     f"{statistics.stdev(vals):.4f} against main's {_fmt(same)} on the same seeds "
+        lines.append(f"- {name}, seeds {', '.join(map(str, seeds))}: {fmt(statistics.mean(vals))} ± "
+                     f"{statistics.stdev(vals):.4f} against main's {fmt(same)} on the same seeds "
                      f"({statistics.mean(vals) - same:+.4f}); gap to the tf-1m mean "
                      f"{statistics.mean(vals) - tf_mean:+.4f}.")
     return ("\n\nOver seeds:\n\n" + "\n".join(lines)) if lines else ""
@@ -480,7 +284,7 @@ def _screen_delta(run: dict[str, Any]) -> str:
     name or by the same model overrides ("—": none did)."""
     name = run["name"].split("-seed")[0]
     for group in reversed(SCREENS):
-        rows = {r["name"]: r for r in _with_twins(group)}
+        rows = {r["name"]: r for r in with_twins(group)}
         same = [r for n, r in rows.items() if n != "ka-default" and
                 (n == name or (r["model_overrides"] == run["model_overrides"] and _same_optimiser(r, run)))]
         if same and "ka-default" in rows:
@@ -567,7 +371,7 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "",
         "## Does a shorter warmup help at 10M tokens?",
         "",
-        _warmup_intro(),
+        warmup_intro(),
         "",
         tuning10m_section("warmup10m", "warmup"),
         "",
