@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from kuramoto_attention import experiment, results
+from kuramoto_attention import experiment, groups, protocol, results
 from kuramoto_attention.presets import ConfigError
 
 
@@ -21,7 +21,8 @@ def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(experiment, "RESULTS", tmp_path / "results")
+    for module in (protocol, experiment):  # load_results reads protocol's; run_spec writes under experiment's
+        monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
     return tmp_path
 
@@ -35,20 +36,20 @@ def write(tmp, rows):
 
 def test_best_lr_reads_the_sweep(in_tmp):
     with pytest.raises(ConfigError, match="learning-rate sweep"):
-        experiment.best_lr("ka-1m")
+        protocol.best_lr("ka-1m")
     write(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", bpc, lr=lr) for lr, bpc in
                    [(1e-3, 2.0), (2e-3, 1.9), (4e-3, 1.95)]])
-    assert experiment.best_lr("ka-1m") == 2e-3
+    assert protocol.best_lr("ka-1m") == 2e-3
     with pytest.raises(ConfigError, match="tf-1m"):  # the transformer's sweep is absent: main cannot be planned
-        experiment.plan("main")
+        groups.plan("main")
 
 
 def test_plans_are_well_formed():
-    names = [s.name for s in experiment.plan("screen")]
+    names = [s.name for s in groups.plan("screen")]
     assert len(names) == len(set(names)) and "tf" in names and "ka-default" in names
-    assert {s.preset for s in experiment.plan("lr")} == {"ka-1m", "tf-1m"}
+    assert {s.preset for s in groups.plan("lr")} == {"ka-1m", "tf-1m"}
     with pytest.raises(ConfigError, match="unknown experiment group"):
-        experiment.plan("nonsense")
+        groups.plan("nonsense")
 
 
 def test_results_md_is_computed_from_files(in_tmp):
@@ -103,22 +104,22 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
 def test_frozen_groups_keep_their_feed_forward(in_tmp):
     """Groups run while the feed-forward read wrap(θ), then raw θ, stay reproducible after the default moved."""
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **experiment.WRAPPED)])
+    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.WRAPPED)])
     for group in ("screen", "screen2", "lr-wrapped", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
-        assert all("ff" in s.model and "ff_hidden" in s.model for s in experiment.plan(group)
+        assert all("ff" in s.model and "ff_hidden" in s.model for s in groups.plan(group)
                    if s.preset.startswith("ka"))
-    assert all(s.model == experiment.WRAPPED for s in experiment.plan("main-wrapped"))
-    assert all(s.model == experiment.RAW for s in experiment.plan("main-raw"))
-    assert {s.preset for s in experiment.plan("main-raw")} == {"ka-1m"}
-    assert all(s.model == {} for s in experiment.plan("main"))  # current defaults
+    assert all(s.model == groups.WRAPPED for s in groups.plan("main-wrapped"))
+    assert all(s.model == groups.RAW for s in groups.plan("main-raw"))
+    assert {s.preset for s in groups.plan("main-raw")} == {"ka-1m"}
+    assert all(s.model == {} for s in groups.plan("main"))  # current defaults
     # frozen groups keep the lr of the sweep they ran with; the current ones read the current sweep
     for group in ("main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
-        assert {s.train["lr"] for s in experiment.plan(group)} == {4e-3}
-    assert {s.train["lr"] for s in experiment.plan("main") + experiment.plan("ablation")} == {2e-3}
-    raw = {s.name: s.model for s in experiment.plan("ablation-raw")}
-    assert raw["ka-no-gates"] == {**experiment.RAW, "gates": False} and "ka-ff-angles" not in raw
-    assert raw["ka-ff-lift"] == {**experiment.RAW, **experiment.FF_LIFT_MATCHED}
-    current = {s.name for s in experiment.plan("ablation")}
+        assert {s.train["lr"] for s in groups.plan(group)} == {4e-3}
+    assert {s.train["lr"] for s in groups.plan("main") + groups.plan("ablation")} == {2e-3}
+    raw = {s.name: s.model for s in groups.plan("ablation-raw")}
+    assert raw["ka-no-gates"] == {**groups.RAW, "gates": False} and "ka-ff-angles" not in raw
+    assert raw["ka-ff-lift"] == {**groups.RAW, **groups.FF_LIFT_MATCHED}
+    current = {s.name for s in groups.plan("ablation")}
     assert "ka-ff-angles" in current and "ka-ff-lift" not in current  # the lift is the full model now
 
 
@@ -134,7 +135,7 @@ def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
 
 
 @pytest.mark.parametrize("model,train,why", [
-    (experiment.RAW, {}, "model ff='angles' (spec 'lift')"),  # a leftover of an earlier default
+    (groups.RAW, {}, "model ff='angles' (spec 'lift')"),  # a leftover of an earlier default
     ({}, {"lr": 8e-3}, "train lr=0.008 (spec 0.004)"),  # a best lr that moved
 ])
 def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypatch, model, train, why):
@@ -146,7 +147,7 @@ def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypat
     run_dir = in_tmp / "runs" / "main" / "ka-1m-seed0"
     (run_dir / "checkpoint.old").mkdir(parents=True)  # the crash-between-renames copy counts as a checkpoint
     (run_dir / "checkpoint.old" / "trainer_state.pt").write_text("")
-    spec = experiment.Spec("main", "ka-1m-seed0", "ka-1m", {}, {"lr": 4e-3, "tokens": 1000})
+    spec = protocol.Spec("main", "ka-1m-seed0", "ka-1m", {}, {"lr": 4e-3, "tokens": 1000})
     saved_model = dataclasses.asdict(apply_overrides("kuramoto", get_preset("ka-1m")[1], model))
     saved_train = dataclasses.asdict(train_module.train_config_from({**spec.train, **train}))
     saved = {"model": {"family": "kuramoto", **saved_model}, "train": saved_train}
@@ -158,7 +159,7 @@ def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypat
 
 def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    spec = experiment.plan("main")[0]
+    spec = groups.plan("main")[0]
     fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
     fresh["model"], fresh["train"] = experiment.expected_configs(spec)
     assert experiment.mismatch(spec, fresh) is None
@@ -181,29 +182,29 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
 def test_committed_results_match_their_specs():
     """Every results/GROUP/NAME.json records what its group's spec asks for: a moved default or best lr
     cannot leave an old run standing in for a new spec."""
-    root = experiment.RESULTS
+    root = protocol.RESULTS
     if not root.is_dir():
         pytest.skip("no results/ here (run from the repository root)")
-    groups = {**experiment.GROUPS, **experiment.FROZEN}
+    known = {**groups.GROUPS, **groups.FROZEN}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        assert folder.name in groups, f"results/{folder.name} is not an experiment group"
-        specs = {s.name: s for s in experiment.plan(folder.name)}
-        for r in experiment.load_results(folder.name):
+        assert folder.name in known, f"results/{folder.name} is not an experiment group"
+        specs = {s.name: s for s in groups.plan(folder.name)}
+        for r in protocol.load_results(folder.name):
             assert r["name"] in specs, f"{folder.name}/{r['name']} is in no plan"
             assert experiment.mismatch(specs[r["name"]], r) is None, (folder.name, r["name"])
 
 
 def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **experiment.WRAPPED)])
-    twin_spec = next(s for s in experiment.plan("main-raw") if s.name == "ka-1m-seed0")
-    twin = fake_result("main-raw", "ka-1m-seed0", "ka-1m", 2.4, lr=4e-3, **experiment.RAW)
+    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.WRAPPED)])
+    twin_spec = next(s for s in groups.plan("main-raw") if s.name == "ka-1m-seed0")
+    twin = fake_result("main-raw", "ka-1m-seed0", "ka-1m", 2.4, lr=4e-3, **groups.RAW)
     twin["model"], twin["train"] = experiment.expected_configs(twin_spec)
     write(in_tmp, [twin, fake_result("main", "ka-1m-seed0", "ka-1m", 2.3, lr=2e-3)])
-    spec = next(s for s in experiment.plan("ablation") if s.name == "ka-ff-angles")
+    spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
     assert experiment.same_run(spec) is None  # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
     write(in_tmp, [fake_result("lr", "ka-1m-lr-0.004", "ka-1m", 1.0, lr=4e-3)])  # now the best lr is 4e-3
-    spec = next(s for s in experiment.plan("ablation") if s.name == "ka-ff-angles")
+    spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
     assert experiment.same_run(spec)["group"] == "main-raw"
     experiment.run_group("ablation", None, only=["ka-ff-angles"])
     assert "already run as main-raw/ka-1m-seed0" in capsys.readouterr().out
@@ -233,9 +234,9 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
                  fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
     rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
              for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
-    lag = experiment.CANDIDATES[experiment.BUDGET_VARIANT]
-    rows += [fake_result("confirm", f"ka-{experiment.BUDGET_VARIANT}", "ka-1m", 2.25, **lag),
-             {**fake_result("budget", f"ka-1m-{experiment.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
+    lag = groups.CANDIDATES[groups.BUDGET_VARIANT]
+    rows += [fake_result("confirm", f"ka-{groups.BUDGET_VARIANT}", "ka-1m", 2.25, **lag),
+             {**fake_result("budget", f"ka-1m-{groups.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
               "tokens": 20_000_000}]
     write(in_tmp, rows)
     text = results.budget_section()
@@ -286,8 +287,8 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
             for i in (0, 1) for p, b in (("ka-1m", 2.30), ("tf-1m", 2.10))]
     write(in_tmp, rows)
     assert "best ka-1m measured" not in results.comparison_section("main", "BPC")
-    lag = experiment.CANDIDATES[experiment.BEST_VARIANT]
-    write(in_tmp, [fake_result("confirm", f"ka-{experiment.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
+    lag = groups.CANDIDATES[groups.BEST_VARIANT]
+    write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
                                2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
     text = results.comparison_section("main", "BPC")
     assert "Gap (Kuramoto − transformer, mean): **+0.2000**" in text

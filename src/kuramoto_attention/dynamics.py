@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from .diagnostics import OFFSETS
-from .experiment import RESULTS, RUNS, load_results
 from .presets import ConfigError
+from .protocol import RESULTS, RUNS, load_results
 
 LOCAL_NEAR_ONE = 0.9
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .experiment import RESULTS, RUNS, load_results
 from .presets import ConfigError
+from .protocol import RESULTS, RUNS, load_results
 
 POSITION_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # bins [a, b) of the position t in the window
 WINDOWS = 64

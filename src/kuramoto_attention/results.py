@@ -8,16 +8,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .experiment import (
-    BEST_VARIANT,
-    PROTOCOL,
-    RESULTS,
-    TRAIN_DEFAULTS,
-    best_lr,
-    load_results,
-    plan,
-)
+from .groups import BEST_VARIANT, plan
 from .presets import ConfigError
+from .protocol import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results
 from .results_common import fmt, label, overrides, saturation, settings, table, variant_change, with_twins
 from .results_scaling import budget_section, scale_section, tuning10m_section, warmup_intro
 

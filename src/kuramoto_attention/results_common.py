@@ -5,8 +5,10 @@ import contextlib
 import statistics
 from typing import Any
 
-from .experiment import BEST_VARIANT, CANDIDATES, TRAIN_DEFAULTS, all_results, load_results, plan, same_run
+from .experiment import same_run
+from .groups import BEST_VARIANT, CANDIDATES, all_results, plan
 from .presets import ConfigError
+from .protocol import TRAIN_DEFAULTS, load_results
 
 
 def fmt(x: float) -> str:

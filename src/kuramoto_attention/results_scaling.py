@@ -3,7 +3,8 @@ training settings each model was tuned at (learning rate, warmup) checked again 
 
 from typing import Any
 
-from .experiment import BUDGET_VARIANT, PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
+from .groups import BUDGET_VARIANT
+from .protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
 from .results_common import fmt, table, variant_change, with_twins
 
 
