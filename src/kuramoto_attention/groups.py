@@ -257,8 +257,9 @@ def _scale() -> list[Spec]:
                Spec("scale", "ka-5m-lr-0.002", "ka-5m", {}, {**train, "lr": 2e-3}),
                # ka gained 0.072 from halving again: the transformer gets the same third rate
                Spec("scale", "tf-5m-lr-0.002", "tf-5m", {}, {**train, "lr": 2e-3}),
-               # both were best at 2e-3, the lowest tried: ka (two rates tried, to tf's three) one step further
-               Spec("scale", "ka-5m-lr-0.001", "ka-5m", {}, {**train, "lr": 1e-3})])
+               # both were best at 2e-3, the lowest tried: each one step further
+               Spec("scale", "ka-5m-lr-0.001", "ka-5m", {}, {**train, "lr": 1e-3}),
+               Spec("scale", "tf-5m-lr-0.001", "tf-5m", {}, {**train, "lr": 1e-3})])
 
 
 def _lr10m() -> list[Spec]:
