@@ -188,9 +188,8 @@ class KuramotoLM(ByteLM):
 
     def readout(self, theta: Tensor) -> Tensor:
         psi = lift(theta)
-        if self.readout_gain is not None:  # the same g_j on cos θ_j and sin θ_j (ψ = [cos θ, sin θ])
-            gain = self.readout_gain
-            psi = psi * (gain.repeat(2) if gain.numel() > 1 else gain).to(psi.dtype)
+        if self.readout_gain is not None:  # the same g_j on cos θ_j and sin θ_j: ψ = [cos θ, sin θ] as (2, k)
+            psi = (psi.unflatten(-1, (2, -1)) * self.readout_gain.to(psi.dtype)).flatten(-2)
         return self.prototypes(psi)
 
     def phases(self, idx: Tensor, skip: frozenset[tuple[str, int]] = frozenset()) -> list[Tensor]:

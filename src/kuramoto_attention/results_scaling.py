@@ -81,8 +81,8 @@ def tuning10m_section(group: str, option: str) -> str:
     rows = {p: sorted([r for g in ("main", group) for r in load_results(g)
                        if r["preset"] == p and r["train"]["seed"] == 0], key=value)
             for p in ("ka-1m", "tf-1m")}
-    if not load_results(group) or not all(rows.values()):
-        return f"_Not run yet (`kuramoto experiment run {group}`)._"
+    if not all({r["group"] for r in rs} == {"main", group} for rs in rows.values()):
+        return f"_Not run yet (`kuramoto experiment run {group}`, after `main`)._"
     body = [[p, r["group"], f"{value(r):g}", fmt(r["eval_bpc"])] for p, rs in rows.items() for r in rs]
     best = {p: min(rs, key=lambda r: r["eval_bpc"]) for p, rs in rows.items()}
     low = [p for p, r in best.items() if r is rows[p][0] and len(rows[p]) > 1]
