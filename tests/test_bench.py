@@ -20,7 +20,8 @@ from kuramoto_attention import bench
 from kuramoto_attention.cli import main
 from kuramoto_attention.presets import build_model, get_preset
 
-SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## Profile of one eager training step",
+SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## The attention kernel alone",
+            "## Profile of one eager training step",
             "## Peak memory of one attention layer's training step",
             "## Generation", "## FLOP counting"]
 
@@ -46,7 +47,8 @@ def test_quick_run_writes_markdown_and_json(quick: dict[str, Any]) -> None:
     assert quick["rc"] == 0
     assert quick["printed"] == quick["res"]  # --json prints exactly what the file holds
     res, md = quick["res"], quick["md"]
-    for key in ("command", "machine", "plan", "matmul_peak", "training", "profile", "memory", "generation", "targets"):
+    for key in ("command", "machine", "plan", "matmul_peak", "training", "attention", "profile", "memory",
+                "generation", "targets"):
         assert key in res
     for name, ops in res["profile"].items():  # both models profiled; shares of one step's operator time
         assert ops and all(0 < o["share"] <= 1 for o in ops) and f"**{name}**" in md
@@ -75,6 +77,28 @@ def test_training_ratios_come_from_raw_medians(quick: dict[str, Any]) -> None:
         ratio = statistics.median(r["ka"]["tokens_per_s"]) / statistics.median(r["tf"]["tokens_per_s"])
         assert r["ratio"] == pytest.approx(ratio)
         assert f"| {r['ratio']:.3f} |" in md
+
+
+def test_attention_kernel_rows_and_ceiling(quick: dict[str, Any]) -> None:
+    """The attention part runs each model's own shapes (ka: ψ-features 2k/H wide per head, tf: k/H) in both
+    precisions, and the ceiling is recomputed from the training rows, not typed in."""
+    res, md = quick["res"], quick["md"]
+    settings = {(a["pair"], a["precision"]) for a in res["attention"]}
+    assert settings == {("ka-tiny vs tf-tiny", p) for p in ("fp32", "bf16")}
+    keys = ("layers", "heads", "d_qk", "d_v")
+    for a in res["attention"]:  # ka-tiny: k=16, 2 heads, 2 layers; tf-tiny: d=16, 2 heads, 2 layers
+        assert {k: a["ka"][k] for k in keys} == {"layers": 2, "heads": 2, "d_qk": 16, "d_v": 16}
+        assert {k: a["tf"][k] for k in keys} == {"layers": 2, "heads": 2, "d_qk": 8, "d_v": 8}
+        assert a["ka"]["ms_per_step"] > 0 and a["tf"]["ms_per_step"] > 0
+    ceilings = bench.attention_ceiling(res)
+    assert len(ceilings) == 2
+    for c in ceilings:
+        a = next(a for a in res["attention"] if a["precision"] == c["precision"])
+        train = next(r for r in res["training"] if r["mode"] == "eager" and r["precision"] == c["precision"])
+        step = {s: 1e3 * 8 * 32 / train[s]["median"] for s in ("ka", "tf")}  # quick: batch 8 × context 32
+        expected = step["tf"] / (step["tf"] - a["tf"]["ms_per_step"] + a["ka"]["ms_per_step"])
+        assert c["ceiling"] == pytest.approx(expected) and c["ratio"] == pytest.approx(train["ratio"])
+        assert f"| {c['ceiling']:.3f} | {c['ratio']:.3f} |" in md
 
 
 def test_targets_are_judged_from_measurements(quick: dict[str, Any]) -> None:

@@ -196,6 +196,68 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+def attention_shape(model: nn.Module) -> dict[str, int]:
+    """What one training step hands the attention kernel: layers, heads and per-head widths (``model_flops``'s)."""
+    flops, cfg = model_flops(model, 1), model.config
+    return {"layers": cfg.depth, "heads": cfg.heads, "d_qk": flops["d_qk"] // cfg.heads,
+            "d_v": flops["d_v"] // cfg.heads}
+
+
+def bench_attention(plan: Plan) -> list[dict[str, Any]]:
+    """The causal SDPA call alone at each model's shapes: forward + backward of every layer's call on
+    contiguous random inputs (batch × heads × context × width), ka and tf alternated, per precision.
+
+    Kuramoto's queries, keys and values are ψ-features of width 2k/H per head, the transformer's k/H: at
+    the same head count its kernel does twice the multiply-adds, and this part no other optimisation touches.
+    """
+    rows = []
+    for ka_name, tf_name in plan.pairs:
+        with torch.device("meta"):
+            shapes = {n: attention_shape(build_model(*get_preset(n))) for n in (ka_name, tf_name)}
+        for precision in plan.precisions:
+            _log(f"attention kernel {ka_name} vs {tf_name}, {precision}")
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+            jobs = {n: _attention_job(plan, s, dtype) for n, s in shapes.items()}
+            for job in jobs.values():
+                job()  # warm-up
+            runs, _ = interleaved(jobs, plan.repeats, 1.0)
+            row: dict[str, Any] = {"pair": f"{ka_name} vs {tf_name}", "precision": precision}
+            for side, n in (("ka", ka_name), ("tf", tf_name)):
+                row[side] = {"preset": n, **shapes[n], "ms_per_step": 1e3 / statistics.median(runs[n])}
+            rows.append(row)
+    return rows
+
+
+def _attention_job(plan: Plan, shape: dict[str, int], dtype: torch.dtype) -> Callable[[], None]:
+    def widths(d: int) -> torch.Tensor:
+        return torch.randn(plan.batch, shape["heads"], plan.context, d, dtype=dtype, requires_grad=True)
+
+    q, k, v = widths(shape["d_qk"]), widths(shape["d_qk"]), widths(shape["d_v"])
+
+    def step() -> None:
+        for _ in range(shape["layers"]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.backward(torch.ones_like(out))
+
+    return step
+
+
+def attention_ceiling(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per attention row, the eager ka/tf throughput ratio if everything but the attention kernel cost ka
+    exactly what it costs tf: step_tf / (step_tf − attention_tf + attention_ka), steps from the eager rows."""
+    out = []
+    for a in res.get("attention", []):
+        train = next((r for r in res["training"] if r["pair"] == a["pair"] and r["mode"] == "eager"
+                      and r["precision"] == a["precision"] and "ratio" in r), None)
+        if train is None:
+            continue
+        step_ms = {s: 1e3 * train["batch"] * train["context"] / train[s]["median"] for s in ("ka", "tf")}
+        rest = {s: step_ms[s] - a[s]["ms_per_step"] for s in ("ka", "tf")}
+        out.append({"pair": a["pair"], "precision": a["precision"], "step_ms": step_ms, "rest_ms": rest,
+                    "ceiling": step_ms["tf"] / (rest["tf"] + a["ka"]["ms_per_step"]), "ratio": train["ratio"]})
+    return out
+
+
 def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
     """Where one eager training step spends its time, per model of the first pair, in the default
     precision: ``torch.profiler``'s operators by self CPU time (the evidence the optimisations act on)."""
@@ -372,6 +434,7 @@ def render(res: dict[str, Any]) -> str:
         util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
         trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util])
     lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util"], trows)
+    lines += _attention_section(res)
     lines += ["## Profile of one eager training step", "", "`torch.profiler`, one step in the default precision "
               f"({res['default_mode']['precision']}) after warm-up; operators by self CPU time, share of the "
               "step's total operator time (autograd and optimizer wrappers excluded, their kernels counted).", ""]
@@ -402,6 +465,31 @@ def render(res: dict[str, Any]) -> str:
                     [[n, f"{f['matmul_params']:,}", f["d_qk"], f["d_v"], f"{f['flops_per_token']:,}"]
                      for n, f in flops.items()])
     return "\n".join(lines)
+
+
+def _attention_section(res: dict[str, Any]) -> list[str]:
+    if not res.get("attention"):
+        return []
+    plan = res["plan"]
+    lines = ["## The attention kernel alone", "", "One training step's causal `scaled_dot_product_attention` calls "
+             f"(forward + backward, one per layer) at batch {plan['batch']} × context {plan['context']}, on "
+             "contiguous random inputs of each model's shapes (layers × heads × per-head query/key and value "
+             f"width), median of {plan['repeats']}, ka and tf alternated. Kuramoto's features are ψ(θ), 2k/H wide "
+             "per head against the transformer's k/H. The **ceiling** is the eager ka/tf throughput ratio if "
+             "everything else in ka's step (matmuls, elementwise work, optimizer) cost exactly what it costs tf: "
+             "step_tf / (step_tf − attention_tf + attention_ka), steps from the eager rows above; a ratio above "
+             "it needs ka's other work to be cheaper than the transformer's.", ""]
+    ceilings = {(c["pair"], c["precision"]): c for c in attention_ceiling(res)}
+    rows = []
+    for a in res["attention"]:
+        c = ceilings.get((a["pair"], a["precision"]))
+        shape = [f"{a[s]['layers']} × {a[s]['heads']} × {a[s]['d_qk']}/{a[s]['d_v']}" for s in ("ka", "tf")]
+        rows.append([a["pair"], a["precision"], shape[0], f"{a['ka']['ms_per_step']:,.1f}", shape[1],
+                     f"{a['tf']['ms_per_step']:,.1f}",
+                     *(("—", "—", "—") if c is None else (f"{c['rest_ms']['ka']:,.1f} / {c['rest_ms']['tf']:,.1f}",
+                                                          f"{c['ceiling']:.3f}", f"{c['ratio']:.3f}"))])
+    return lines + _table(["models", "precision", "ka layers × heads × d_qk/d_v", "ka ms", "tf shape", "tf ms",
+                           "rest of the step ka / tf (ms)", "ceiling", "measured ratio"], rows)
 
 
 def _command(args: Any) -> str:
@@ -437,6 +525,7 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     _log("matmul peak")
     res["matmul_peak"] = matmul_peak(plan.matmul_n, plan.repeats)
     res["training"] = bench_training(plan)
+    res["attention"] = bench_attention(plan)
     res["profile"] = bench_profile(plan)
     res["memory"] = bench_memory(plan)
     res["generation"] = bench_generation(plan)
