@@ -265,6 +265,25 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
     assert "Caveat: tf-5m (2.2000) is worse than tf-1m (2.1500)" in results.scale_section()
 
 
+def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_tmp):
+    rows = [fake_result("main", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
+            fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
+            fake_result("confirm", f"ka-{groups.BEST_VARIANT}", "ka-1m", 2.26, lr=4e-3),
+            fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
+            fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.95, lr=2e-3),
+            fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
+    write(in_tmp, rows)
+    assert "not run yet (`kuramoto experiment run scale-variant`" in results.scale_section()
+    (spec,) = groups.plan("scale-variant")
+    assert spec.preset == "ka-5m" and spec.model == groups.CANDIDATES[groups.BEST_VARIANT]
+    assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == protocol.PROTOCOL["tokens"]
+    write(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
+    text = results.scale_section()
+    assert "on ka-5m at lr 0.002 (seed 0, group scale-variant): test BPC 1.9300, -0.0200 against ka-5m at the " \
+           "same rate; gap to the best tf-5m +0.0300. At 1M the same variant moved seed 0 by -0.0400 (gap +0.1100)." \
+        in text
+
+
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
     assert "experiment run lr10m" in results.tuning10m_section("lr10m", "lr")
     write(in_tmp, [fake_result("main", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),

@@ -12,6 +12,7 @@ Groups, in the order they are meant to run:
   confirm   the screens' candidates at the main protocol (10M tokens, test BPC), one seed (the best: three)
   screen4, screen5, screen6   rounds 4-6, as round 3 (group rates, self-coupling, lags, readout gain, optimiser)
   budget    the main pair and the best variant at 20M tokens;  scale  the pair at 5M parameters
+  scale-variant  the best 1M variant at 5M parameters (after scale: it takes ka-5m's best rate there)
   lr10m     each 1M model one sweep step below its swept rate, at the main protocol
   warmup10m each 1M model with a 30-step warmup, at the main protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
@@ -259,7 +260,16 @@ def _scale() -> list[Spec]:
                Spec("scale", "tf-5m-lr-0.002", "tf-5m", {}, {**train, "lr": 2e-3}),
                # both were best at 2e-3, the lowest tried: each one step further
                Spec("scale", "ka-5m-lr-0.001", "ka-5m", {}, {**train, "lr": 1e-3}),
-               Spec("scale", "tf-5m-lr-0.001", "tf-5m", {}, {**train, "lr": 1e-3})])
+               Spec("scale", "tf-5m-lr-0.001", "tf-5m", {}, {**train, "lr": 1e-3}),
+               # ka-5m was still best at the lowest rate (flat against 2e-3) and had one rate fewer: one step further
+               Spec("scale", "ka-5m-lr-0.0005", "ka-5m", {}, {**train, "lr": 5e-4})])
+
+
+def _scale_variant() -> list[Spec]:
+    """Does the best 1M variant's gain carry to 5M? ``BEST_VARIANT`` on ka-5m at ka-5m's best rate in ``scale``
+    (read from its results, so run after it), seed 0, against that ka-5m run and the best tf-5m."""
+    return [Spec("scale-variant", f"ka-5m-{BEST_VARIANT}", "ka-5m", CANDIDATES[BEST_VARIANT],
+                 {**PROTOCOL, "seed": 0, "lr": best_lr("ka-5m", "scale")})]
 
 
 def _lr10m() -> list[Spec]:
@@ -300,7 +310,7 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen": _screen, "screen2": _screen2, "lr": _lr, "main": _main, "ablation": _ablation,
     "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3, "confirm": _confirm,
     "screen4": _screen4, "budget": _budget, "screen5": _screen5, "scale": _scale,
-    "screen6": _screen6, "lr10m": _lr10m, "warmup10m": _warmup10m,
+    "screen6": _screen6, "lr10m": _lr10m, "warmup10m": _warmup10m, "scale-variant": _scale_variant,
 }
 # `experiment dynamics` without groups: main (the claims' verdicts), then the variants whose offset profiles
 # RESULTS.md discusses

@@ -3,7 +3,7 @@ training settings each model was tuned at (learning rate, warmup) checked again 
 
 from typing import Any
 
-from .groups import BUDGET_VARIANT
+from .groups import BEST_VARIANT, BUDGET_VARIANT
 from .protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
 from .results_common import fmt, table, variant_change, with_twins
 
@@ -70,7 +70,31 @@ def scale_section() -> str:
                       for p, v in tried.items() if len(v) > 1 and runs[p]["train"]["lr"] == v[0])
             + ".\n\n"
             + table(["size", "group", "params ka / tf", "lr ka / tf", "ka test BPC", "tf test BPC", "gap",
-                      "paper (enwik8) ka / tf, gap"], body) + _untuned(runs))
+                      "paper (enwik8) ka / tf, gap"], body) + _untuned(runs) + _variant_at_5m(runs))
+
+
+def _variant_at_5m(runs: dict[str, dict[str, Any]]) -> str:
+    """The best 1M variant on ka-5m (group scale-variant) against ka-5m at the same rate, and beside its 1M Δ."""
+    done = load_results("scale-variant")
+    if not done:
+        return ("\n\nThe best 1M variant at 5M: not run yet (`kuramoto experiment run scale-variant`, after "
+                "`scale`).")
+    v = done[0]
+    base = next((r for r in load_results("scale") if r["preset"] == "ka-5m" and r["train"]["lr"] == v["train"]["lr"]
+                 and r["train"]["seed"] == v["train"]["seed"]), None)
+    one = {g: next((r for r in load_results(g) if r["name"] == n), None)
+           for g, n in (("confirm", f"ka-{BEST_VARIANT}"), ("main", "ka-1m-seed0"))}
+    text = (f"\n\nThe best 1M variant, {BEST_VARIANT} ({variant_change(BEST_VARIANT)}; outside the SPEC), on ka-5m "
+            f"at lr {v['train']['lr']:g} (seed {v['train']['seed']}, group scale-variant): test BPC "
+            + fmt(v["eval_bpc"]))
+    if base:
+        text += f", {v['eval_bpc'] - base['eval_bpc']:+.4f} against ka-5m at the same rate"
+    text += f"; gap to the best tf-5m {v['eval_bpc'] - runs['tf-5m']['eval_bpc']:+.4f}"
+    if None not in one.values():
+        moved = one["confirm"]["eval_bpc"] - one["main"]["eval_bpc"]
+        gap = one["confirm"]["eval_bpc"] - runs["tf-1m"]["eval_bpc"]
+        text += f". At 1M the same variant moved seed 0 by {moved:+.4f} (gap {gap:+.4f})"
+    return text + "."
 
 
 def tuning10m_section(group: str, option: str) -> str:
