@@ -173,11 +173,13 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -
 
 def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("experiment", help="run the replication protocol or regenerate RESULTS.md")
-    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap"],
+    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe"],
                    help="run GROUP; report: RESULTS.md from results/; replicate: every protocol group (not the "
                         "frozen ones), then report; "
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
-                        "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty")
+                        "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty; "
+                        "probe: linear probes of earlier bytes in every state of main's seed-0 pair and the best "
+                        "variant")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
                    f"several (default: {' '.join(DYNAMICS_GROUPS)})")
     p.add_argument("--only", action="append", help="run only these run names")
@@ -204,6 +206,12 @@ def _cmd(args: Any) -> None:
         if args.action == "gap" and len(args.group) > 1:
             raise ConfigError("experiment gap takes one GROUP (default: main)")
         print(f"wrote {gap.write(gap.measure(args.group[0] if args.group else 'main', args.data_dir))}")
+    if args.action in ("probe", "replicate"):
+        from . import probe
+
+        if args.action == "probe" and args.group:
+            raise ConfigError("experiment probe takes no GROUP (it probes main's seed-0 pair and the best variant)")
+        print(f"wrote {probe.write(probe.measure(args.data_dir))}")
     if args.action in ("report", "replicate"):
         from .results import write_results_md
 

@@ -452,7 +452,7 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
     ]
     if plot is not None:
         parts += ["## Validation BPC against tokens", "", f"![validation curves]({plot.as_posix()})", ""]
-    for name in ("gap.md", "dynamics.md"):  # written by `kuramoto experiment gap` and `... dynamics`
+    for name in ("gap.md", "probe.md", "dynamics.md"):  # by `kuramoto experiment gap`, `... probe`, `... dynamics`
         if (RESULTS / name).exists():
             parts += [(RESULTS / name).read_text()]
     path.write_text("\n".join(parts))
