@@ -313,8 +313,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen6": _screen6, "lr10m": _lr10m, "warmup10m": _warmup10m, "scale-variant": _scale_variant,
 }
 # `experiment dynamics` without groups: main (the claims' verdicts), then the variants whose offset profiles
-# RESULTS.md discusses
-DYNAMICS_GROUPS = ("main", "confirm", "screen5")
+# RESULTS.md discusses, round 6's, and the 5M models (the paper's dynamics claims are made at its scales)
+DYNAMICS_GROUPS = ("main", "confirm", "screen5", "screen6", "scale", "scale-variant")
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)
     "lr-wrapped": lambda: _lr("lr-wrapped", dict(WRAPPED), ("ka-1m",)),
