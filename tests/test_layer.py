@@ -206,6 +206,29 @@ def test_value_lag_fused_equals_reference_and_literal_increment(self_coupling):
         KuramotoAttention(K, H, value="projection", value_lag=True)
 
 
+@pytest.mark.parametrize("self_coupling", [True, False])
+def test_clock_fused_equals_reference_and_literal_scores(self_coupling):
+    """s_{t,u} + τ/√d Σ_c w_c cos(ω_c (t − u) + β_c): the clock term written out; the values keep their width."""
+    layer = make_layer(clock=3, self_coupling=self_coupling)
+    th = assert_fused_equals_reference(layer)
+    if self_coupling:
+        clock, d = layer.clock, K // H
+        scores = layer._scores_reference(th, lift(th))
+        base = literal_scores(layer, th)
+        for h, t, u in itertools.product(range(H), range(T), range(T)):
+            if u <= t:
+                term = (clock.weight[h] * torch.cos(clock.omega[h] * (t - u) + clock.lag[h])).sum()
+                literal = base[:, h, t, u] + layer.log_tau[h].exp() / math.sqrt(d) * term
+                assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
+    fresh = KuramotoAttention(K, H, clock=3).double()  # w = 0 at init: the SPEC's score
+    plain = KuramotoAttention(K, H).double()
+    plain.load_state_dict({k: v for k, v in fresh.state_dict().items() if not k.startswith("clock.")})
+    theta = random_phases(B, T, K)
+    torch.testing.assert_close(fresh(theta), plain(theta), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="clock"):
+        KuramotoAttention(K, H, clock=-1)
+
+
 def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():
     """Tokens with identical phases: without β the kernel Σ_j cos(ω_j (t − u)) peaks at u = t; with
     β_j = −2 ω_j it peaks at u = t − 2."""

@@ -19,6 +19,11 @@ def tiny_models():
     yield "ka-no-self", KuramotoLM(KuramotoConfig(**TINY_KA, self_coupling=False)).double()
     yield "ka-lag", KuramotoLM(KuramotoConfig(**TINY_KA, phase_lag=True, phase_lag_spread=1.0)).double()
     yield "ka-content-lag", KuramotoLM(KuramotoConfig(**TINY_KA, content_lag=True)).double()
+    clock = KuramotoLM(KuramotoConfig(**TINY_KA, clock=2)).double()
+    with torch.no_grad():  # nonzero clock weights, so the cache must carry the clock's key features
+        for block in clock.blocks:
+            block.attn.clock.weight.normal_()
+    yield "ka-clock", clock
     for ff in ("lift", "angles"):
         yield f"ka-ff-{ff}-tangent", KuramotoLM(KuramotoConfig(**TINY_KA, ff=ff, ff_output="tangent")).double()
     yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()

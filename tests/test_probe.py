@@ -67,3 +67,16 @@ def test_cli_probe_takes_no_group(capsys):
 
     assert main(["experiment", "probe", "main"]) == 2
     assert "experiment probe takes no GROUP" in capsys.readouterr().err
+
+
+def test_probe_runs_add_the_best_5m_pair(tmp_path, monkeypatch):
+    import json
+
+    from kuramoto_attention import protocol
+
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
+    assert probe.probe_runs() == list(probe.PROBE_RUNS)
+    (tmp_path / "scale").mkdir()
+    for name, preset, bpc in (("ka-5m", "ka-5m", 2.2), ("ka-5m-lr-0.001", "ka-5m", 2.1), ("tf-5m", "tf-5m", 2.0)):
+        (tmp_path / "scale" / f"{name}.json").write_text(json.dumps({"name": name, "preset": preset, "eval_bpc": bpc}))
+    assert probe.probe_runs()[-2:] == [("scale", "ka-5m-lr-0.001"), ("scale", "tf-5m")]

@@ -267,7 +267,8 @@ def test_optimizer_groups_phases_and_omega():
     from kuramoto_attention import KuramotoConfig, KuramotoLM
     from kuramoto_attention.train import make_optimizer
 
-    model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8, phase_lag=True, coupling_lag=True))
+    model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8, phase_lag=True, coupling_lag=True,
+                                      clock=2))
     groups = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=20.0, omega_lr_mult=1.0)).param_groups
     ids = {id(p): g for g in groups for p in g["params"]}
     assert ids[id(model.phase_embedding)]["lr_mult"] == 20.0 and ids[id(model.phase_embedding)]["weight_decay"] == 0
@@ -275,6 +276,9 @@ def test_optimizer_groups_phases_and_omega():
     assert ids[id(model.blocks[0].attn.coupling_lag)]["lr_mult"] == 20.0  # and so is γ
     assert ids[id(model.blocks[0].attn.coupling_lag)]["weight_decay"] == 0
     assert ids[id(model.blocks[0].attn.omega)]["lr_mult"] == 1.0
+    clock = model.blocks[0].attn.clock  # the clock's ω and β are angles as well; its weights a decayed matrix
+    assert ids[id(clock.omega)]["lr_mult"] == 1.0 and ids[id(clock.lag)]["lr_mult"] == 20.0
+    assert ids[id(clock.weight)]["weight_decay"] > 0
     assert ids[id(model.prototypes.weight)]["weight_decay"] > 0 and ids[id(model.prototypes.bias)]["weight_decay"] == 0
     same = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=5.0)).param_groups
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}

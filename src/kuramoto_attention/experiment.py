@@ -42,7 +42,7 @@ def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
 RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
                                    "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
                                    "ff_output": "increment", "coupling_lag": False, "value_lag": False,
-                                   "readout_gain": "none", "readout_gain_init": 1.0}
+                                   "readout_gain": "none", "readout_gain_init": 1.0, "clock": 0}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
@@ -178,8 +178,8 @@ def add_subcommand(sub: Any) -> None:
                         "frozen ones), then report; "
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty; "
-                        "probe: linear probes of earlier bytes in every state of main's seed-0 pair and the best "
-                        "variant")
+                        "probe: linear probes of earlier bytes in every state of main's seed-0 pair, the best "
+                        "variant and the 5M pair")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
                    f"several (default: {' '.join(DYNAMICS_GROUPS)})")
     p.add_argument("--only", action="append", help="run only these run names")

@@ -215,6 +215,13 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # seed 0: its other seeds were not run)
     "phase-lag-no-self-readout-gain-4": {"phase_lag": True, "self_coupling": False, "readout_gain": "oscillator",
                                          "readout_gain_init": 4.0},
+    # the linear probes (RESULTS.md): the transformer holds the byte before after its first block (0.68), ka-1m
+    # after its second (0.62 after the first, 0.88 after the second): its first layer cannot select by offset,
+    # since a content-free positional score needs oscillators whose phase is the same for every byte. Four clock
+    # oscillators per head add Σ_c w_c cos(ω_c (t − u) + β_c) (layer.py; 192 parameters in all), not screened:
+    # on the best variant, and on the SPEC's model
+    "phase-lag-no-self-clock-4": {"phase_lag": True, "self_coupling": False, "clock": 4},
+    "clock-4": {"clock": 4},
 }
 
 

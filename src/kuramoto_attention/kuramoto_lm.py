@@ -62,6 +62,9 @@ class KuramotoConfig:
     coupling_lag: bool = False
     # Values e^{i(θ_u + δ_u)}, δ_u = W_δ ψ(θ_u): u writes a phase other than its own (layer.py); 2k² per layer
     value_lag: bool = False
+    # Clock oscillators per head: a content-free positional score term Σ_c w_c cos(ω_c (t − u) + β_c), outside the
+    # SPEC's s (layer.py ``PositionalClock``); 0 = none
+    clock: int = 0
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     # A learned gain on the readout's input, undecayed (as the transformer's final RMSNorm gain): "none" (the
     # paper's readout), "scalar" (one logit scale), "oscillator" (g_j per oscillator, on both cos θ_j and sin θ_j,
@@ -81,7 +84,7 @@ class KuramotoConfig:
             tau=self.tau, tau_init=self.tau_init, radius_init=self.attn_radius_init,
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
             phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
-            content_lag=self.content_lag, coupling_lag=self.coupling_lag, value_lag=self.value_lag,
+            content_lag=self.content_lag, coupling_lag=self.coupling_lag, value_lag=self.value_lag, clock=self.clock,
             fp32_attention=self.fp32_attention,
         )
 

@@ -71,6 +71,38 @@ class PhaseGates(nn.Module):
         return g[:, :, 0].transpose(1, 2), g[:, :, 1].transpose(1, 2)
 
 
+class PositionalClock(nn.Module):
+    """``count`` clock oscillators per head whose phase is the position alone (outside the SPEC's s).
+
+    They add Σ_c w_c cos(ω_c (t − u) + β_c) to each head's score (inside τ/√d, as the coupling term): a
+    content-free positional preference that can peak at any offset, without spending state oscillators
+    whose phase would have to be the same for every byte. As features: the query gets
+    τ w_c (cos(ω_c t + β_c), sin(ω_c t + β_c)), the key (cos ω_c u, sin ω_c u), per head. ω: RoPE's
+    geometric frequencies; β: spread over the circle (clocks start peaked at different offsets); w = 0, so
+    the score is the SPEC's at init. ω and β are angles (the phase learning rate); w is a (H, count) matrix.
+    """
+
+    def __init__(self, heads: int, count: int, base: float) -> None:
+        super().__init__()
+        self.omega = nn.Parameter(rotary_angles(count, base).float().repeat(heads, 1))  # (H, c)
+        self.lag = nn.Parameter(torch.empty(heads, count).uniform_(-torch.pi, torch.pi))
+        self.weight = nn.Parameter(torch.zeros(heads, count))
+
+    def features(self, pos: Tensor, tau: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """(query, key) features (1, H, T, 2c) for positions pos (T,); tau (H,) the heads' temperatures."""
+        angle = self.omega[:, None, :] * pos[:, None].to(self.omega.dtype)  # (H, T, c): ω_c t
+        q_angle = angle + self.lag[:, None, :]
+        amp = (tau[:, None] * self.weight)[:, None, :]  # (H, 1, c)
+        q = torch.cat((amp * torch.cos(q_angle), amp * torch.sin(q_angle)), dim=-1)
+        k = torch.cat((torch.cos(angle), torch.sin(angle)), dim=-1)
+        return q.unsqueeze(0).to(dtype), k.unsqueeze(0).to(dtype)
+
+    def score(self, offset: Tensor) -> Tensor:
+        """Σ_c w_c cos(ω_c Δ + β_c) for offsets Δ (T, T)  ->  (H, T, T) (the reference path's term)."""
+        angle = self.omega[:, None, None, :] * offset[..., None].to(self.omega.dtype) + self.lag[:, None, None, :]
+        return (self.weight[:, None, None, :] * torch.cos(angle)).sum(-1)
+
+
 class KuramotoAttention(nn.Module):
     """The attention step of SPEC §2 on phases θ of shape (B, T, dim).
 
@@ -110,6 +142,8 @@ class KuramotoAttention(nn.Module):
       content_lag: adds a query-dependent lag β(θ_t) = W_β ψ(θ_t) (weights init 0.02, so ≈ 0 at init): the
                    query looks for phases θ_u = θ_t + β(θ_t) rather than for its own, as a transformer's
                    W_q ≠ W_k lets a query seek content unlike its own (2k² + k parameters per layer).
+      clock:       0 (the SPEC). c > 0: c ``PositionalClock`` oscillators per head add a content-free positional
+                   term Σ_c w_c cos(ω_c (t − u) + β_c) to the score (outside the SPEC's s; 3c parameters per head).
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -139,6 +173,7 @@ class KuramotoAttention(nn.Module):
         content_lag: bool = False,
         coupling_lag: bool = False,
         value_lag: bool = False,
+        clock: int = 0,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -177,6 +212,9 @@ class KuramotoAttention(nn.Module):
                 raise ValueError("value_lag shifts the circular values; it needs value='circular'")
             self.value_lag = nn.Linear(2 * dim, dim, bias=False)
             nn.init.normal_(self.value_lag.weight, std=0.02)
+        if clock < 0:
+            raise ValueError(f"clock must be >= 0 (oscillators per head), got {clock}")
+        self.clock = PositionalClock(heads, clock, omega_base) if clock else None
         self.lag_proj: nn.Linear | None = None
         if content_lag:
             self.lag_proj = nn.Linear(2 * dim, dim, bias=False)
@@ -270,6 +308,10 @@ class KuramotoAttention(nn.Module):
             q, k = query_key(theta, self.omega, pos, lag, module.proj(psi_mm), self.log_tau.exp(), att_dtype)
         else:
             q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype)
+        if self.clock is not None:  # 2c more query/key features per head (the values keep their width)
+            cq, ck = self.clock.features(pos, self.log_tau.exp(), att_dtype)
+            q = torch.cat((q, cq.expand(q.shape[0], -1, -1, -1)), dim=-1)
+            k = torch.cat((k, ck.expand(k.shape[0], -1, -1, -1)), dim=-1)
         v = self._values(psi if self.fp32_attention else psi_mm, theta).to(att_dtype)
         if cache is not None:
             k, v = cache.update(k, v)
@@ -329,7 +371,10 @@ class KuramotoAttention(nn.Module):
             drift = drift + beta.unsqueeze(-2)  # + β_j: (H, 1, 1, k/H) or (B, H, T, 1, k/H)
         gq, gk = self._gates(psi)
         kernel = gq[:, :, :, None, :] * gk[:, :, None, :, :] * torch.cos(diff + drift)
-        s = self._tau().to(theta.dtype) / math.sqrt(self.head_dim) * kernel.sum(-1)
+        coupling = kernel.sum(-1)
+        if self.clock is not None:
+            coupling = coupling + self.clock.score(offset[..., 0]).to(theta.dtype)
+        s = self._tau().to(theta.dtype) / math.sqrt(self.head_dim) * coupling
         return s.masked_fill(~causal_mask(t_len, t_len, theta.device, not self.self_coupling), float("-inf"))
 
     def _coupling_reference(self, theta: Tensor, psi: Tensor) -> tuple[Tensor, Tensor]:

@@ -22,10 +22,11 @@ from torch import Tensor
 
 from .groups import BEST_VARIANT
 from .presets import ConfigError
-from .protocol import RESULTS, RUNS
+from .protocol import RESULTS, RUNS, load_results
 from .torus import lift
 
-# (group, run): the main pair's seed 0 and the best variant's (its attention couples to earlier tokens only)
+# (group, run): the main pair's seed 0 and the best variant's (its attention couples to earlier tokens only);
+# ``probe_runs`` adds the 5M pair at each model's best rate in group scale, when it has run
 PROBE_RUNS = (("main", "ka-1m-seed0"), ("main", "tf-1m-seed0"), ("confirm", f"ka-{BEST_VARIANT}"))
 OFFSETS = (0, 1, 2, 3)
 WINDOWS = 64
@@ -85,11 +86,21 @@ def probe_run(model: Any, windows: Tensor, offsets: tuple[int, ...] = OFFSETS) -
     return out
 
 
+def probe_runs() -> list[tuple[str, str]]:
+    """``PROBE_RUNS``, then ka-5m and tf-5m at their best test BPC in group scale (read from its results)."""
+    best = {}
+    for r in load_results("scale"):
+        if r["preset"] not in best or r["eval_bpc"] < best[r["preset"]]["eval_bpc"]:
+            best[r["preset"]] = r
+    return [*PROBE_RUNS, *(("scale", best[p]["name"]) for p in ("ka-5m", "tf-5m") if p in best)]
+
+
 def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
     from .checkpoint import load_model
     from .diagnostics import valid_batch
 
-    runs = [RUNS / g / n for g, n in PROBE_RUNS]
+    names = probe_runs()
+    runs = [RUNS / g / n for g, n in names]
     missing = [str(r) for r in runs if not (r / "run.json").exists()]
     if missing:
         raise ConfigError(f"no trained run at {', '.join(missing)}; run `kuramoto experiment run main` and "
@@ -97,7 +108,7 @@ def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
     context = json.loads((runs[0] / "run.json").read_text())["train"]["context"]
     batch = valid_batch(runs[0], windows, context, data_dir)  # every run sees the same windows
     rows = []
-    for (group, name), run in zip(PROBE_RUNS, runs, strict=True):
+    for (group, name), run in zip(names, runs, strict=True):
         model = load_model(run)[0]
         rows.append({"group": group, "name": name, "family": model.family, "depth": len(model.blocks),
                      "accuracy": probe_run(model, batch)})
