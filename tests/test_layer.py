@@ -225,6 +225,7 @@ def test_clock_fused_equals_reference_and_literal_scores(self_coupling):
     plain.load_state_dict({k: v for k, v in fresh.state_dict().items() if not k.startswith("clock.")})
     theta = random_phases(B, T, K)
     torch.testing.assert_close(fresh(theta), plain(theta), rtol=0, atol=1e-12)
+    assert torch.equal(KuramotoAttention(K, H, clock=2, clock_init=3.0).clock.weight, torch.full((H, 2), 3.0))
     with pytest.raises(ValueError, match="clock"):
         KuramotoAttention(K, H, clock=-1)
 

@@ -222,6 +222,9 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # on the best variant, and on the SPEC's model
     "phase-lag-no-self-clock-4": {"phase_lag": True, "self_coupling": False, "clock": 4},
     "clock-4": {"clock": 4},
+    # at init 0 the clock weights ended at 0.4-1.3 (RESULTS.md: ka-1m's first layer still weighted itself 0.96):
+    # started at 4 (4 clocks: up to ~2.8 logits of positional preference at τ = 1, d = 32), on the best variant
+    "phase-lag-no-self-clock-4-init-4": {"phase_lag": True, "self_coupling": False, "clock": 4, "clock_init": 4.0},
 }
 
 

@@ -65,6 +65,9 @@ class KuramotoConfig:
     # Clock oscillators per head: a content-free positional score term Σ_c w_c cos(ω_c (t − u) + β_c), outside the
     # SPEC's s (layer.py ``PositionalClock``); 0 = none
     clock: int = 0
+    # The clock weights' initial value. At 0 they grew only to ~0.4-1.3 in 10M tokens (decayed, moved at about lr per
+    # step): under τ/√d that is under a logit of positional preference, against ~√d for a token matching itself
+    clock_init: float = 0.0
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     # A learned gain on the readout's input, undecayed (as the transformer's final RMSNorm gain): "none" (the
     # paper's readout), "scalar" (one logit scale), "oscillator" (g_j per oscillator, on both cos θ_j and sin θ_j,
@@ -85,6 +88,7 @@ class KuramotoConfig:
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
             phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
             content_lag=self.content_lag, coupling_lag=self.coupling_lag, value_lag=self.value_lag, clock=self.clock,
+            clock_init=self.clock_init,
             fp32_attention=self.fp32_attention,
         )
 

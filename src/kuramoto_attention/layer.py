@@ -78,15 +78,15 @@ class PositionalClock(nn.Module):
     content-free positional preference that can peak at any offset, without spending state oscillators
     whose phase would have to be the same for every byte. As features: the query gets
     τ w_c (cos(ω_c t + β_c), sin(ω_c t + β_c)), the key (cos ω_c u, sin ω_c u), per head. ω: RoPE's
-    geometric frequencies; β: spread over the circle (clocks start peaked at different offsets); w = 0, so
-    the score is the SPEC's at init. ω and β are angles (the phase learning rate); w is a (H, count) matrix.
+    geometric frequencies; β: spread over the circle (clocks start peaked at different offsets); w = ``init``
+    (0: the score is the SPEC's at init). ω and β are angles (the phase learning rate); w is a (H, count) matrix.
     """
 
-    def __init__(self, heads: int, count: int, base: float) -> None:
+    def __init__(self, heads: int, count: int, base: float, init: float = 0.0) -> None:
         super().__init__()
         self.omega = nn.Parameter(rotary_angles(count, base).float().repeat(heads, 1))  # (H, c)
         self.lag = nn.Parameter(torch.empty(heads, count).uniform_(-torch.pi, torch.pi))
-        self.weight = nn.Parameter(torch.zeros(heads, count))
+        self.weight = nn.Parameter(torch.full((heads, count), float(init)))
 
     def features(self, pos: Tensor, tau: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """(query, key) features (1, H, T, 2c) for positions pos (T,); tau (H,) the heads' temperatures."""
@@ -144,6 +144,7 @@ class KuramotoAttention(nn.Module):
                    W_q ≠ W_k lets a query seek content unlike its own (2k² + k parameters per layer).
       clock:       0 (the SPEC). c > 0: c ``PositionalClock`` oscillators per head add a content-free positional
                    term Σ_c w_c cos(ω_c (t − u) + β_c) to the score (outside the SPEC's s; 3c parameters per head).
+      clock_init:  the clock weights' initial value w (0: the SPEC's score at init).
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -174,6 +175,7 @@ class KuramotoAttention(nn.Module):
         coupling_lag: bool = False,
         value_lag: bool = False,
         clock: int = 0,
+        clock_init: float = 0.0,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -214,7 +216,7 @@ class KuramotoAttention(nn.Module):
             nn.init.normal_(self.value_lag.weight, std=0.02)
         if clock < 0:
             raise ValueError(f"clock must be >= 0 (oscillators per head), got {clock}")
-        self.clock = PositionalClock(heads, clock, omega_base) if clock else None
+        self.clock = PositionalClock(heads, clock, omega_base, clock_init) if clock else None
         self.lag_proj: nn.Linear | None = None
         if content_lag:
             self.lag_proj = nn.Linear(2 * dim, dim, bias=False)
