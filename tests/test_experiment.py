@@ -309,6 +309,16 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     lag = groups.CANDIDATES[groups.BEST_VARIANT]
     write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
                                2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
+    assert "best ka-1m measured" not in results.comparison_section("main", "BPC")  # two seeds are not enough
+    write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}-seed2", "ka-1m", 2.21, seed=2, **lag)])
     text = results.comparison_section("main", "BPC")
     assert "Gap (Kuramoto − transformer, mean): **+0.2000**" in text
-    assert "group confirm, 2 seeds): 2.2100 ± 0.0141, a gap of **+0.1050**." in text
+    assert (f"over 3+ seeds, outside the SPEC: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False; group "
+            "confirm, 3 seeds): 2.2100 ± 0.0100, a gap of **+0.1050**.") in text
+    # another candidate with a lower three-seed mean is named first, the base variant after it
+    name = "phase-lag-no-self-coupling-lag"
+    write(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
+                               **groups.CANDIDATES[name]) for i in (0, 1, 2)])
+    text = results.comparison_section("main", "BPC")
+    assert f"outside the SPEC: {name} (" in text and "2.1500 ± 0.0000, a gap of **+0.0450**" in text
+    assert f"The variant the later groups build on (round 6, budget, scale-variant): {groups.BEST_VARIANT} (" in text
