@@ -22,7 +22,7 @@ from torch import Tensor
 
 from .groups import BEST_VARIANT
 from .presets import ConfigError
-from .protocol import RESULTS, RUNS, load_results
+from .protocol import RESULTS, RUNS, best_result
 from .torus import lift
 
 # (group, run): the main pair's seed 0, the best variant's (its attention couples to earlier tokens only) and
@@ -91,11 +91,8 @@ def probe_run(model: Any, windows: Tensor, offsets: tuple[int, ...] = OFFSETS) -
 
 def probe_runs() -> list[tuple[str, str]]:
     """``PROBE_RUNS``, then ka-5m and tf-5m at their best test BPC in group scale (read from its results)."""
-    best = {}
-    for r in load_results("scale"):
-        if r["preset"] not in best or r["eval_bpc"] < best[r["preset"]]["eval_bpc"]:
-            best[r["preset"]] = r
-    return [*PROBE_RUNS, *(("scale", best[p]["name"]) for p in ("ka-5m", "tf-5m") if p in best)]
+    best = [best_result(p, "scale") for p in ("ka-5m", "tf-5m")]
+    return [*PROBE_RUNS, *(("scale", r["name"]) for r in best if r is not None)]
 
 
 def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:

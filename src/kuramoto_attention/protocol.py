@@ -37,10 +37,15 @@ def load_results(group: str) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
 
+def best_result(preset: str, group: str) -> dict[str, Any] | None:
+    """The preset's run with the lowest eval BPC in results/GROUP, or None when it has none."""
+    return min((r for r in load_results(group) if r["preset"] == preset), key=lambda r: r["eval_bpc"], default=None)
+
+
 def best_lr(preset: str, group: str = "lr") -> float:
     """The sweep's best learning rate for a preset, read from results/GROUP (never typed in)."""
-    rows = [r for r in load_results(group) if r["preset"] == preset]
-    if not rows:
+    best = best_result(preset, group)
+    if best is None:
         raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / group}; "
                           f"run `kuramoto experiment run {group}`")
-    return min(rows, key=lambda r: r["eval_bpc"])["train"]["lr"]
+    return best["train"]["lr"]
