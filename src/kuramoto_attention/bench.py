@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .allocator import minor_faults
 from .layer import KuramotoAttention
 from .presets import ConfigError, build_model, get_preset
 from .train import TrainConfig, autocast, make_optimizer
@@ -165,6 +166,15 @@ def _batch(plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
+def _counted_steps(step: Callable[[torch.Tensor, torch.Tensor], None], x: torch.Tensor, y: torch.Tensor,
+                   steps: int, faults: list[int]) -> None:
+    """``steps`` training steps; appends the minor page faults they took to ``faults``."""
+    before = minor_faults()
+    for _ in range(steps):
+        step(x, y)
+    faults.append(minor_faults() - before)
+
+
 def bench_training(plan: Plan) -> list[dict[str, Any]]:
     """Per size and setting, ka and tf alternate A B A B after a warm-up (which holds the compile)."""
     rows = []
@@ -186,12 +196,15 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
             except Exception as exc:  # e.g. no C++ compiler for inductor: record it, keep benchmarking
                 rows.append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
-            jobs = {n: lambda step=step: [step(x, y) for _ in range(plan.steps)] for n, step in steps.items()}
-            runs, _ = interleaved(jobs, plan.repeats, tokens)
+            faults: dict[str, list[int]] = {n: [] for n in steps}
+
+            runs, _ = interleaved({n: partial(_counted_steps, step, x, y, plan.steps, faults[n])
+                                   for n, step in steps.items()}, plan.repeats, tokens)
             for side, n in (("ka", ka_name), ("tf", tf_name)):
                 med, flops = statistics.median(runs[n]), model_flops(models[n], plan.context)
                 row[side] = {"preset": n, "tokens_per_s": runs[n], "median": med, **flops,
-                             "achieved_flops": med * flops["flops_per_token"]}
+                             "achieved_flops": med * flops["flops_per_token"],
+                             "minor_faults_per_step": statistics.median(faults[n]) / plan.steps}
             rows.append({**row, "ratio": row["ka"]["median"] / row["tf"]["median"]})
     return rows
 
@@ -418,22 +431,29 @@ def render(res: dict[str, Any]) -> str:
     lines += ["## Machine", "", f"- CPU: {m['cpu']} ({m['cpu_capability']}); {m['cores']} cores, "
               f"{m['cores_usable']} usable", f"- torch {m['torch']}, {m['threads']} threads, Python {m['python']}, "
               f"{m['platform']}", f"- date {m['date']}; load average at start {m['load_average_at_start']:.2f} "
-              "(timings assume an idle machine)", "", "## Training throughput", "",
+              "(timings assume an idle machine)", f"- memory: {m.get('malloc', 'not recorded')}", "",
+              "## Training throughput", "",
               f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × "
               f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
               "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the "
               f"compile) are excluded. The **default training mode** (what `kuramoto train` does without flags) "
               f"is {res['default_mode']['mode']} {res['default_mode']['precision']}. "
-              "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision.", ""]
+              "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision. "
+              "Faults: minor page faults per step (median), memory the kernel had to map in afresh "
+              "(`allocator.py`: what the process's malloc setting above is for).", ""]
     trows = []
     for r in res["training"]:
         setting = [r["pair"], r["mode"], r["precision"]]
         if "error" in r:
-            trows.append([*setting, "error", "", "", "", r["error"]])
+            trows.append([*setting, "error", "", "", "", r["error"], ""])
             continue
         util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
-        trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util])
-    lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util"], trows)
+        faults = " / ".join(f"{r[s]['minor_faults_per_step']:,.0f}" if "minor_faults_per_step" in r[s] else "—"
+                            for s in ("ka", "tf"))
+        trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util,
+                      faults])
+    lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util",
+                     "faults/step ka / tf"], trows)
     lines += _attention_section(res)
     lines += ["## Profile of one eager training step", "", "`torch.profiler`, one step in the default precision "
               f"({res['default_mode']['precision']}) after warm-up; operators by self CPU time, share of the "
@@ -518,8 +538,9 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     plan = make_plan(args)
     out, json_path = output_paths(args)
     default = TrainConfig()  # the default mode is what `kuramoto train` does without flags
+    machine = {**machine_info(), "malloc": getattr(args, "malloc", "unchanged (not run through the CLI)")}
     res: dict[str, Any] = {"command": _command(args), "quick": bool(args.quick), "json_path": str(json_path),
-                           "machine": machine_info(), "plan": asdict(plan),
+                           "machine": machine, "plan": asdict(plan),
                            "default_mode": {"mode": "compile" if default.compile else "eager",
                                             "precision": default.precision}}
     _log("matmul peak")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import bench, experiment, report
+from .allocator import keep_freed_memory
 from .checkpoint import CheckpointError
 from .data import VALID_SPECS, DataError
 from .presets import ConfigError
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        args.malloc = keep_freed_memory()  # the process's setting, so the CLI's (``allocator.py``), not the library's
         args.func(args)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -225,6 +225,14 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # at init 0 the clock weights ended at 0.4-1.3 (RESULTS.md: ka-1m's first layer still weighted itself 0.96):
     # started at 4 (4 clocks: up to ~2.8 logits of positional preference at τ = 1, d = 32), on the best variant
     "phase-lag-no-self-clock-4-init-4": {"phase_lag": True, "self_coupling": False, "clock": 4, "clock_init": 4.0},
+    # it engaged there (−0.023 over 3 seeds): on the SPEC's model (self-coupling on, no lag), with twice the clocks,
+    # started twice as high, and with the two lags of the second-best 3-seed variant (both-lags' ff_hidden 149)
+    "clock-4-init-4": {"clock": 4, "clock_init": 4.0},
+    "phase-lag-no-self-clock-8-init-4": {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0},
+    "phase-lag-no-self-clock-4-init-8": {"phase_lag": True, "self_coupling": False, "clock": 4, "clock_init": 8.0},
+    "phase-lag-no-self-both-lags-clock-4-init-4": {"phase_lag": True, "self_coupling": False, "coupling_lag": True,
+                                                   "value_lag": True, "ff_hidden": 149, "clock": 4,
+                                                   "clock_init": 4.0},
 }
 
 
