@@ -274,14 +274,21 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
     write(in_tmp, rows)
     assert "not run yet (`kuramoto experiment run scale-variant`" in results.scale_section()
-    (spec,) = groups.plan("scale-variant")
+    specs = groups.plan("scale-variant")
+    assert [sp.model for sp in specs] == [groups.CANDIDATES[v] for v in groups.SCALE_VARIANTS]
+    spec = specs[0]
     assert spec.preset == "ka-5m" and spec.model == groups.CANDIDATES[groups.BEST_VARIANT]
-    assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == protocol.PROTOCOL["tokens"]
+    assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)
     write(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
     text = results.scale_section()
+    assert f"The 1M variant {groups.BEST_VARIANT} (" in text
     assert "on ka-5m at lr 0.002 (seed 0, group scale-variant): test BPC 1.9300, -0.0200 against ka-5m at the " \
            "same rate; gap to the best tf-5m +0.0300. At 1M the same variant moved seed 0 by -0.0400 (gap +0.1100)." \
         in text
+    assert text.count("group scale-variant") == 1  # the second variant not run yet: no line for it
+    write(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
+    text = results.scale_section()
+    assert f"The 1M variant {groups.SCALE_VARIANTS[1]} (" in text and "test BPC 1.9700, +0.0200 against" in text
 
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):

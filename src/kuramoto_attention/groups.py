@@ -12,7 +12,7 @@ Groups, in the order they are meant to run:
   confirm   the screens' candidates at the main protocol (10M tokens, test BPC), one seed (the best: three)
   screen4, screen5, screen6   rounds 4-6, as round 3 (group rates, self-coupling, lags, readout gain, optimiser)
   budget    the main pair and the best variant at 20M tokens;  scale  the pair at 5M parameters
-  scale-variant  the best 1M variant at 5M parameters (after scale: it takes ka-5m's best rate there)
+  scale-variant  the best 1M variants at 5M parameters (after scale: they take ka-5m's best rate there)
   lr10m     each 1M model one sweep step below its swept rate, at the main protocol
   warmup10m each 1M model with a 30-step warmup, at the main protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
@@ -284,11 +284,15 @@ def _scale() -> list[Spec]:
                Spec("scale", "ka-5m-lr-0.0005", "ka-5m", {}, {**train, "lr": 5e-4})])
 
 
+# the 1M variants tried at 5M: the base of the later groups, then the best over 3 seeds at 1M (with the clock)
+SCALE_VARIANTS = (BEST_VARIANT, "phase-lag-no-self-clock-4-init-4")
+
+
 def _scale_variant() -> list[Spec]:
-    """Does the best 1M variant's gain carry to 5M? ``BEST_VARIANT`` on ka-5m at ka-5m's best rate in ``scale``
+    """Do the 1M variants' gains carry to 5M? Each of ``SCALE_VARIANTS`` on ka-5m at ka-5m's best rate in ``scale``
     (read from its results, so run after it), seed 0, against that ka-5m run and the best tf-5m."""
-    return [Spec("scale-variant", f"ka-5m-{BEST_VARIANT}", "ka-5m", CANDIDATES[BEST_VARIANT],
-                 {**PROTOCOL, "seed": 0, "lr": best_lr("ka-5m", "scale")})]
+    return [Spec("scale-variant", f"ka-5m-{v}", "ka-5m", CANDIDATES[v],
+                 {**PROTOCOL, "seed": 0, "lr": best_lr("ka-5m", "scale")}) for v in SCALE_VARIANTS]
 
 
 def _lr10m() -> list[Spec]:

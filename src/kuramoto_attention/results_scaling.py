@@ -3,7 +3,7 @@ training settings each model was tuned at (learning rate, warmup) checked again 
 
 from typing import Any
 
-from .groups import BEST_VARIANT, BUDGET_VARIANT
+from .groups import BUDGET_VARIANT, SCALE_VARIANTS
 from .protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
 from .results_common import fmt, table, variant_change, with_twins
 
@@ -74,17 +74,21 @@ def scale_section() -> str:
 
 
 def _variant_at_5m(runs: dict[str, dict[str, Any]]) -> str:
-    """The best 1M variant on ka-5m (group scale-variant) against ka-5m at the same rate, and beside its 1M Δ."""
-    done = load_results("scale-variant")
+    """The 1M variants on ka-5m (group scale-variant) against ka-5m at the same rate, and beside their 1M Δ."""
+    done = {r["name"]: r for r in load_results("scale-variant")}
     if not done:
-        return ("\n\nThe best 1M variant at 5M: not run yet (`kuramoto experiment run scale-variant`, after "
+        return ("\n\nThe best 1M variants at 5M: not run yet (`kuramoto experiment run scale-variant`, after "
                 "`scale`).")
-    v = done[0]
+    return "".join(_one_variant_at_5m(runs, done[f"ka-5m-{name}"], name)
+                   for name in SCALE_VARIANTS if f"ka-5m-{name}" in done)
+
+
+def _one_variant_at_5m(runs: dict[str, dict[str, Any]], v: dict[str, Any], name: str) -> str:
     base = next((r for r in load_results("scale") if r["preset"] == "ka-5m" and r["train"]["lr"] == v["train"]["lr"]
                  and r["train"]["seed"] == v["train"]["seed"]), None)
     one = {g: next((r for r in load_results(g) if r["name"] == n), None)
-           for g, n in (("confirm", f"ka-{BEST_VARIANT}"), ("main", "ka-1m-seed0"))}
-    text = (f"\n\nThe best 1M variant, {BEST_VARIANT} ({variant_change(BEST_VARIANT)}; outside the SPEC), on ka-5m "
+           for g, n in (("confirm", f"ka-{name}"), ("main", "ka-1m-seed0"))}
+    text = (f"\n\nThe 1M variant {name} ({variant_change(name)}; outside the SPEC) on ka-5m "
             f"at lr {v['train']['lr']:g} (seed {v['train']['seed']}, group scale-variant): test BPC "
             + fmt(v["eval_bpc"]))
     if base:
