@@ -227,6 +227,21 @@ def test_confirm_section_compares_with_main(in_tmp):
            "the tf-1m mean +0.1400." in text
 
 
+def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
+    assert "No runs yet" in results.moved_gap_section()
+    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
+    rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
+    rows += [fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True),
+             fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True),
+             fake_result("confirm", "ka-y", "ka-1m", 2.26, clock=4),
+             fake_result("confirm", "ka-z-seed5", "ka-1m", 2.0, seed=5)]  # a seed main has not run: left out
+    write(in_tmp, rows)
+    text = results.moved_gap_section()
+    y = "| ka-y | clock=4, phase_lr_mult=1 | 0 | 2.2600 | -0.0400 | +0.1100 |"
+    x = "| ka-x | shared_gates=True, phase_lr_mult=1 | 0, 1 | 2.2900 | -0.0200 | +0.1400 |"
+    assert y in text and x in text and text.index(y) < text.index(x) and "ka-z" not in text
+
+
 def test_budget_section_compares_the_gap_across_budgets(in_tmp):
     rows = [fake_result("lr", f"{p}-lr-0.002", p, b, lr=2e-3) for p, b in (("ka-1m", 2.6), ("tf-1m", 2.5))]
     for i in (0, 1):
