@@ -27,11 +27,11 @@ from .torus import lift
 
 # (group, run): the main pair's seed 0, the best variant's (its attention couples to earlier tokens only) and
 # ka-1m and the variant with clock oscillators (a content-free positional score: does the first block gather the
-# byte before?), started at 0 and at 4;
+# byte before?), started at 0 and at 4, and with 8 clocks;
 # ``probe_runs`` adds the 5M pair at each model's best rate in group scale, when it has run
 PROBE_RUNS = (("main", "ka-1m-seed0"), ("main", "tf-1m-seed0"), ("confirm", f"ka-{BEST_VARIANT}"),
               ("confirm", "ka-clock-4"), ("confirm", "ka-clock-4-init-4"),
-              ("confirm", f"ka-{BEST_VARIANT}-clock-4-init-4"))
+              ("confirm", f"ka-{BEST_VARIANT}-clock-4-init-4"), ("confirm", f"ka-{BEST_VARIANT}-clock-8-init-4"))
 OFFSETS = (0, 1, 2, 3)
 WINDOWS = 64
 RIDGE = 1e-3  # λ relative to the mean diagonal of XᵀX: a small, scale-free regulariser
