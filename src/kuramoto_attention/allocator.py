@@ -2,11 +2,13 @@
 
 glibc's malloc serves large blocks with ``mmap`` and hands them back on ``free``, and trims the top of its heap
 when enough of it is free. A training step allocates and frees the same large activations every step, so
-every step then faults the same memory back in page by page (and the kernel zeroes each page): measured on a
-2-core CPU, an eager bf16 ka-5m step took 22,500 minor page faults (tf-5m: 7,900), about 5% of ka's step
-(BENCHMARKS.md records the faults per step). With a fixed 32 MiB mmap threshold (glibc's largest) and no
-trimming, the freed blocks stay in the heap and are reused: the process keeps its peak, which it needs again
-next step anyway.
+every step then faults the same memory back in page by page (and the kernel zeroes each page). Ad-hoc
+measurements on the 2-core CPU of BENCHMARKS.md (scripts not kept): an eager bf16 ka-5m step alone in its process
+took 22,500 minor page faults (tf-5m 7,900); with ka and tf alternating in one process as ``kuramoto bench`` runs
+them, ka-5m's fp32 step took 14,400 and tf's none, and keeping freed memory moved that ka/tf ratio from 0.81 to
+0.85 (bf16: no faults either way there). With a fixed 32 MiB mmap threshold (glibc's largest) and no trimming,
+the freed blocks stay in the heap and are reused: the process keeps its peak, which it needs again next step
+anyway. ``kuramoto bench`` records each model's faults per step under the setting it ran with.
 
 This is process-wide state, so the library never sets it: the command-line entry point does, once, and
 ``KURAMOTO_MALLOC=default`` (or glibc's own ``MALLOC_*_`` variables) leaves malloc alone.
