@@ -1,5 +1,6 @@
 """The CLI's malloc setting (``allocator.py``): opt-out, bad values, and that freed memory is really kept."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -35,8 +36,6 @@ def _faults_in_child(env: dict[str, str]) -> int:
 
 @pytest.mark.skipif(not GLIBC, reason="the setting applies to glibc's malloc only")
 def test_kept_memory_is_not_faulted_in_again() -> None:
-    import os
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     kept = _faults_in_child({**env, allocator.ENV: "keep"})
     assert kept < 100

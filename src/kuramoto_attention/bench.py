@@ -197,7 +197,6 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
                 rows.append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
             faults: dict[str, list[int]] = {n: [] for n in steps}
-
             runs, _ = interleaved({n: partial(_counted_steps, step, x, y, plan.steps, faults[n])
                                    for n, step in steps.items()}, plan.repeats, tokens)
             for side, n in (("ka", ka_name), ("tf", tf_name)):

@@ -240,12 +240,17 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
             + table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
+def _main_pair() -> tuple[dict[int, float], list[float]]:
+    """Main's test BPC: ka-1m by seed, and the transformer's runs."""
+    main = load_results("main")
+    return ({r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"},
+            [r["eval_bpc"] for r in main if r["family"] == "transformer"])
+
+
 def confirm_section(group: str = "confirm") -> str:
     """Screening candidates at the main protocol, against main's ka-1m run of the same seed and the
     transformer's mean."""
-    rows, main = load_results(group), load_results("main")
-    ka = {r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"}
-    tf = [r["eval_bpc"] for r in main if r["family"] == "transformer"]
+    rows, (ka, tf) = load_results(group), _main_pair()
     if not rows or not ka or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     tf_mean = statistics.mean(tf)
@@ -271,9 +276,7 @@ def _by_candidate(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 def moved_gap_section(group: str = "confirm") -> str:
     """What moved the gap at the main protocol: every candidate of ``group``, its mean over the seeds it ran
     against main's ka-1m mean over the same seeds, best first."""
-    main = load_results("main")
-    ka = {r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"}
-    tf = [r["eval_bpc"] for r in main if r["family"] == "transformer"]
+    ka, tf = _main_pair()
     ranked = []
     for name, runs in _by_candidate(load_results(group)).items():
         seeds = sorted(r["train"]["seed"] for r in runs)
