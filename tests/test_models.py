@@ -45,7 +45,7 @@ def test_forward_shape_and_causality(name, model):
 def test_cached_generation_matches_recomputation(name, model):
     idx = torch.randint(0, 256, (2, 10))
     full = model(idx)
-    caches = model.new_caches()
+    caches = model.new_caches(capacity=2)  # too small: the buffers grow twice on the way
     pieces = [model(idx[:, :4], caches=caches)]  # a prompt, then one token at a time
     pieces += [model(idx[:, t:t + 1], caches=caches) for t in range(4, 10)]
     assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-10)
@@ -64,20 +64,39 @@ def test_generate_greedy_same_with_and_without_cache():
 
 @pytest.mark.parametrize("family", ["ka", "tf"])
 def test_compiled_generation_follows_eager(family):
-    """generate(compile=True): the cache's in-place updates survive torch.compile, through a cache growth
-    (capacity 16 -> 32) and the switch to one dynamic-shape graph."""
+    """generate(compile=True): the cache's in-place updates survive torch.compile, and one dynamic-shape
+    graph serves every later step (the caches are sized for the whole generation up front)."""
     torch.manual_seed(0)
     model = KuramotoLM(KuramotoConfig(**TINY_KA)) if family == "ka" else TransformerLM(TransformerConfig(**TINY_TF))
     prompt = torch.randint(0, 256, (1, 3))
     eager = model.generate(prompt, 20, temperature=0)
     assert torch.equal(model.generate(prompt, 20, temperature=0, compile=True), eager)
     assert torch.equal(model.generate(prompt, 6, temperature=0, use_cache=False, compile=True), eager[:, :9])
-    # warm: a longer run (another cache growth, new lengths) reuses the graphs; a recompile would be an error,
+    # warm: a longer run (larger caches, new lengths) reuses the graphs; a recompile would be an error,
     # so the compiled code cannot have fallen back to eager unnoticed
     with torch._dynamo.config.patch(error_on_recompile=True):
         longer = model.generate(prompt, 40, temperature=0, compile=True)
         model.generate(prompt, 12, temperature=0, use_cache=False, compile=True)
     assert torch.equal(longer[:, :23], eager)
+
+
+def test_compiled_generation_of_several_models_stays_compiled():
+    """Every ByteLM shares one code object (``ByteLM.forward``), and dynamo's recompile limit (8) counts per code
+    object: three models' generations (4 graphs each) must not hit it and fall back to eager."""
+    torch.manual_seed(0)
+    models = [KuramotoLM(KuramotoConfig(**TINY_KA)), TransformerLM(TransformerConfig(**TINY_TF)),
+              KuramotoLM(KuramotoConfig(**{**TINY_KA, "heads": 1}))]
+    prompt = torch.randint(0, 256, (1, 2))
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for model in models:
+            for use_cache in (True, False):
+                out = model.generate(prompt, 5, temperature=0, use_cache=use_cache, compile=True)
+                assert torch.equal(out, model.generate(prompt, 5, temperature=0, use_cache=use_cache))
+
+
+def test_generate_rejects_negative_length():
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        KuramotoLM(KuramotoConfig(**TINY_KA)).generate(torch.zeros(1, 1, dtype=torch.long), -1)
 
 
 def test_kuramoto_state_stays_finite_and_phase_embedding_not_decayed():

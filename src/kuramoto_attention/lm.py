@@ -6,6 +6,7 @@ parameter counting, the weight-decay split and ``save_pretrained``/``from_pretra
 (huggingface_hub's ``PyTorchModelHubMixin``, safetensors + config.json, local use).
 """
 
+from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Any
 
@@ -55,8 +56,9 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         """Every parameter, embeddings included (shared modules counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.blocks]
+    def new_caches(self, capacity: int = 16) -> list[KVCache]:
+        """One empty cache per block, each first sized for ``capacity`` tokens (it grows past that)."""
+        return [KVCache(capacity) for _ in self.blocks]
 
     @torch.inference_mode()  # no autograd bookkeeping at all: per-step overhead dominates at batch 1
     def generate(
@@ -80,21 +82,28 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         """
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         forward = torch.compile(self, dynamic=True) if compile else self
-        out = prompt
-        caches = self.new_caches() if use_cache else None
-        step_input = prompt
-        for _ in range(max_new_tokens):
-            logits = forward(step_input if use_cache else out, caches=caches)[:, -1].float()
-            if temperature == 0:
-                nxt = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = torch.softmax(logits, dim=-1)
-                nxt = torch.multinomial(probs, 1, generator=generator)
-            out = torch.cat((out, nxt), dim=1)
-            step_input = nxt
+        out = prompt.clone()  # an inference tensor, like every later input (else a graph of its own)
+        # the model reads at most T0 + max_new_tokens − 1 tokens: the buffers never grow or fill exactly
+        caches = self.new_caches(prompt.shape[1] + max_new_tokens) if use_cache else None
+        step_input = out
+        # one generation compiles 4 graphs of ``forward`` (first and later steps, with and without a cache), and
+        # dynamo's recompile limit (8) counts per code object: every ByteLM in the process shares it
+        recompiles = torch._dynamo.config.patch(recompile_limit=64) if compile else nullcontext()
+        with recompiles:
+            for _ in range(max_new_tokens):
+                logits = forward(step_input if use_cache else out, caches=caches)[:, -1].float()
+                if temperature == 0:
+                    nxt = logits.argmax(dim=-1, keepdim=True)
+                else:
+                    logits = logits / temperature
+                    if top_k is not None:
+                        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                        logits = logits.masked_fill(logits < kth, float("-inf"))
+                    probs = torch.softmax(logits, dim=-1)
+                    nxt = torch.multinomial(probs, 1, generator=generator)
+                out = torch.cat((out, nxt), dim=1)
+                step_input = nxt
         return out

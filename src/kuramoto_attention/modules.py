@@ -170,14 +170,19 @@ class KVCache:
 
     Stored in buffers whose capacity doubles when full, so appending one token copies one
     token (amortised), not the whole history (a ``torch.cat`` per step made copying the
-    largest cost of cached generation). New entries are cast to the buffers' dtype, fixed
+    largest cost of cached generation). ``capacity``, when the final length is known, sizes
+    the first buffers so that they never grow: under torch.compile every growth (and a
+    buffer filled exactly) is a new graph. New entries are cast to the buffers' dtype, fixed
     by the first update.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 16) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1 token, got {capacity}")
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self.length = 0
+        self.capacity = capacity
 
     def _grow(self, buf: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         new = like.new_empty(*like.shape[:-2], capacity, like.shape[-1], dtype=like.dtype if buf is None else buf.dtype)
@@ -189,7 +194,7 @@ class KVCache:
         """Append (B, H, T, d) keys/values; return all keys/values so far, (B, H, S, d) views."""
         end = self.length + k.shape[-2]
         if self._k is None or self._v is None or end > self._k.shape[-2]:
-            capacity = max(end, 2 * (0 if self._k is None else self._k.shape[-2]), 16)
+            capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[-2])
             self._k, self._v = self._grow(self._k, k, capacity), self._grow(self._v, v, capacity)
         self._k[..., self.length : end, :] = k
         self._v[..., self.length : end, :] = v
