@@ -206,18 +206,19 @@ def test_value_lag_fused_equals_reference_and_literal_increment(self_coupling):
         KuramotoAttention(K, H, value="projection", value_lag=True)
 
 
-@pytest.mark.parametrize("self_coupling", [True, False])
-def test_clock_fused_equals_reference_and_literal_scores(self_coupling):
+@pytest.mark.parametrize("self_coupling,log_weight", [(True, False), (False, False), (True, True)])
+def test_clock_fused_equals_reference_and_literal_scores(self_coupling, log_weight):
     """s_{t,u} + τ/√d Σ_c w_c cos(ω_c (t − u) + β_c): the clock term written out; the values keep their width."""
-    layer = make_layer(clock=3, self_coupling=self_coupling)
+    layer = make_layer(clock=3, self_coupling=self_coupling, clock_init=2.0, clock_log_weight=log_weight)
     th = assert_fused_equals_reference(layer)
     if self_coupling:
         clock, d = layer.clock, K // H
+        weight = clock.log_weight.exp() if log_weight else clock.weight
         scores = layer._scores_reference(th, lift(th))
         base = literal_scores(layer, th)
         for h, t, u in itertools.product(range(H), range(T), range(T)):
             if u <= t:
-                term = (clock.weight[h] * torch.cos(clock.omega[h] * (t - u) + clock.lag[h])).sum()
+                term = (weight[h] * torch.cos(clock.omega[h] * (t - u) + clock.lag[h])).sum()
                 literal = base[:, h, t, u] + layer.log_tau[h].exp() / math.sqrt(d) * term
                 assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
     fresh = KuramotoAttention(K, H, clock=3).double()  # w = 0 at init: the SPEC's score
@@ -228,6 +229,10 @@ def test_clock_fused_equals_reference_and_literal_scores(self_coupling):
     assert torch.equal(KuramotoAttention(K, H, clock=2, clock_init=3.0).clock.weight, torch.full((H, 2), 3.0))
     with pytest.raises(ValueError, match="clock"):
         KuramotoAttention(K, H, clock=-1)
+    with pytest.raises(ValueError, match="clock_init > 0"):
+        KuramotoAttention(K, H, clock=2, clock_log_weight=True)
+    logw = KuramotoAttention(K, H, clock=2, clock_init=3.0, clock_log_weight=True).clock
+    assert torch.allclose(logw.amplitude(), torch.full((H, 2), 3.0)) and not hasattr(logw, "weight")
 
 
 def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():

@@ -282,6 +282,12 @@ def test_optimizer_groups_phases_and_omega():
     assert ids[id(model.prototypes.weight)]["weight_decay"] > 0 and ids[id(model.prototypes.bias)]["weight_decay"] == 0
     same = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=5.0)).param_groups
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}
+    # log-weights are not decayed (decay would pull w toward 1) and move at the base rate
+    logw = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8, clock=2, clock_init=4.0,
+                                     clock_log_weight=True))
+    groups = make_optimizer(logw, TrainConfig(steps=1, phase_lr_mult=20.0)).param_groups
+    group = next(g for g in groups for p in g["params"] if p is logw.blocks[1].attn.clock.log_weight)
+    assert group["weight_decay"] == 0 and group["lr_mult"] == 1.0
 
 
 def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):

@@ -68,6 +68,9 @@ class KuramotoConfig:
     # The clock weights' initial value. At 0 they grew only to ~0.4-1.3 in 10M tokens (decayed, moved at about lr per
     # step): under τ/√d that is under a logit of positional preference, against ~√d for a token matching itself
     clock_init: float = 0.0
+    # True: the clock weights as w = exp(log w), undecayed (as τ). The decayed w barely moved from its start (4 ->
+    # ~3.3 in every head, RESULTS.md); log w moves it by a factor. Needs clock_init > 0
+    clock_log_weight: bool = False
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     # A learned gain on the readout's input, undecayed (as the transformer's final RMSNorm gain): "none" (the
     # paper's readout), "scalar" (one logit scale), "oscillator" (g_j per oscillator, on both cos θ_j and sin θ_j,
@@ -88,7 +91,7 @@ class KuramotoConfig:
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
             phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
             content_lag=self.content_lag, coupling_lag=self.coupling_lag, value_lag=self.value_lag, clock=self.clock,
-            clock_init=self.clock_init,
+            clock_init=self.clock_init, clock_log_weight=self.clock_log_weight,
             fp32_attention=self.fp32_attention,
         )
 
@@ -184,7 +187,8 @@ class KuramotoLM(ByteLM):
         nn.init.zeros_(self.prototypes.bias)
 
     def no_weight_decay(self) -> set[str]:
-        return {"phase_embedding"}  # angles: shrinking them toward 0 has no meaning on T^k
+        # angles: shrinking them toward 0 has no meaning on T^k; log-weights: decay would pull w toward 1
+        return {"phase_embedding"} | {n for n, _ in self.named_parameters() if n.endswith(".clock.log_weight")}
 
     def phase_parameter_names(self) -> set[str]:
         angles = (".omega", ".lag", ".coupling_lag")  # learned angles: the phase learning rate

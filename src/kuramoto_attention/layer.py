@@ -79,20 +79,33 @@ class PositionalClock(nn.Module):
     whose phase would have to be the same for every byte. As features: the query gets
     τ w_c (cos(ω_c t + β_c), sin(ω_c t + β_c)), the key (cos ω_c u, sin ω_c u), per head. ω: RoPE's
     geometric frequencies; β: spread over the circle (clocks start peaked at different offsets); w = ``init``
-    (0: the score is the SPEC's at init). ω and β are angles (the phase learning rate); w is a (H, count) matrix.
+    (0: the score is the SPEC's at init). ω and β are angles (the phase learning rate). w is a (H, count) matrix
+    (decayed, as every matrix), or with ``log_weight`` w = exp(log w), undecayed (as τ): AdamW moves a parameter by
+    about lr per step, so a decayed w started at 4 ended near 3.3 after 10M tokens whatever the head (RESULTS.md),
+    where log w moves w by a factor, and w ≥ 0 loses nothing (β can turn a clock by π).
     """
 
-    def __init__(self, heads: int, count: int, base: float, init: float = 0.0) -> None:
+    def __init__(self, heads: int, count: int, base: float, init: float = 0.0, log_weight: bool = False) -> None:
         super().__init__()
         self.omega = nn.Parameter(rotary_angles(count, base).float().repeat(heads, 1))  # (H, c)
         self.lag = nn.Parameter(torch.empty(heads, count).uniform_(-torch.pi, torch.pi))
-        self.weight = nn.Parameter(torch.full((heads, count), float(init)))
+        if log_weight and init <= 0:
+            raise ValueError(f"clock_log_weight needs clock_init > 0 (w = exp(log w)), got {init}")
+        self.log_scale = log_weight
+        if log_weight:
+            self.log_weight = nn.Parameter(torch.full((heads, count), math.log(init)))
+        else:
+            self.weight = nn.Parameter(torch.full((heads, count), float(init)))
+
+    def amplitude(self) -> Tensor:
+        """w (H, c): the clocks' weights in the score."""
+        return self.log_weight.exp() if self.log_scale else self.weight
 
     def features(self, pos: Tensor, tau: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """(query, key) features (1, H, T, 2c) for positions pos (T,); tau (H,) the heads' temperatures."""
         angle = self.omega[:, None, :] * pos[:, None].to(self.omega.dtype)  # (H, T, c): ω_c t
         q_angle = angle + self.lag[:, None, :]
-        amp = (tau[:, None] * self.weight)[:, None, :]  # (H, 1, c)
+        amp = (tau[:, None] * self.amplitude())[:, None, :]  # (H, 1, c)
         q = torch.cat((amp * torch.cos(q_angle), amp * torch.sin(q_angle)), dim=-1)
         k = torch.cat((torch.cos(angle), torch.sin(angle)), dim=-1)
         return q.unsqueeze(0).to(dtype), k.unsqueeze(0).to(dtype)
@@ -100,7 +113,7 @@ class PositionalClock(nn.Module):
     def score(self, offset: Tensor) -> Tensor:
         """Σ_c w_c cos(ω_c Δ + β_c) for offsets Δ (T, T)  ->  (H, T, T) (the reference path's term)."""
         angle = self.omega[:, None, None, :] * offset[..., None].to(self.omega.dtype) + self.lag[:, None, None, :]
-        return (self.weight[:, None, None, :] * torch.cos(angle)).sum(-1)
+        return (self.amplitude()[:, None, None, :] * torch.cos(angle)).sum(-1)
 
 
 class KuramotoAttention(nn.Module):
@@ -145,6 +158,7 @@ class KuramotoAttention(nn.Module):
       clock:       0 (the SPEC). c > 0: c ``PositionalClock`` oscillators per head add a content-free positional
                    term Σ_c w_c cos(ω_c (t − u) + β_c) to the score (outside the SPEC's s; 3c parameters per head).
       clock_init:  the clock weights' initial value w (0: the SPEC's score at init).
+      clock_log_weight: False: w a decayed matrix. True: w = exp(log w), undecayed (``PositionalClock``).
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -176,6 +190,7 @@ class KuramotoAttention(nn.Module):
         value_lag: bool = False,
         clock: int = 0,
         clock_init: float = 0.0,
+        clock_log_weight: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -216,7 +231,7 @@ class KuramotoAttention(nn.Module):
             nn.init.normal_(self.value_lag.weight, std=0.02)
         if clock < 0:
             raise ValueError(f"clock must be >= 0 (oscillators per head), got {clock}")
-        self.clock = PositionalClock(heads, clock, omega_base, clock_init) if clock else None
+        self.clock = PositionalClock(heads, clock, omega_base, clock_init, clock_log_weight) if clock else None
         self.lag_proj: nn.Linear | None = None
         if content_lag:
             self.lag_proj = nn.Linear(2 * dim, dim, bias=False)
