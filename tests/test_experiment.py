@@ -234,9 +234,11 @@ def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
     rows += [fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True),
              fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True),
              fake_result("confirm", "ka-y", "ka-1m", 2.26, clock=4),
+             fake_result("confirm", "ka-y-lr", "ka-1m", 2.28, lr=4e-3, clock=4),  # another rate than main's
              fake_result("confirm", "ka-z-seed5", "ka-1m", 2.0, seed=5)]  # a seed main has not run: left out
     write(in_tmp, rows)
     text = results.moved_gap_section()
+    assert "| ka-y-lr | clock=4, phase_lr_mult=1, lr=0.004 | 0 | 2.2800 |" in text
     y = "| ka-y | clock=4, phase_lr_mult=1 | 0 | 2.2600 | -0.0400 | +0.1100 |"
     x = "| ka-x | shared_gates=True, phase_lr_mult=1 | 0, 1 | 2.2900 | -0.0200 | +0.1400 |"
     assert y in text and x in text and text.index(y) < text.index(x) and "ka-z" not in text

@@ -346,7 +346,7 @@ def bench_generation(plan: Plan) -> list[dict[str, Any]]:
             model = build_model(*get_preset(name)).eval()
             jobs = {k: partial(model.generate, prompt, n_new, temperature=0, use_cache=k == "cache",
                                compile=compiled) for k in ("cache", "recompute")}
-            for k in jobs:  # warm-up (and compilation: past the first cache growth, one dynamic graph)
+            for k in jobs:  # warm-up (and compilation: the first steps, then one dynamic-shape graph)
                 model.generate(prompt, 40, temperature=0, use_cache=k == "cache", compile=compiled)
             _log(f"generation {name}, {mode}")
             runs, outs = interleaved(jobs, plan.repeats, n_new)

@@ -237,6 +237,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "phase-lag-no-self-clock-8-init-8": {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 8.0},
     # the decayed clock weights barely moved from their start (4 -> ~3.3 in every head and layer): as log-weights,
     # undecayed, they can move by a factor, so each head can choose how positional it is
+    "phase-lag-no-self-clock-8-init-4-lr-x2": {"phase_lag": True, "self_coupling": False, "clock": 8,
+                                               "clock_init": 4.0},  # at twice the rate (CANDIDATE_LR_MULT)
     "phase-lag-no-self-clock-8-init-4-log": {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0,
                                              "clock_log_weight": True},
     "phase-lag-no-self-both-lags-clock-4-init-4": {"phase_lag": True, "self_coupling": False, "coupling_lag": True,
@@ -261,9 +263,14 @@ CANDIDATE_SEEDS: dict[str, tuple[int, ...]] = {"no-self-coupling": (0, 1, 2), "p
                                                 "clock-4-init-4": (0, 1, 2)}  # the clock on the SPEC's model: −0.028
 
 
+# candidates trained at a multiple of ka-1m's swept rate (the rate was swept on the SPEC's model at 3M tokens; lr10m
+# found half of it worse at 10M, a doubled rate was never tried there): the best variant at twice the rate
+CANDIDATE_LR_MULT: dict[str, float] = {"phase-lag-no-self-clock-8-init-4-lr-x2": 2.0}
+
+
 def _confirm() -> list[Spec]:
     return [Spec("confirm", f"ka-{k}" + (f"-seed{seed}" if seed else ""), "ka-1m", v,
-                 {**PROTOCOL, "lr": best_lr("ka-1m"), "seed": seed})
+                 {**PROTOCOL, "lr": best_lr("ka-1m") * CANDIDATE_LR_MULT.get(k, 1.0), "seed": seed})
             for k, v in CANDIDATES.items() for seed in CANDIDATE_SEEDS.get(k, (0,))]
 
 

@@ -254,7 +254,7 @@ def confirm_section(group: str = "confirm") -> str:
     if not rows or not ka or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     tf_mean = statistics.mean(tf)
-    body = [[r["name"], overrides(r), str(r["train"]["seed"]), _screen_delta(r),
+    body = [[r["name"], _change(r), str(r["train"]["seed"]), _screen_delta(r),
              fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ka[r['train']['seed']]:+.4f}" if r["train"]["seed"] in ka
              else "—", f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
     return ("Each run against main's ka-1m run of the same seed (test BPC "
@@ -263,6 +263,13 @@ def confirm_section(group: str = "confirm") -> str:
             "not resolved. The screen column is the same change's valid-BPC Δ in its 3M-token screening round.\n\n"
             + table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs main ka-1m, same seed",
                       "gap to tf-1m mean"], body) + _seed_means(rows, ka, tf_mean))
+
+
+def _change(r: dict[str, Any]) -> str:
+    """A confirm run's change: its model overrides, and its rate where it is not main's ka-1m rate."""
+    lr, main_lr = r["train"]["lr"], next((m["train"]["lr"] for m in load_results("main")
+                                          if m["family"] == "kuramoto"), None)
+    return overrides(r) if main_lr is None or lr == main_lr else f"{overrides(r)}, lr={lr:g}"
 
 
 def _by_candidate(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -284,7 +291,7 @@ def moved_gap_section(group: str = "confirm") -> str:
             continue
         mean = statistics.mean(r["eval_bpc"] for r in runs)
         delta = mean - statistics.mean(ka[s] for s in seeds)
-        ranked.append((delta, [name, overrides(runs[0]), ", ".join(map(str, seeds)), fmt(mean), f"{delta:+.4f}",
+        ranked.append((delta, [name, _change(runs[0]), ", ".join(map(str, seeds)), fmt(mean), f"{delta:+.4f}",
                                f"{mean - statistics.mean(tf):+.4f}"]))
     if not ranked:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
