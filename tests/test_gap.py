@@ -11,17 +11,18 @@ from kuramoto_attention import KuramotoConfig, KuramotoLM, gap
 def test_by_position_bins_and_means():
     ka = torch.tensor([[3.0, 2.0, 2.0, 1.0, 1.0]])
     tf = torch.tensor([[2.0, 2.0, 1.0, 1.0, 0.0]])
-    rows = gap.by_position(ka, tf, edges=(0, 1, 2, 4, 8))
+    rows = gap.by_position({"ka": ka, "tf": tf, "variant": tf + 0.25}, edges=(0, 1, 2, 4, 8))
     assert [(r["from"], r["to"]) for r in rows] == [(0, 1), (1, 2), (2, 4), (4, 5)]
-    assert [r["gap"] for r in rows] == pytest.approx([1.0, 0.0, 0.5, 1.0])
+    assert [r["ka_gap"] for r in rows] == pytest.approx([1.0, 0.0, 0.5, 1.0])
+    assert [r["variant_gap"] for r in rows] == pytest.approx([0.25] * 4) and "tf_gap" not in rows[0]
 
 
 def test_by_difficulty_groups_by_the_transformers_loss():
     tf = torch.arange(8, dtype=torch.float32)  # quartiles {0,1}, {2,3}, {4,5}, {6,7}
     ka = tf + torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, -1.0, -1.0])
-    rows = gap.by_difficulty(ka, tf)
+    rows = gap.by_difficulty({"ka": ka, "tf": tf})
     assert [r["bytes"] for r in rows] == [2, 2, 2, 2]
-    assert [r["gap"] for r in rows] == pytest.approx([1.0, 0.0, 0.0, -1.0])
+    assert [r["ka_gap"] for r in rows] == pytest.approx([1.0, 0.0, 0.0, -1.0])
     assert rows[0]["tf"] == pytest.approx(0.5)
 
 
@@ -37,13 +38,19 @@ def test_bits_per_byte_is_the_cross_entropy_in_bits():
 
 def test_write(tmp_path, monkeypatch):
     monkeypatch.setattr(gap, "RESULTS", tmp_path)
-    ka, tf = torch.full((2, 6), 2.5), torch.full((2, 6), 2.0)
+    bits = {"ka": torch.full((2, 6), 2.5), "tf": torch.full((2, 6), 2.0)}
     res = {"group": "main", "seeds": [0, 1], "windows_per_seed": 1, "context": 6, "ka": 2.5, "tf": 2.0,
-           "by_position": gap.by_position(ka, tf), "by_difficulty": gap.by_difficulty(ka, tf)}
+           "variant_name": None, "by_position": gap.by_position(bits), "by_difficulty": gap.by_difficulty(bits)}
     text = gap.write(res).read_text()
-    assert "`kuramoto experiment gap main`" in text and "gap +0.500" in text
+    assert "`kuramoto experiment gap main`" in text and "gap +0.500" in text and "variant" not in text
     assert "| 0 | 2.500 | 2.000 | +0.500 |" in text and "| 4–5 | 2.500 | 2.000 | +0.500 |" in text
     assert (tmp_path / "gap.json").exists()
+    bits["variant"] = torch.full((2, 6), 2.25)  # with the best variant: a column and a gap of its own
+    res.update(variant_name="x", variant=2.25, by_position=gap.by_position(bits), by_difficulty=gap.by_difficulty(bits))
+    text = gap.write(res).read_text()
+    assert "variant gap +0.250" in text and "ka-1m with x (group confirm" in text
+    assert "| position t in the window | ka | variant | tf | gap | variant gap |" in text
+    assert "| 0 | 2.500 | 2.250 | 2.000 | +0.500 | +0.250 |" in text
 
 
 @pytest.mark.parametrize("argv,needle", [

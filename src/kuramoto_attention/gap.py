@@ -6,6 +6,9 @@ writes ``results/gap.json`` and ``results/gap.md``:
 
 * by position in the window: is the gap a long-context effect (growing with t) or local (flat)?
 * by how predictable the byte is: bytes grouped by the transformer's own loss (its quartiles).
+
+Where group confirm holds ``GAP_VARIANT`` on the same seeds (the best ka-1m over three seeds, outside the SPEC),
+it gets a column too: what is left of the gap once the variant has closed part of it.
 """
 
 import itertools
@@ -22,6 +25,7 @@ from .protocol import RESULTS, RUNS, load_results
 
 POSITION_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # bins [a, b) of the position t in the window
 WINDOWS = 64
+GAP_VARIANT = "phase-lag-no-self-clock-8-init-4"  # a candidate of group confirm (groups.CANDIDATES)
 
 
 def bits_per_byte(model: Any, windows: Tensor) -> Tensor:
@@ -33,28 +37,29 @@ def bits_per_byte(model: Any, windows: Tensor) -> Tensor:
     return (nats / math.log(2)).view(windows.shape[0], -1)
 
 
-def by_position(ka: Tensor, tf: Tensor, edges: tuple[int, ...] = POSITION_EDGES) -> list[dict[str, float]]:
-    """Mean bits of each model and their gap per position bin [a, b); ka, tf: (B, T)."""
+def _means(bits: dict[str, Tensor], sel: Any) -> dict[str, float]:
+    """Each model's mean bits over the selection, and each Kuramoto model's gap to the transformer ("tf")."""
+    out = {name: b[sel].mean().item() for name, b in bits.items()}
+    return {**out, **{f"{name}_gap": v - out["tf"] for name, v in out.items() if name != "tf"}}
+
+
+def by_position(bits: dict[str, Tensor], edges: tuple[int, ...] = POSITION_EDGES) -> list[dict[str, float]]:
+    """Mean bits of each model and the gaps per position bin [a, b); bits: model name -> (B, T), "tf" among them."""
     rows = []
+    length = bits["tf"].shape[1]
     for a, b in itertools.pairwise(edges):
-        if a >= ka.shape[1]:
+        if a >= length:
             break
-        k, t = ka[:, a:b].mean().item(), tf[:, a:b].mean().item()
-        rows.append({"from": a, "to": min(b, ka.shape[1]), "ka": k, "tf": t, "gap": k - t})
+        rows.append({"from": a, "to": min(b, length), **_means(bits, (slice(None), slice(a, b)))})
     return rows
 
 
-def by_difficulty(ka: Tensor, tf: Tensor) -> list[dict[str, float]]:
+def by_difficulty(bits: dict[str, Tensor]) -> list[dict[str, float]]:
     """The same per quartile of the transformer's per-byte loss (quartile 0: the bytes it predicts best)."""
-    ka, tf = ka.flatten(), tf.flatten()
-    cuts = torch.quantile(tf, torch.tensor([0.25, 0.5, 0.75], dtype=tf.dtype))
-    quartile = torch.bucketize(tf, cuts)
-    rows = []
-    for q in range(4):
-        sel = quartile == q
-        k, t = ka[sel].mean().item(), tf[sel].mean().item()
-        rows.append({"quartile": q, "bytes": int(sel.sum()), "ka": k, "tf": t, "gap": k - t})
-    return rows
+    flat = {name: b.flatten() for name, b in bits.items()}
+    cuts = torch.quantile(flat["tf"], torch.tensor([0.25, 0.5, 0.75], dtype=flat["tf"].dtype))
+    quartile = torch.bucketize(flat["tf"], cuts)
+    return [{"quartile": q, "bytes": int((quartile == q).sum()), **_means(flat, quartile == q)} for q in range(4)]
 
 
 def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
@@ -67,40 +72,57 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
     if not seeds:
         raise ConfigError(f"no seed with both ka-1m and tf-1m in {RESULTS / group}; "
                           f"run `kuramoto experiment run {group}` first")
-    ka_bits, tf_bits = [], []
+    variant = {r["name"]: r for r in load_results("confirm") if r["name"].split("-seed")[0] == f"ka-{GAP_VARIANT}"}
+    variant_runs = {s: RUNS / "confirm" / (f"ka-{GAP_VARIANT}" + (f"-seed{s}" if s else "")) for s in seeds}
+    with_variant = group == "main" and all(run.name in variant for run in variant_runs.values())
+    bits: dict[str, list[Tensor]] = {"ka": [], "tf": [], **({"variant": []} if with_variant else {})}
     for seed in seeds:
-        runs = [RUNS / group / f"{p}-seed{seed}" for p in ("ka-1m", "tf-1m")]
-        context = json.loads((runs[0] / "run.json").read_text())["train"]["context"]
-        batch = valid_batch(runs[0], windows, context + 1, data_dir)  # both models see the same windows
-        for run, out in zip(runs, (ka_bits, tf_bits), strict=True):
-            out.append(bits_per_byte(load_model(run)[0], batch))
-    ka, tf = torch.cat(ka_bits), torch.cat(tf_bits)
-    return {"group": group, "seeds": seeds, "windows_per_seed": windows, "context": ka.shape[1],
-            "ka": ka.mean().item(), "tf": tf.mean().item(),
-            "by_position": by_position(ka, tf), "by_difficulty": by_difficulty(ka, tf)}
+        runs = {"ka": RUNS / group / f"ka-1m-seed{seed}", "tf": RUNS / group / f"tf-1m-seed{seed}"}
+        if with_variant:
+            runs["variant"] = variant_runs[seed]
+        context = json.loads((runs["ka"] / "run.json").read_text())["train"]["context"]
+        batch = valid_batch(runs["ka"], windows, context + 1, data_dir)  # every model sees the same windows
+        for name, run in runs.items():
+            bits[name].append(bits_per_byte(load_model(run)[0], batch))
+    pooled = {name: torch.cat(b) for name, b in bits.items()}
+    return {"group": group, "seeds": seeds, "windows_per_seed": windows, "context": pooled["tf"].shape[1],
+            "variant_name": GAP_VARIANT if with_variant else None, **{n: b.mean().item() for n, b in pooled.items()},
+            "by_position": by_position(pooled), "by_difficulty": by_difficulty(pooled)}
 
 
 def write(res: dict[str, Any]) -> Path:
     (RESULTS / "gap.json").write_text(json.dumps(res, indent=1) + "\n")
     seeds = ", ".join(map(str, res["seeds"]))
+    variant = res.get("variant_name")
+    models = ["ka", *(["variant"] if variant else []), "tf"]
+    cols = ["ka", *(["variant"] if variant else []), "tf", "gap", *(["variant gap"] if variant else [])]
+
+    def cells(r: dict[str, Any]) -> str:
+        gaps = [r["ka_gap"], *([r["variant_gap"]] if variant else [])]
+        return " | ".join([*(f"{r[m]:.3f}" for m in models), *(f"{g:+.3f}" for g in gaps)])
+
+    pooled = ", ".join(f"{m} {res[m]:.3f}" for m in models)
     lines = [
         "## Where the gap is: per-byte loss of ka-1m against tf-1m",
         "",
-        f"_Generated by `kuramoto experiment gap {res['group']}`: both models of seeds {seeds} on the same "
+        f"_Generated by `kuramoto experiment gap {res['group']}`: the models of seeds {seeds} on the same "
         f"{res['windows_per_seed']} evenly spaced validation windows of {res['context']} predicted bytes each, "
-        f"float32; bits per byte, pooled over seeds (ka {res['ka']:.3f}, tf {res['tf']:.3f}, gap "
-        f"{res['ka'] - res['tf']:+.3f})._",
+        f"float32; bits per byte, pooled over seeds ({pooled}; gap {res['ka'] - res['tf']:+.3f}"
+        + (f", variant gap {res['variant'] - res['tf']:+.3f}" if variant else "") + ")."
+        + (f" variant: ka-1m with {variant} (group confirm, the same seeds), the best ka-1m over three seeds, "
+           "outside the SPEC." if variant else "") + "_",
         "",
-        "| position t in the window | ka | tf | gap |",
-        "|---|---|---|---|",
+        "| position t in the window | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
     ]
     for r in res["by_position"]:
         where = str(r["from"]) if r["to"] - r["from"] == 1 else f"{r['from']}–{r['to'] - 1}"
-        lines.append(f"| {where} | {r['ka']:.3f} | {r['tf']:.3f} | {r['gap']:+.3f} |")
-    lines += ["", "| bytes by the transformer's loss | bytes | ka | tf | gap |", "|---|---|---|---|---|"]
+        lines.append(f"| {where} | {cells(r)} |")
+    lines += ["", "| bytes by the transformer's loss | bytes | " + " | ".join(cols) + " |",
+              "|---|---|" + "---|" * len(cols)]
     names = ("easiest quarter", "second", "third", "hardest quarter")
     for r in res["by_difficulty"]:
-        lines.append(f"| {names[r['quartile']]} | {r['bytes']:,} | {r['ka']:.3f} | {r['tf']:.3f} | {r['gap']:+.3f} |")
+        lines.append(f"| {names[r['quartile']]} | {r['bytes']:,} | {cells(r)} |")
     path = RESULTS / "gap.md"
     path.write_text("\n".join([*lines, ""]))
     return path
