@@ -149,6 +149,36 @@ def test_config_errors():
         build_model("kuramoto", KuramotoConfig(**TINY_KA, embed_spread=0.0))
     with pytest.raises(ConfigError, match="readout_gain"):
         build_model("kuramoto", KuramotoConfig(**TINY_KA, readout_gain="vector"))
+    with pytest.raises(ConfigError, match="readout_harmonics"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, readout_harmonics=3))
+
+
+@pytest.mark.parametrize("gain", ["none", "oscillator"])
+def test_second_harmonic_readout(gain):
+    """readout_harmonics=2: logits_c = Σ_j α_{c,j} cos(θ_j − μ_{c,j}) + Σ_j β_{c,j} cos(2θ_j − ν_{c,j}) + b_c, still a
+    function on the torus (2π-periodic in every θ_j); with β = 0 the paper's readout."""
+    torch.manual_seed(0)
+    cfg = KuramotoConfig(**TINY_KA, readout_harmonics=2, readout_gain=gain)
+    model = KuramotoLM(cfg).double()
+    k = cfg.dim
+    theta = torch.randn(2, 3, k, dtype=torch.float64) * 3
+    w = model.prototypes.weight  # (256, 4k): cos θ, sin θ, cos 2θ, sin 2θ
+    gain_j = model.readout_gain if model.readout_gain is not None else torch.ones(k, dtype=torch.float64)
+    feats = [torch.cos(theta), torch.sin(theta), torch.cos(2 * theta), torch.sin(2 * theta)]
+    literal = model.prototypes.bias + sum((gain_j * f) @ w[:, i * k:(i + 1) * k].T for i, f in enumerate(feats))
+    assert torch.allclose(model.readout(theta), literal, atol=1e-12)
+    assert torch.allclose(model.readout(theta + 2 * torch.pi), model.readout(theta), atol=1e-10)
+    assert model.num_params() - KuramotoLM(KuramotoConfig(**TINY_KA)).num_params() == 256 * 2 * k + (
+        k if gain == "oscillator" else 0)
+    with torch.no_grad():
+        w[:, 2 * k:] = 0
+    plain = KuramotoLM(KuramotoConfig(**TINY_KA, readout_gain=gain)).double()
+    with torch.no_grad():
+        plain.prototypes.weight.copy_(w[:, :2 * k])
+        plain.prototypes.bias.copy_(model.prototypes.bias)
+        if gain != "none":
+            plain.readout_gain.copy_(model.readout_gain)
+    assert torch.allclose(model.readout(theta), plain.readout(theta), atol=1e-12)
 
 
 @pytest.mark.parametrize("gain", ["scalar", "oscillator"])

@@ -3,7 +3,8 @@
     θ^0_t = E[x_t]                                   byte → learned phases in T^k
     θ ← θ + bound(v(θ) ⊙ a(θ))                       KuramotoAttention (layer.py)
     θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward (or bound(Im(conj(z) ⊙ y)), y = SwiGLU)
-    logits_c = Σ_j [g_j] α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout (g: ``readout_gain``)
+    logits_c = Σ_j [g_j] α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout (g: ``readout_gain``;
+                                                     [+ Σ_j β_{c,j} cos(2θ_j − ν_{c,j})]: ``readout_harmonics=2``)
 
 No normalisation layers: the state lives on a compact manifold. Choices the paper leaves
 open are fields of ``KuramotoConfig`` (documented there and in the README).
@@ -77,6 +78,10 @@ class KuramotoConfig:
     # so the readout stays Σ_j g_j α_{c,j} cos(θ_j − μ_{c,j})). The prototypes are decayed; |ψ| is fixed.
     readout_gain: Literal["none", "scalar", "oscillator"] = "none"
     readout_gain_init: float = 1.0  # the gain's initial value (AdamW moves it by about lr per step)
+    # Harmonics of each phase the readout aligns with prototypes: 1 (the paper's ψ(θ)) or 2, adding cos 2θ_j and
+    # sin 2θ_j (2k more inputs per byte): a tuning curve per oscillator that can be narrower than one cosine, for
+    # a state that has no amplitude to say how sure it is (the remaining gap is on predictable bytes: RESULTS.md)
+    readout_harmonics: int = 1
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
     # start near-orthogonal in ψ, so the self pair dominates every score); small s starts all bytes near one
@@ -166,7 +171,9 @@ class KuramotoLM(ByteLM):
         self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates) for _ in range(config.depth))
         # Readout of ψ(θ): row c is (α_c cos μ_c, α_c sin μ_c), i.e. prototype phases μ_c
         # with per-coordinate amplitudes α_c; a linear map of the lift is the same family.
-        self.prototypes = nn.Linear(2 * config.dim, VOCAB_SIZE)
+        if config.readout_harmonics not in (1, 2):
+            raise ValueError(f"readout_harmonics must be 1 or 2, got {config.readout_harmonics}")
+        self.prototypes = nn.Linear(2 * config.dim * config.readout_harmonics, VOCAB_SIZE)
         gains = {"none": 0, "scalar": 1, "oscillator": config.dim}
         if config.readout_gain not in gains:
             raise ValueError(f"readout_gain must be one of {tuple(gains)}, got {config.readout_gain!r}")
@@ -199,8 +206,10 @@ class KuramotoLM(ByteLM):
 
     def readout(self, theta: Tensor) -> Tensor:
         psi = lift(theta)
-        if self.readout_gain is not None:  # the same g_j on cos θ_j and sin θ_j: ψ = [cos θ, sin θ] as (2, k)
-            psi = (psi.unflatten(-1, (2, -1)) * self.readout_gain.to(psi.dtype)).flatten(-2)
+        if self.config.readout_harmonics == 2:
+            psi = torch.cat((psi, lift(2 * theta)), dim=-1)  # [cos θ, sin θ, cos 2θ, sin 2θ]
+        if self.readout_gain is not None:  # the same g_j on every feature of θ_j: the features as (2 or 4, k)
+            psi = (psi.unflatten(-1, (-1, self.config.dim)) * self.readout_gain.to(psi.dtype)).flatten(-2)
         return self.prototypes(psi)
 
     def phases(self, idx: Tensor, skip: frozenset[tuple[str, int]] = frozenset()) -> list[Tensor]:
