@@ -244,6 +244,12 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "phase-lag-no-self-clock-8-init-4-harmonic-readout": {"phase_lag": True, "self_coupling": False, "clock": 8,
                                                           "clock_init": 4.0, "readout_harmonics": 2,
                                                           "ff_hidden": 174},
+    # the clock's gain saturated (8 or 16 clocks, started at 4 or 8, log-weights: 2.2234-2.2291 on seed 0): the lags
+    # that helped on top of 4 clocks, on top of 8
+    "phase-lag-no-self-coupling-lag-clock-8-init-4": {"phase_lag": True, "self_coupling": False, "coupling_lag": True,
+                                                      "clock": 8, "clock_init": 4.0},
+    "phase-lag-no-self-both-lags-clock-8-init-4": {"phase_lag": True, "self_coupling": False, "coupling_lag": True,
+                                                   "value_lag": True, "ff_hidden": 149, "clock": 8, "clock_init": 4.0},
     "phase-lag-no-self-clock-8-init-4-log": {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0,
                                              "clock_log_weight": True},
     "phase-lag-no-self-both-lags-clock-4-init-4": {"phase_lag": True, "self_coupling": False, "coupling_lag": True,
