@@ -238,7 +238,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
                                                    "clock_init": 4.0},
     # 16 clocks were no better than 8 and starting 4 clocks at 8 gained a little: 8 clocks started at 8
     "phase-lag-no-self-clock-8-init-8": {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 8.0},
-    # the decayed clock weights never grew past their start (4 -> 1.7-4.2 in every head and layer): as log-weights,
+    # the decayed clock weights stayed near their start (4 -> 1.7-4.2 in every head and layer): as log-weights,
     # undecayed, they can move by a factor, so each head can choose how positional it is
     "phase-lag-no-self-clock-8-init-4-log": {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0,
                                              "clock_log_weight": True},

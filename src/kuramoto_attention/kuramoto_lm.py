@@ -69,7 +69,7 @@ class KuramotoConfig:
     # The clock weights' initial value. At 0 they grew only to ~0.4-1.3 in 10M tokens (decayed, moved at about lr per
     # step): under τ/√d that is under a logit of positional preference, against ~√d for a token matching itself
     clock_init: float = 0.0
-    # True: the clock weights as w = exp(log w), undecayed (as τ). The decayed w never grew past its start (4 ->
+    # True: the clock weights as w = exp(log w), undecayed (as τ). The decayed w stayed near its start (4 ->
     # 1.7-4.2 in every head after 10M tokens); log w moves it by a factor. Needs clock_init > 0
     clock_log_weight: bool = False
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
