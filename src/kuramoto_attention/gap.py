@@ -72,9 +72,9 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
     if not seeds:
         raise ConfigError(f"no seed with both ka-1m and tf-1m in {RESULTS / group}; "
                           f"run `kuramoto experiment run {group}` first")
-    variant = {r["name"]: r for r in load_results("confirm") if r["name"].split("-seed")[0] == f"ka-{GAP_VARIANT}"}
+    confirmed = {r["name"] for r in load_results("confirm")}
     variant_runs = {s: RUNS / "confirm" / (f"ka-{GAP_VARIANT}" + (f"-seed{s}" if s else "")) for s in seeds}
-    with_variant = group == "main" and all(run.name in variant for run in variant_runs.values())
+    with_variant = group == "main" and all(run.name in confirmed for run in variant_runs.values())
     bits: dict[str, list[Tensor]] = {"ka": [], "tf": [], **({"variant": []} if with_variant else {})}
     for seed in seeds:
         runs = {"ka": RUNS / group / f"ka-1m-seed{seed}", "tf": RUNS / group / f"tf-1m-seed{seed}"}

@@ -182,7 +182,7 @@ class KVCache:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self.length = 0
-        self.capacity = capacity
+        self.first_capacity = capacity  # the first buffers' size; later ones double
 
     def _grow(self, buf: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         new = like.new_empty(*like.shape[:-2], capacity, like.shape[-1], dtype=like.dtype if buf is None else buf.dtype)
@@ -194,7 +194,7 @@ class KVCache:
         """Append (B, H, T, d) keys/values; return all keys/values so far, (B, H, S, d) views."""
         end = self.length + k.shape[-2]
         if self._k is None or self._v is None or end > self._k.shape[-2]:
-            capacity = max(end, self.capacity if self._k is None else 2 * self._k.shape[-2])
+            capacity = max(end, self.first_capacity if self._k is None else 2 * self._k.shape[-2])
             self._k, self._v = self._grow(self._k, k, capacity), self._grow(self._v, v, capacity)
         self._k[..., self.length : end, :] = k
         self._v[..., self.length : end, :] = v

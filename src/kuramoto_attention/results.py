@@ -254,7 +254,8 @@ def confirm_section(group: str = "confirm") -> str:
     if not rows or not ka or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     tf_mean = statistics.mean(tf)
-    body = [[r["name"], _change(r), str(r["train"]["seed"]), _screen_delta(r),
+    main_lr = _main_ka_lr()
+    body = [[r["name"], _change(r, main_lr), str(r["train"]["seed"]), _screen_delta(r),
              fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ka[r['train']['seed']]:+.4f}" if r["train"]["seed"] in ka
              else "—", f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
     return ("Each run against main's ka-1m run of the same seed (test BPC "
@@ -265,10 +266,13 @@ def confirm_section(group: str = "confirm") -> str:
                       "gap to tf-1m mean"], body) + _seed_means(rows, ka, tf_mean))
 
 
-def _change(r: dict[str, Any]) -> str:
+def _main_ka_lr() -> float | None:
+    return next((m["train"]["lr"] for m in load_results("main") if m["family"] == "kuramoto"), None)
+
+
+def _change(r: dict[str, Any], main_lr: float | None) -> str:
     """A confirm run's change: its model overrides, and its rate where it is not main's ka-1m rate."""
-    lr, main_lr = r["train"]["lr"], next((m["train"]["lr"] for m in load_results("main")
-                                          if m["family"] == "kuramoto"), None)
+    lr = r["train"]["lr"]
     return overrides(r) if main_lr is None or lr == main_lr else f"{overrides(r)}, lr={lr:g}"
 
 
@@ -283,7 +287,7 @@ def _by_candidate(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 def moved_gap_section(group: str = "confirm") -> str:
     """What moved the gap at the main protocol: every candidate of ``group``, its mean over the seeds it ran
     against main's ka-1m mean over the same seeds, best first."""
-    ka, tf = _main_pair()
+    (ka, tf), main_lr = _main_pair(), _main_ka_lr()
     ranked = []
     for name, runs in _by_candidate(load_results(group)).items():
         seeds = sorted(r["train"]["seed"] for r in runs)
@@ -291,7 +295,7 @@ def moved_gap_section(group: str = "confirm") -> str:
             continue
         mean = statistics.mean(r["eval_bpc"] for r in runs)
         delta = mean - statistics.mean(ka[s] for s in seeds)
-        ranked.append((delta, [name, _change(runs[0]), ", ".join(map(str, seeds)), fmt(mean), f"{delta:+.4f}",
+        ranked.append((delta, [name, _change(runs[0], main_lr), ", ".join(map(str, seeds)), fmt(mean), f"{delta:+.4f}",
                                f"{mean - statistics.mean(tf):+.4f}"]))
     if not ranked:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
