@@ -11,6 +11,7 @@ import io
 import json
 import statistics
 from argparse import Namespace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,11 @@ def test_model_flops_counted_analytically() -> None:
     n_mm = 2 * (32 * 32 + 32 * 16 + 2 * 32 * 32 + 32 * 16) + 32 * 256
     assert bench.model_flops(ka, 32) == {"matmul_params": n_mm, "d_qk": 32, "d_v": 32,
                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (32 + 32)}
+    # a shared P (2k -> k) before ff 16→32→k counts in each of the 2 layers; a tied readout's ψ(E) counts as weights
+    family, cfg = get_preset("ka-tiny")
+    variant = build_model(family, replace(cfg, ff_proj="shared", readout_tied=True, readout_gain="scalar"))
+    n_mm = 2 * (32 * 32 + 32 * 16 + 32 * 16 + 3 * 16 * 32) + 32 * 256
+    assert bench.model_flops(variant, 32)["matmul_params"] == n_mm
 
 
 def test_output_paths_never_overwrite_the_real_benchmark() -> None:
@@ -189,3 +195,30 @@ def test_output_paths_never_overwrite_the_real_benchmark() -> None:
 def test_bad_repeats_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--quick", "--repeats", "0"]) == 2
     assert "error: --repeats" in capsys.readouterr().err
+
+
+def test_recorded_runs_are_shown_side_by_side(quick: dict[str, Any], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every full run keeps its JSON (``ARCHIVE``); BENCHMARKS.md then lists each run's targets, recomputed from
+    its measurements, oldest first, and ``--render`` rewrites it from the JSONs without measuring."""
+    older = copy.deepcopy(quick["res"])
+    older["machine"] = {**older["machine"], "date": "2000-01-01T00:00:00", "cpu": "Older CPU"}
+    older["generation"][0]["ratio"] = 1.0  # a failing run on the other machine
+    assert "## Every recorded full run" not in bench.render(quick["res"], [quick["res"]])  # one run: no section
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--render"]) == 2  # nothing measured yet: a user error, not a traceback
+    for run in (older, quick["res"]):
+        path = bench.archive_path(run)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run))
+    bench.LATEST.write_text(json.dumps(quick["res"]))
+    assert [r["machine"]["cpu"] for r in bench.load_history()] == ["Older CPU", quick["res"]["machine"]["cpu"]]
+    assert main(["bench", "--render"]) == 0
+    md = Path("BENCHMARKS.md").read_text()
+    section = md.split("## Every recorded full run")[1]
+    g = older["generation"][0]
+    name = f"generation speed-up with cache, {g['preset']}, {g['mode']}"  # 1.000 FAIL on the older run
+    row = next(line for line in section.splitlines() if line.startswith(f"| {name} |"))
+    latest = next(t for t in quick["res"]["targets"] if t["name"] == name)
+    assert row.split(" | ")[1:] == ["1.000 FAIL", f"{latest['value']:.3f} {latest['status']} |"]
+    assert md.split("## Every recorded full run")[0] == bench.render(quick["res"]).rstrip("\n") + "\n\n"

@@ -199,6 +199,60 @@ def test_readout_gain_scales_each_oscillators_alignment(gain):
     assert "readout_gain" in {n for n, p in model.named_parameters() if p.dim() < 2}  # the no-decay group
 
 
+@pytest.mark.parametrize("gain", ["scalar", "oscillator"])
+def test_tied_readout_aligns_the_state_with_the_embedding(gain):
+    """readout_tied: logits_c = Σ_j g_j cos(θ_j − E_{c,j}) + b_c with E the phase embedding, so the 2k·256 prototype
+    weights are gone, the embedding learns from the readout too, and a state at E_c scores c by Σ_j g_j."""
+    torch.manual_seed(0)
+    k = TINY_KA["dim"]
+    model = KuramotoLM(KuramotoConfig(**TINY_KA, readout_tied=True, readout_gain=gain, readout_gain_init=0.5)).double()
+    with torch.no_grad():
+        model.readout_bias.uniform_(-1, 1)
+    theta = torch.randn(2, 3, k, dtype=torch.float64) * 3
+    g = model.readout_gain.expand(k)
+    literal = (g * torch.cos(theta[..., None, :] - model.phase_embedding)).sum(-1) + model.readout_bias
+    assert torch.allclose(model.readout(theta), literal, atol=1e-12)
+    aligned = model.readout(model.phase_embedding.detach()[None, :4]) - model.readout_bias
+    assert torch.allclose(aligned.diagonal(dim1=-2, dim2=-1), g.sum().expand(4), atol=1e-12)
+    untied = KuramotoLM(KuramotoConfig(**TINY_KA, readout_gain=gain)).num_params()
+    assert untied - model.num_params() == 2 * k * 256  # the prototype weights (the bias stays)
+    model.readout(theta).sum().backward()
+    assert model.phase_embedding.grad is not None and model.phase_embedding.grad.abs().sum() > 0
+    assert {"readout_bias", "readout_gain"} <= {n for n, p in model.named_parameters() if p.dim() < 2}  # undecayed
+    with pytest.raises(ConfigError, match="readout_tied needs readout_gain"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, readout_tied=True))
+    with pytest.raises(ConfigError, match="readout_harmonics=1"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, readout_tied=True, readout_gain=gain, readout_harmonics=2))
+
+
+@pytest.mark.parametrize("where", ["layer", "shared"])
+def test_feed_forward_input_projection(where):
+    """ff_proj: the SwiGLU reads P ψ(θ) (P: 2k -> k), so a hidden unit costs 3k weights, not 5k; "shared" is one P
+    registered once by the model and used by every block, "layer" one per block."""
+    torch.manual_seed(0)
+    k, h, depth = TINY_KA["dim"], TINY_KA["ff_hidden"], TINY_KA["depth"]
+    model = KuramotoLM(KuramotoConfig(**TINY_KA, ff_proj=where)).double()
+    theta = torch.randn(2, 3, k, dtype=torch.float64) * 3
+    for block in model.blocks:
+        proj = model.shared_ff_proj if where == "shared" else block.ff.proj
+        assert proj is not None and proj.weight.shape == (k, 2 * k)
+        mlp = block.ff.mlp
+        x = lift(theta) @ proj.weight.T
+        literal = (torch.nn.functional.silu(x @ mlp.w_gate.weight.T) * (x @ mlp.w_up.weight.T)) @ mlp.w_out.weight.T
+        assert torch.allclose(block.ff._update(theta), literal, atol=1e-12)
+        assert torch.allclose(block.ff._update(theta + 2 * torch.pi), literal, atol=1e-10)  # still on the torus
+    plain = KuramotoLM(KuramotoConfig(**TINY_KA)).num_params()
+    n_proj = 2 * k * k * (1 if where == "shared" else depth)
+    assert model.num_params() - plain == n_proj - depth * 2 * k * h  # w_gate, w_up read k inputs, not 2k
+    names = [n for n, _ in model.named_parameters() if "proj" in n and "gates" not in n and "value" not in n]
+    assert names == (["shared_ff_proj.weight"] if where == "shared" else
+                     [f"blocks.{i}.ff.proj.weight" for i in range(depth)])
+    with pytest.raises(ConfigError, match="ff_proj projects the lift"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff="angles", ff_proj=where))
+    with pytest.raises(ConfigError, match="ff_proj must be"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_proj="global"))
+
+
 def test_tangent_feed_forward_moves_toward_its_phasor_field():
     """ff_output="tangent": the increment is Im(conj(e^{iθ}) y) = |y| sin(arg y − θ), y = SwiGLU(ψ(θ)), so it
     is 2π-periodic in θ, vanishes where θ = arg y and pulls θ toward arg y (positive below, negative above)."""

@@ -38,14 +38,17 @@ from .train import TrainConfig, autocast, make_optimizer
 from .transformer import SelfAttention, TransformerLM
 
 MIB, GIB = 2**20, 2**30
+LATEST = Path("results") / "bench.json"  # the full run BENCHMARKS.md shows
+ARCHIVE = Path("results") / "bench-runs"  # every full run's JSON, kept: machines change between sessions
 # thresholds: ka/tf tokens/s (default mode; eager fp32), fused/reference peak memory, cache speed-up
 TARGETS = {"default": 1.0, "eager_fp32": 0.9, "memory": 0.10, "generation": 10.0}
 FLOPS_METHOD = (
-    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight (a shared gate "
-    "module counted once per layer using it) plus the transformer's tied output head; embedding lookups are "
-    "gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, backward twice "
-    "forward) over the full T with no causal halving; for Kuramoto the query/key features and the values are ψ(θ) "
-    "of width 2k, for the transformer width d. Elementwise work (cos, sin, softmax, AdamW) is not counted.")
+    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight (a shared module, "
+    "gates or the feed-forward's P, counted once per layer using it) plus a tied output head (ψ(E) for Kuramoto); "
+    "embedding lookups are gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, "
+    "backward twice forward) over the full T with no causal halving; for Kuramoto the query/key features and the "
+    "values are ψ(θ) of width 2k, for the transformer width d. Elementwise work (cos, sin, softmax, AdamW) is not "
+    "counted.")
 MEMORY_METHOD = (
     "One attention layer at ka-1m width (dim 128, 4 heads; the transformer: the attention module of a tf-1m "
     "block), batch 1, fp32, forward + backward of the output's sum. Measured with `torch.profiler` "
@@ -83,6 +86,8 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction,
                    help="also measure torch.compile (default on; quick off)")
     p.add_argument("--mem-cap-gib", type=float, help="skip memory measurements estimated above this (default 12)")
+    p.add_argument("--render", action="store_true", help="measure nothing: rewrite BENCHMARKS.md from "
+                   "results/bench.json and the recorded runs in results/bench-runs/")
     p.set_defaults(func=_cmd)
 
 
@@ -114,8 +119,9 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
         n_mm += model.tok_embedding.weight.numel() if model.head is None else 0
         d_qk = d_v = cfg.dim
     else:
-        if model.shared_gates is not None:
-            n_mm += (cfg.depth - 1) * model.shared_gates.proj.weight.numel()
+        shared = [model.shared_ff_proj] + ([model.shared_gates.proj] if model.shared_gates is not None else [])
+        n_mm += sum((cfg.depth - 1) * m.weight.numel() for m in shared if m is not None)  # used once per layer
+        n_mm += model.phase_embedding.numel() * 2 if model.prototypes is None else 0  # tied readout: ψ(E) as weights
         d_qk, d_v = 2 * cfg.dim, 2 * cfg.dim if cfg.value == "circular" else cfg.dim
     attn = 6 * cfg.depth * context * (d_qk + d_v)
     return {"matmul_params": n_mm, "d_qk": d_qk, "d_v": d_v, "flops_per_token": 6 * n_mm + attn}
@@ -414,12 +420,37 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
             *("| " + " | ".join(map(str, r)) + " |" for r in rows), ""]
 
 
+def _history_section(history: list[dict[str, Any]]) -> list[str]:
+    """Each recorded full run's targets side by side (one column per run, oldest first): the same code can pass
+    on one machine and fail on another, and a reader should see both."""
+    if len(history) < 2:
+        return []
+    names = list(dict.fromkeys(t["name"] for run in reversed(history) for t in evaluate_targets(run)))
+    verdicts = [{t["name"]: t for t in evaluate_targets(run)} for run in history]
+
+    def cell(t: dict[str, Any] | None) -> str:
+        return "—" if t is None or t["value"] is None else f"{t['value']:.3f} {t['status']}"
+
+    lines = ["## Every recorded full run", "", f"The targets of each full `kuramoto bench` run recorded in "
+             f"`{ARCHIVE}/` (one JSON per run, written by the run itself), oldest first; the sections above are "
+             "the latest. Machines differ between sessions: the ratios move with the CPU, not only with the code.", ""]
+    head = ["target", *(f"{r['machine']['date'][:16]} {r['machine']['cpu']}" for r in history)]
+    return lines + _table(head, [[n, *(cell(v.get(n)) for v in verdicts)] for n in names])
+
+
+def load_history(folder: Path | None = None) -> list[dict[str, Any]]:
+    """Every recorded full run (``ARCHIVE``), oldest first."""
+    runs = [json.loads(f.read_text()) for f in sorted((folder or ARCHIVE).glob("*.json"))]
+    return sorted(runs, key=lambda r: r["machine"]["date"])
+
+
 def _mib(r: dict[str, Any]) -> str:
     return f"{r['peak_bytes'] / MIB:,.1f}" if "peak_bytes" in r else f"skipped (est. {r['estimate_bytes'] / MIB:,.0f})"
 
 
-def render(res: dict[str, Any]) -> str:
-    """BENCHMARKS.md: targets first, then each part with its method; every figure comes from ``res``."""
+def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> str:
+    """BENCHMARKS.md: targets first, then each part with its method; every figure comes from ``res`` (and the
+    last section from ``history``, the recorded full runs)."""
     m, plan, peak = res["machine"], res["plan"], res["matmul_peak"]
     quick = ["**Quick smoke run (`--quick`): tiny models and sizes; these numbers are not benchmarks.**", ""]
     lines = ["# Benchmarks", "", *(quick if res["quick"] else [])]
@@ -483,7 +514,7 @@ def render(res: dict[str, Any]) -> str:
     lines += _table(["model", "N_mm", "d_qk", "d_v", "FLOPs/token"],
                     [[n, f"{f['matmul_params']:,}", f["d_qk"], f["d_v"], f"{f['flops_per_token']:,}"]
                      for n, f in flops.items()])
-    return "\n".join(lines)
+    return "\n".join(lines + _history_section(history or []))
 
 
 def _attention_section(res: dict[str, Any]) -> list[str]:
@@ -529,7 +560,21 @@ def output_paths(args: Any) -> tuple[Path, Path]:
     if args.out or args.quick:
         out = Path(args.out or Path(tempfile.mkdtemp(prefix="kuramoto-bench-")) / "BENCHMARKS.md")
         return out, out.with_suffix(".json")
-    return Path("BENCHMARKS.md"), Path("results") / "bench.json"
+    return Path("BENCHMARKS.md"), LATEST
+
+
+def archive_path(res: dict[str, Any]) -> Path:
+    """Where a full run's JSON is kept besides ``LATEST``: named by its start time (UTC)."""
+    return ARCHIVE / (res["machine"]["date"].replace(":", "-") + ".json")
+
+
+def rerender(out: Path = Path("BENCHMARKS.md")) -> Path:
+    """``--render``: BENCHMARKS.md again from the latest run's JSON and the recorded runs, measuring nothing."""
+    if not LATEST.exists():
+        raise ConfigError(f"{LATEST} not found: run `kuramoto bench` (from the repository root) first")
+    res = json.loads(LATEST.read_text())
+    out.write_text(render(res, load_history()) + "\n")
+    return out
 
 
 def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
@@ -550,13 +595,22 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     res["memory"] = bench_memory(plan)
     res["generation"] = bench_generation(plan)
     res["targets"] = evaluate_targets(json.loads(json.dumps(res)))  # judged on exactly what the JSON holds
-    for path, text in ((json_path, json.dumps(res, indent=2)), (out, render(res))):
+    text = json.dumps(res, indent=2)
+    paths = [json_path, archive_path(res)] if json_path == LATEST else [json_path]
+    for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(res, load_history() if json_path == LATEST else []) + "\n")
     return res, out, json_path
 
 
 def _cmd(args: Any) -> None:
+    if args.render:
+        if args.quick or args.out:
+            raise ConfigError("--render rewrites the repository's BENCHMARKS.md; it takes no --quick or --out")
+        _log(f"wrote {rerender()} from {LATEST} and {ARCHIVE}/")
+        return
     res, out, json_path = run_bench(args)
     if args.json:
         print(json.dumps(res, indent=2))

@@ -43,7 +43,8 @@ RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "
                                    "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
                                    "ff_output": "increment", "coupling_lag": False, "value_lag": False,
                                    "readout_gain": "none", "readout_gain_init": 1.0, "clock": 0,
-                                   "clock_init": 0.0, "clock_log_weight": False, "readout_harmonics": 1}
+                                   "clock_init": 0.0, "clock_log_weight": False, "readout_harmonics": 1,
+                                   "readout_tied": False, "ff_proj": "none"}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

@@ -2,9 +2,11 @@
 
     θ^0_t = E[x_t]                                   byte → learned phases in T^k
     θ ← θ + bound(v(θ) ⊙ a(θ))                       KuramotoAttention (layer.py)
-    θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward (or bound(Im(conj(z) ⊙ y)), y = SwiGLU)
+    θ ← θ + bound(SwiGLU(input(θ)))                  PhaseFeedForward (or bound(Im(conj(z) ⊙ y)), y = SwiGLU;
+                                                     input ψ(θ), [P ψ(θ): ``ff_proj``], or θ)
     logits_c = Σ_j [g_j] α_{c,j} cos(θ_j − μ_{c,j}) + b_c  phase-alignment readout (g: ``readout_gain``;
-                                                     [+ Σ_j β_{c,j} cos(2θ_j − ν_{c,j})]: ``readout_harmonics=2``)
+                                                     [+ Σ_j β_{c,j} cos(2θ_j − ν_{c,j})]: ``readout_harmonics=2``;
+                                                     μ_c = E_c, α = 1: ``readout_tied``)
 
 No normalisation layers: the state lives on a compact manifold. Choices the paper leaves
 open are fields of ``KuramotoConfig`` (documented there and in the README).
@@ -40,6 +42,10 @@ class KuramotoConfig:
     # "tangent", a phasor y_j ∈ R² per coordinate that the oscillator moves toward along its tangent,
     # Im(conj(e^{iθ_j}) y_j) (a forcing field, the attention step's own form; 2k outputs, not k).
     ff_output: Literal["increment", "tangent"] = "increment"
+    # ff="lift" only: "none", the SwiGLU reads ψ(θ) (2k inputs, so each hidden unit costs 5k weights against the
+    # transformer's 3d); "layer" / "shared": it reads P ψ(θ), P a (2k -> k) map per layer / one for all layers, so a
+    # hidden unit costs 3k and the same parameters buy more of them (a rank-k factorisation of its input matrices)
+    ff_proj: Literal["none", "layer", "shared"] = "none"
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
     omega: Literal["learned", "zero"] = "learned"
@@ -82,6 +88,11 @@ class KuramotoConfig:
     # sin 2θ_j (2k more inputs per byte): a tuning curve per oscillator that can be narrower than one cosine, for
     # a state that has no amplitude to say how sure it is (the remaining gap is on predictable bytes: RESULTS.md)
     readout_harmonics: int = 1
+    # True: the prototypes are the byte embeddings' own phases, μ_c = E_c, with one amplitude per oscillator (the
+    # readout gain, so ``readout_gain`` must be "scalar" or "oscillator"): logits_c = Σ_j g_j cos(θ_j − E_{c,j}) + b_c,
+    # the next byte is the one whose phases the state has synchronised to (as the transformer's tied output head; it
+    # frees the 2k·256 prototype weights for the feed-forward). Start the gain small: at g the current byte scores g·k
+    readout_tied: bool = False
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     # Phase embedding drawn uniformly from [−π·s, π·s): 1 spreads every byte over the whole circle (tokens
     # start near-orthogonal in ψ, so the self pair dominates every score); small s starts all bytes near one
@@ -101,6 +112,13 @@ class KuramotoConfig:
         )
 
 
+def input_projection(cfg: KuramotoConfig) -> nn.Linear:
+    """P (2k -> k, no bias) for ``ff_proj``, started so that P ψ(θ) has ψ's scale (unit variance per output)."""
+    proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)
+    nn.init.normal_(proj.weight, std=cfg.dim**-0.5)  # Var(row · ψ) = 2k · σ² · 1/2 = 1
+    return proj
+
+
 class PhaseFeedForward(nn.Module):
     """θ ← θ + bound(SwiGLU(x)), x = ψ(θ) ("lift", default) or θ / wrap(θ) ("angles", the paper's).
 
@@ -109,12 +127,15 @@ class PhaseFeedForward(nn.Module):
     fixes it to [-π, π) at the price of a jump at ±π; "lift" makes it periodic.
     """
 
-    def __init__(self, cfg: KuramotoConfig) -> None:
+    def __init__(self, cfg: KuramotoConfig, shared_proj: nn.Linear | None = None) -> None:
         super().__init__()
         if cfg.ff_output not in ("increment", "tangent"):
             raise ValueError(f"ff_output must be 'increment' or 'tangent', got {cfg.ff_output!r}")
         self.mode, self.wrap, self.tangent = cfg.ff, cfg.ff_wrap, cfg.ff_output == "tangent"
-        dim_in = 2 * cfg.dim if cfg.ff == "lift" else cfg.dim
+        # P ψ(θ): this layer's own, or the model's shared one (registered by its owner, as shared gates are)
+        self.proj = input_projection(cfg) if cfg.ff_proj == "layer" else None
+        self._shared_proj = [shared_proj] if shared_proj is not None else []
+        dim_in = 2 * cfg.dim if cfg.ff == "lift" and cfg.ff_proj == "none" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, 2 * cfg.dim if self.tangent else cfg.dim)
         self.bound = Bound(cfg.dim, cfg.bound, cfg.ff_radius_init)
 
@@ -132,7 +153,9 @@ class PhaseFeedForward(nn.Module):
             x = psi
         else:
             x = wrap(theta) if self.wrap else theta
-        y = self.mlp(x.to(compute_dtype(x)))  # cast once for both input matmuls
+        x = x.to(compute_dtype(x))  # cast once for both input matmuls
+        proj = self.proj if self.proj is not None else (self._shared_proj or [None])[0]
+        y = self.mlp(x if proj is None else proj(x))
         if self.tangent:  # move toward the phasor field y along the tangent (same form as the attention step)
             cos_t, sin_t = psi.chunk(2, dim=-1)
             re_y, im_y = y.to(theta.dtype).chunk(2, dim=-1)
@@ -141,10 +164,11 @@ class PhaseFeedForward(nn.Module):
 
 
 class KuramotoBlock(nn.Module):
-    def __init__(self, cfg: KuramotoConfig, shared_gates: PhaseGates | None) -> None:
+    def __init__(self, cfg: KuramotoConfig, shared_gates: PhaseGates | None,
+                 shared_ff_proj: nn.Linear | None = None) -> None:
         super().__init__()
         self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, **cfg.layer_fields())
-        self.ff = PhaseFeedForward(cfg) if cfg.ff != "none" else None
+        self.ff = PhaseFeedForward(cfg, shared_ff_proj) if cfg.ff != "none" else None
 
     def forward(self, theta: Tensor, cache: KVCache | None = None, skip: frozenset[str] = frozenset()) -> Tensor:
         """``skip`` ("attn", "ff"): steps replaced by the identity (the knockout diagnostic)."""
@@ -167,16 +191,29 @@ class KuramotoLM(ByteLM):
             raise ValueError(f"embed_spread must be in (0, 1], got {config.embed_spread}")
         spread = torch.pi * config.embed_spread
         self.phase_embedding = nn.Parameter(torch.empty(VOCAB_SIZE, config.dim).uniform_(-spread, spread))
+        if config.ff_proj not in ("none", "layer", "shared"):
+            raise ValueError(f"ff_proj must be 'none', 'layer' or 'shared', got {config.ff_proj!r}")
+        if config.ff_proj != "none" and config.ff != "lift":
+            raise ValueError(f"ff_proj projects the lift ψ(θ): it needs ff='lift', got ff={config.ff!r}")
         self.shared_gates = PhaseGates(config.dim, config.heads) if config.shared_gates and config.gates else None
-        self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates) for _ in range(config.depth))
+        self.shared_ff_proj = input_projection(config) if config.ff_proj == "shared" else None
+        self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates, self.shared_ff_proj)
+                                    for _ in range(config.depth))
         # Readout of ψ(θ): row c is (α_c cos μ_c, α_c sin μ_c), i.e. prototype phases μ_c
         # with per-coordinate amplitudes α_c; a linear map of the lift is the same family.
         if config.readout_harmonics not in (1, 2):
             raise ValueError(f"readout_harmonics must be 1 or 2, got {config.readout_harmonics}")
-        self.prototypes = nn.Linear(2 * config.dim * config.readout_harmonics, VOCAB_SIZE)
         gains = {"none": 0, "scalar": 1, "oscillator": config.dim}
         if config.readout_gain not in gains:
             raise ValueError(f"readout_gain must be one of {tuple(gains)}, got {config.readout_gain!r}")
+        self.prototypes: nn.Linear | None = None
+        if config.readout_tied:
+            if config.readout_gain == "none" or config.readout_harmonics != 1:
+                raise ValueError("readout_tied needs readout_gain='scalar' or 'oscillator' (its amplitudes) and "
+                                 f"readout_harmonics=1, got {config.readout_gain!r} and {config.readout_harmonics}")
+            self.readout_bias = nn.Parameter(torch.zeros(VOCAB_SIZE))
+        else:
+            self.prototypes = nn.Linear(2 * config.dim * config.readout_harmonics, VOCAB_SIZE)
         self.readout_gain = (nn.Parameter(torch.full((gains[config.readout_gain],), config.readout_gain_init))
                             if gains[config.readout_gain] else None)
         self._init_weights()
@@ -190,8 +227,9 @@ class KuramotoLM(ByteLM):
                 nn.init.normal_(block.ff.mlp.w_out.weight, std=std / (2 * self.config.depth) ** 0.5)
             if block.attn.value_proj is not None:
                 nn.init.normal_(block.attn.value_proj.weight, std=std)
-        nn.init.normal_(self.prototypes.weight, std=std)
-        nn.init.zeros_(self.prototypes.bias)
+        if self.prototypes is not None:
+            nn.init.normal_(self.prototypes.weight, std=std)
+            nn.init.zeros_(self.prototypes.bias)
 
     def no_weight_decay(self) -> set[str]:
         # angles: shrinking them toward 0 has no meaning on T^k; log-weights: decay would pull w toward 1
@@ -210,6 +248,8 @@ class KuramotoLM(ByteLM):
             psi = torch.cat((psi, lift(2 * theta)), dim=-1)  # [cos θ, sin θ, cos 2θ, sin 2θ]
         if self.readout_gain is not None:  # the same g_j on every feature of θ_j: the features as (2 or 4, k)
             psi = (psi.unflatten(-1, (-1, self.config.dim)) * self.readout_gain.to(psi.dtype)).flatten(-2)
+        if self.prototypes is None:  # tied: row c is ψ(E_c)
+            return F.linear(psi, lift(self.phase_embedding).to(psi.dtype), self.readout_bias.to(psi.dtype))
         return self.prototypes(psi)
 
     def phases(self, idx: Tensor, skip: frozenset[tuple[str, int]] = frozenset()) -> list[Tensor]:

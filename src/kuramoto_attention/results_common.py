@@ -36,12 +36,14 @@ def settings(r: dict[str, Any]) -> str:
         return "transformer preset"
     ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
     ff += " → tangent" if m.get("ff_output") == "tangent" else ""
+    ff += f" through P ({m['ff_proj']})" if m.get("ff_proj", "none") != "none" else ""
     extras = [text for on, text in (
         (m.get("shared_gates"), "shared gates"), (m.get("self_coupling") is False, "no self-coupling"),
         (m.get("phase_lag"), "phase lag"), (m.get("content_lag"), "content lag"),
         (m.get("coupling_lag"), "coupling lag"), (m.get("value_lag"), "value lag"),
         (m.get("readout_gain", "none") != "none",
          f"readout gain {m.get('readout_gain')} (init {m.get('readout_gain_init', 1.0):g})"),
+        (m.get("readout_tied"), "readout tied to the embedding"),
     ) if on]
     extras += [f"{k} {t[k]:g}" for k in ("weight_decay", "warmup", "beta2") if t.get(k, TRAIN_DEFAULTS[k]) !=
                TRAIN_DEFAULTS[k]]
