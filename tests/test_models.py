@@ -251,6 +251,11 @@ def test_feed_forward_input_projection(where):
         build_model("kuramoto", KuramotoConfig(**TINY_KA, ff="angles", ff_proj=where))
     with pytest.raises(ConfigError, match="ff_proj must be"):
         build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_proj="global"))
+    with pytest.raises(ConfigError, match="ff_proj_dim must be"):
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_proj_dim=8))
+    narrow = KuramotoLM(KuramotoConfig(**TINY_KA, ff_proj=where, ff_proj_dim=8))  # r = 8: w_gate, w_up read 8
+    assert narrow.num_params() - plain == 2 * k * 8 * (1 if where == "shared" else depth) - depth * 2 * (2 * k - 8) * h
+    assert narrow(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 256)
 
 
 def test_tangent_feed_forward_moves_toward_its_phasor_field():

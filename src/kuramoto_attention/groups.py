@@ -277,6 +277,10 @@ CANDIDATES: dict[str, dict[str, Any]] = {
                                                               "shared_gates": True, "ff_hidden": 440},
     # and on the SPEC's model (the feed-forward is the one step the SPEC leaves unconstrained by the geometry)
     "ff-proj-shared": {"ff_proj": "shared", "ff_hidden": 312},
+    # narrower P, more units: r = 64 (``ff_proj_dim``) buys 484 units per layer (2r + k = 256 weights each)
+    "phase-lag-no-self-clock-8-init-4-ff-proj-64": {"phase_lag": True, "self_coupling": False, "clock": 8,
+                                                    "clock_init": 4.0, "ff_proj": "shared", "ff_proj_dim": 64,
+                                                    "ff_hidden": 484},
 }
 
 

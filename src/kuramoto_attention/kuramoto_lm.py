@@ -43,9 +43,10 @@ class KuramotoConfig:
     # Im(conj(e^{iθ_j}) y_j) (a forcing field, the attention step's own form; 2k outputs, not k).
     ff_output: Literal["increment", "tangent"] = "increment"
     # ff="lift" only: "none", the SwiGLU reads ψ(θ) (2k inputs, so each hidden unit costs 5k weights against the
-    # transformer's 3d); "layer" / "shared": it reads P ψ(θ), P a (2k -> k) map per layer / one for all layers, so a
-    # hidden unit costs 3k and the same parameters buy more of them (a rank-k factorisation of its input matrices)
+    # transformer's 3d); "layer" / "shared": it reads P ψ(θ), P a (2k -> r) map per layer / one for all layers, so a
+    # hidden unit costs 2r + k and the same parameters buy more of them (a rank-r factorisation of its input matrices)
     ff_proj: Literal["none", "layer", "shared"] = "none"
+    ff_proj_dim: int = 0  # r, P's output width (0: k)
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
     omega: Literal["learned", "zero"] = "learned"
@@ -113,8 +114,8 @@ class KuramotoConfig:
 
 
 def input_projection(cfg: KuramotoConfig) -> nn.Linear:
-    """P (2k -> k, no bias) for ``ff_proj``, started so that P ψ(θ) has ψ's scale (unit variance per output)."""
-    proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)
+    """P (2k -> r, no bias) for ``ff_proj``, started so that each output of P ψ(θ) has unit variance."""
+    proj = nn.Linear(2 * cfg.dim, cfg.ff_proj_dim or cfg.dim, bias=False)
     nn.init.normal_(proj.weight, std=cfg.dim**-0.5)  # Var(row · ψ) = 2k · σ² · 1/2 = 1
     return proj
 
@@ -135,7 +136,7 @@ class PhaseFeedForward(nn.Module):
         # P ψ(θ): this layer's own, or the model's shared one (registered by its owner, as shared gates are)
         self.proj = input_projection(cfg) if cfg.ff_proj == "layer" else None
         self._shared_proj = [shared_proj] if shared_proj is not None else []
-        dim_in = 2 * cfg.dim if cfg.ff == "lift" and cfg.ff_proj == "none" else cfg.dim
+        dim_in = (cfg.ff_proj_dim or cfg.dim) if cfg.ff_proj != "none" else 2 * cfg.dim if cfg.ff == "lift" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, 2 * cfg.dim if self.tangent else cfg.dim)
         self.bound = Bound(cfg.dim, cfg.bound, cfg.ff_radius_init)
 
@@ -195,6 +196,9 @@ class KuramotoLM(ByteLM):
             raise ValueError(f"ff_proj must be 'none', 'layer' or 'shared', got {config.ff_proj!r}")
         if config.ff_proj != "none" and config.ff != "lift":
             raise ValueError(f"ff_proj projects the lift ψ(θ): it needs ff='lift', got ff={config.ff!r}")
+        if config.ff_proj_dim < 0 or (config.ff_proj_dim and config.ff_proj == "none"):
+            raise ValueError(f"ff_proj_dim must be >= 0 (0: k) and needs ff_proj set, got {config.ff_proj_dim} "
+                             f"with ff_proj={config.ff_proj!r}")
         self.shared_gates = PhaseGates(config.dim, config.heads) if config.shared_gates and config.gates else None
         self.shared_ff_proj = input_projection(config) if config.ff_proj == "shared" else None
         self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates, self.shared_ff_proj)

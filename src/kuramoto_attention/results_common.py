@@ -36,7 +36,8 @@ def settings(r: dict[str, Any]) -> str:
         return "transformer preset"
     ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
     ff += " → tangent" if m.get("ff_output") == "tangent" else ""
-    ff += f" through P ({m['ff_proj']})" if m.get("ff_proj", "none") != "none" else ""
+    ff += (f" through P ({m['ff_proj']}, width {m.get('ff_proj_dim') or m['dim']})"
+           if m.get("ff_proj", "none") != "none" else "")
     extras = [text for on, text in (
         (m.get("shared_gates"), "shared gates"), (m.get("self_coupling") is False, "no self-coupling"),
         (m.get("phase_lag"), "phase lag"), (m.get("content_lag"), "content lag"),
