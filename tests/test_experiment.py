@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from kuramoto_attention import experiment, groups, protocol, results
-from kuramoto_attention.presets import ConfigError
+from kuramoto_attention import bench, experiment, groups, protocol, results
+from kuramoto_attention.presets import ConfigError, apply_overrides, build_model, get_preset
 
 
 def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3, seed: int = 0, **model) -> dict:
@@ -186,7 +186,7 @@ def test_committed_results_match_their_specs():
     if not root.is_dir():
         pytest.skip("no results/ here (run from the repository root)")
     known = {**groups.GROUPS, **groups.FROZEN}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != bench.ARCHIVE.name):  # bench's runs
         assert folder.name in known, f"results/{folder.name} is not an experiment group"
         specs = {s.name: s for s in groups.plan(folder.name)}
         for r in protocol.load_results(folder.name):
@@ -292,7 +292,14 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
     write(in_tmp, rows)
     assert "not run yet (`kuramoto experiment run scale-variant`" in results.scale_section()
     specs = groups.plan("scale-variant")
-    assert [sp.model for sp in specs] == [groups.CANDIDATES[v] for v in groups.SCALE_VARIANTS]
+    assert [sp.model for sp in specs] == [{**groups.CANDIDATES[v], **groups.SCALE_WIDTHS.get(v, {})}
+                                          for v in groups.SCALE_VARIANTS]  # widths re-matched at 5M
+    family, cfg = get_preset("ka-5m")
+    for v, width in groups.SCALE_WIDTHS.items():  # within 0.1% of the same variant at ka-5m's own width
+        at_5m = {k: x for k, x in groups.CANDIDATES[v].items() if k not in ("ff_hidden", "ff_proj", "ff_proj_dim")}
+        n = [build_model(family, apply_overrides(family, cfg, m)).num_params()
+             for m in (at_5m, {**groups.CANDIDATES[v], **width})]
+        assert abs(n[1] - n[0]) < 1e-3 * n[0], (v, n)
     spec = specs[0]
     assert spec.preset == "ka-5m" and spec.model == groups.CANDIDATES[groups.BEST_VARIANT]
     assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)

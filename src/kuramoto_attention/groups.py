@@ -342,13 +342,15 @@ def _scale() -> list[Spec]:
 
 
 # the 1M variants tried at 5M: the base of the later groups, then the best at 1M (8 clocks; 16 were no better)
-SCALE_VARIANTS = (BEST_VARIANT, "phase-lag-no-self-clock-8-init-4")
+SCALE_VARIANTS = (BEST_VARIANT, "phase-lag-no-self-clock-8-init-4", "phase-lag-no-self-clock-8-init-4-ff-proj-shared")
+# a 1M candidate's feed-forward width re-matched to ka-5m's parameter count (4,999,154 with 8 clocks; 702: −2,048)
+SCALE_WIDTHS: dict[str, dict[str, Any]] = {"phase-lag-no-self-clock-8-init-4-ff-proj-shared": {"ff_hidden": 702}}
 
 
 def _scale_variant() -> list[Spec]:
     """Do the 1M variants' gains carry to 5M? Each of ``SCALE_VARIANTS`` on ka-5m at ka-5m's best rate in ``scale``
     (read from its results, so run after it), seed 0, against that ka-5m run and the best tf-5m."""
-    return [Spec("scale-variant", f"ka-5m-{v}", "ka-5m", CANDIDATES[v],
+    return [Spec("scale-variant", f"ka-5m-{v}", "ka-5m", {**CANDIDATES[v], **SCALE_WIDTHS.get(v, {})},
                  {**PROTOCOL, "seed": 0, "lr": best_lr("ka-5m", "scale")}) for v in SCALE_VARIANTS]
 
 
