@@ -3,7 +3,7 @@ training settings each model was tuned at (learning rate, warmup) checked again 
 
 from typing import Any
 
-from .groups import BUDGET_VARIANT, SCALE_VARIANTS
+from .groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS
 from .protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
 from .results_common import fmt, table, variant_change, with_twins
 
@@ -88,7 +88,9 @@ def _one_variant_at_5m(runs: dict[str, dict[str, Any]], v: dict[str, Any], name:
                  and r["train"]["seed"] == v["train"]["seed"]), None)
     one = {g: next((r for r in load_results(g) if r["name"] == n), None)
            for g, n in (("confirm", f"ka-{name}"), ("main", "ka-1m-seed0"))}
-    text = (f"\n\nThe 1M variant {name} ({variant_change(name)}; outside the SPEC) on ka-5m "
+    widths = "".join(f"; at 5M {k}={x}, re-matched to ka-5m's parameter count" for k, x in
+                     SCALE_WIDTHS.get(name, {}).items())
+    text = (f"\n\nThe 1M variant {name} ({variant_change(name)}{widths}; outside the SPEC) on ka-5m "
             f"at lr {v['train']['lr']:g} (seed {v['train']['seed']}, group scale-variant): test BPC "
             + fmt(v["eval_bpc"]))
     if base:
