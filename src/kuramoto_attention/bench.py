@@ -438,9 +438,9 @@ def _history_section(history: list[dict[str, Any]]) -> list[str]:
     return lines + _table(head, [[n, *(cell(v.get(n)) for v in verdicts)] for n in names])
 
 
-def load_history(folder: Path | None = None) -> list[dict[str, Any]]:
+def load_history() -> list[dict[str, Any]]:
     """Every recorded full run (``ARCHIVE``), oldest first."""
-    runs = [json.loads(f.read_text()) for f in sorted((folder or ARCHIVE).glob("*.json"))]
+    runs = [json.loads(f.read_text()) for f in ARCHIVE.glob("*.json")]
     return sorted(runs, key=lambda r: r["machine"]["date"])
 
 
@@ -568,12 +568,12 @@ def archive_path(res: dict[str, Any]) -> Path:
     return ARCHIVE / (res["machine"]["date"].replace(":", "-") + ".json")
 
 
-def rerender(out: Path = Path("BENCHMARKS.md")) -> Path:
+def rerender() -> Path:
     """``--render``: BENCHMARKS.md again from the latest run's JSON and the recorded runs, measuring nothing."""
     if not LATEST.exists():
         raise ConfigError(f"{LATEST} not found: run `kuramoto bench` (from the repository root) first")
-    res = json.loads(LATEST.read_text())
-    out.write_text(render(res, load_history()) + "\n")
+    out = output_paths(argparse.Namespace(out=None, quick=False))[0]
+    out.write_text(render(json.loads(LATEST.read_text()), load_history()) + "\n")
     return out
 
 
