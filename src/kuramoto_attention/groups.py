@@ -281,6 +281,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "phase-lag-no-self-clock-8-init-4-ff-proj-64": {"phase_lag": True, "self_coupling": False, "clock": 8,
                                                     "clock_init": 4.0, "ff_proj": "shared", "ff_proj_dim": 64,
                                                     "ff_hidden": 484},
+    # more units stopped paying at 312 per layer (440 and 484 tied it): a fifth layer instead, as the transformer
+    # has, with the units it leaves (198 per layer)
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-depth-5": {"phase_lag": True, "self_coupling": False, "clock": 8,
+                                                                "clock_init": 4.0, "ff_proj": "shared", "depth": 5,
+                                                                "ff_hidden": 198},
 }
 
 
