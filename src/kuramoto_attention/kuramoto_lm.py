@@ -133,10 +133,12 @@ class PhaseFeedForward(nn.Module):
         if cfg.ff_output not in ("increment", "tangent"):
             raise ValueError(f"ff_output must be 'increment' or 'tangent', got {cfg.ff_output!r}")
         self.mode, self.wrap, self.tangent = cfg.ff, cfg.ff_wrap, cfg.ff_output == "tangent"
-        # P ψ(θ): this layer's own, or the model's shared one (registered by its owner, as shared gates are)
+        # P ψ(θ): this layer's own, or the model's shared one (registered by its owner, as shared gates are; the
+        # list keeps it out of this module's submodules)
         self.proj = input_projection(cfg) if cfg.ff_proj == "layer" else None
-        self._shared_proj = [shared_proj] if shared_proj is not None else []
-        dim_in = (cfg.ff_proj_dim or cfg.dim) if cfg.ff_proj != "none" else 2 * cfg.dim if cfg.ff == "lift" else cfg.dim
+        proj = self.proj or shared_proj
+        self._input_proj = [proj]
+        dim_in = proj.out_features if proj is not None else 2 * cfg.dim if cfg.ff == "lift" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, 2 * cfg.dim if self.tangent else cfg.dim)
         self.bound = Bound(cfg.dim, cfg.bound, cfg.ff_radius_init)
 
@@ -155,7 +157,7 @@ class PhaseFeedForward(nn.Module):
         else:
             x = wrap(theta) if self.wrap else theta
         x = x.to(compute_dtype(x))  # cast once for both input matmuls
-        proj = self.proj if self.proj is not None else (self._shared_proj or [None])[0]
+        proj = self._input_proj[0]
         y = self.mlp(x if proj is None else proj(x))
         if self.tangent:  # move toward the phasor field y along the tangent (same form as the attention step)
             cos_t, sin_t = psi.chunk(2, dim=-1)
