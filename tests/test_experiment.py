@@ -102,25 +102,42 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
 
 
 def test_frozen_groups_keep_their_feed_forward(in_tmp):
-    """Groups run while the feed-forward read wrap(θ), then raw θ, stay reproducible after the default moved."""
+    """Groups run while the feed-forward read wrap(θ), raw θ, then ψ(θ) itself stay reproducible after the
+    default moved on (to P ψ(θ))."""
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
     write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.WRAPPED)])
-    for group in ("screen", "screen2", "lr-wrapped", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
-        assert all("ff" in s.model and "ff_hidden" in s.model for s in groups.plan(group)
+    write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.008", "ka-1m", 2.0, lr=8e-3, **groups.UNPROJECTED)])
+    for group in ("screen", "screen2", "lr-wrapped", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw",
+                  "main-unprojected", "ablation-unprojected", "pycode-unprojected"):
+        assert all("ff" in s.model and "ff_hidden" in s.model and "ff_proj" in s.model for s in groups.plan(group)
                    if s.preset.startswith("ka"))
-    assert all(s.model == groups.WRAPPED for s in groups.plan("main-wrapped"))
-    assert all(s.model == groups.RAW for s in groups.plan("main-raw"))
+    assert all(s.model == {**groups.UNPROJECTED, **groups.WRAPPED} for s in groups.plan("main-wrapped"))
+    assert all(s.model == {**groups.UNPROJECTED, **groups.RAW} for s in groups.plan("main-raw"))
+    assert all(s.model == groups.UNPROJECTED for s in groups.plan("main-unprojected"))
     assert {s.preset for s in groups.plan("main-raw")} == {"ka-1m"}
     assert all(s.model == {} for s in groups.plan("main"))  # current defaults
     # frozen groups keep the lr of the sweep they ran with; the current ones read the current sweep
     for group in ("main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
         assert {s.train["lr"] for s in groups.plan(group)} == {4e-3}
+    for group in ("main-unprojected", "ablation-unprojected", "pycode-unprojected"):
+        assert {s.train["lr"] for s in groups.plan(group)} == {8e-3}
+    assert 8e-3 in {s.train["lr"] for s in groups.plan("confirm")}  # (and multiples of it)
+    assert {s.train["lr"] for s in groups.plan("lr10m") if s.preset == "ka-1m"} == {4e-3}
     assert {s.train["lr"] for s in groups.plan("main") + groups.plan("ablation")} == {2e-3}
     raw = {s.name: s.model for s in groups.plan("ablation-raw")}
-    assert raw["ka-no-gates"] == {**groups.RAW, "gates": False} and "ka-ff-angles" not in raw
-    assert raw["ka-ff-lift"] == {**groups.RAW, **groups.FF_LIFT_MATCHED}
-    current = {s.name for s in groups.plan("ablation")}
-    assert "ka-ff-angles" in current and "ka-ff-lift" not in current  # the lift is the full model now
+    assert raw["ka-no-gates"] == {**groups.UNPROJECTED, **groups.RAW, "gates": False} and "ka-ff-angles" not in raw
+    assert raw["ka-ff-lift"] == {**groups.RAW, **groups.UNPROJECTED}
+    assert groups.RAW["ff_proj"] == "none"
+    current = {s.name: s.model for s in groups.plan("ablation")}
+    # the full model reads P ψ(θ): ψ(θ) itself and raw θ are both ablations of it now
+    assert current["ka-ff-lift"] == groups.UNPROJECTED and current["ka-ff-angles"]["ff_proj"] == "none"
+    assert current["ka-no-ff"] == {"ff": "none", "ff_proj": "none"}
+    # every group run before the move keeps ka-1m on ψ(θ) itself unless its own overrides say otherwise
+    for group in groups.PINNED_UNPROJECTED - set(groups.FROZEN):
+        for s in groups.plan(group):
+            if s.preset == "ka-1m":
+                assert s.model.get("ff_proj") in ("none", "shared", "layer") and "ff_hidden" in s.model
+    assert {s.preset for s in groups.plan("scale")} == {"ka-5m", "tf-5m"}  # ka-5m's preset did not move
 
 
 def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
@@ -212,7 +229,7 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
 
 
 def test_confirm_section_compares_with_main(in_tmp):
-    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
+    rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
     rows += [fake_result("screen4", n, "ka-1m", b) for n, b in (("ka-default", 2.60), ("ka-x", 2.55))]
@@ -223,13 +240,13 @@ def test_confirm_section_compares_with_main(in_tmp):
     text = results.confirm_section()
     assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 0 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
     assert "| ka-x-seed1 | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.3100 | -0.0100 |" in text
-    assert "- ka-x, seeds 0, 1: 2.2900 ± 0.0283 against main's 2.3100 on the same seeds (-0.0200); gap to " \
+    assert "- ka-x, seeds 0, 1: 2.2900 ± 0.0283 against ka-1m on ψ(θ)'s 2.3100 on the same seeds (-0.0200); gap to " \
            "the tf-1m mean +0.1400." in text
 
 
 def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
     assert "No runs yet" in results.moved_gap_section()
-    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
+    rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows += [fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True),
              fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True),
@@ -245,9 +262,10 @@ def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
 
 
 def test_budget_section_compares_the_gap_across_budgets(in_tmp):
-    rows = [fake_result("lr", f"{p}-lr-0.002", p, b, lr=2e-3) for p, b in (("ka-1m", 2.6), ("tf-1m", 2.5))]
+    rows = [fake_result(g, f"{p}-lr-0.002", p, b, lr=2e-3) for g, p, b in (("lr-unprojected", "ka-1m", 2.6),
+                                                                            ("lr", "tf-1m", 2.5))]
     for i in (0, 1):
-        rows += [fake_result("main", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i),
+        rows += [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i),
                  fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
     rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
              for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
@@ -257,23 +275,23 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
               "tokens": 20_000_000}]
     write(in_tmp, rows)
     text = results.budget_section()
-    assert "| 10.0M | main | 2.3000 | 2.1500 | +0.1500 | 2.2500 | +0.1000 |" in text
+    assert "| 10.0M | main-unprojected | 2.3000 | 2.1500 | +0.1500 | 2.2500 | +0.1000 |" in text
     assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 | 2.1000 | +0.1000 |" in text
     assert "| 3.0M | lr (best of each sweep, valid BPC) | 2.6000 | 2.5000 | +0.1000 |" in text
-    assert "| 10.0M | main | 2.3000 | 2.1500 | +0.1500 |" in text  # seed 0 only
+    assert "| 10.0M | main-unprojected | 2.3000 | 2.1500 | +0.1500 |" in text  # seed 0 only
     assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 |" in text
 
 
 def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
     assert "experiment run scale" in results.scale_section()
-    rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
+    rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
     rows += [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
              fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
              fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3),
              fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
     write(in_tmp, rows)
     text = results.scale_section()
-    assert "| 1M | main | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
+    assert "| 1M | main-unprojected | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
     assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown; tf-5m had more rates tried than ka-5m" in text
     assert "Caveat" not in text
@@ -283,7 +301,7 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
 
 
 def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_tmp):
-    rows = [fake_result("main", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
+    rows = [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
             fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
             fake_result("confirm", f"ka-{groups.BEST_VARIANT}", "ka-1m", 2.26, lr=4e-3),
             fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
@@ -317,8 +335,8 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
     assert "experiment run lr10m" in results.tuning10m_section("lr10m", "lr")
-    write(in_tmp, [fake_result("main", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
-                   fake_result("main", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),  # other seeds: not compared
+    write(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
+                   fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),  # other seeds: not compared
                    fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
                    fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
                    fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
@@ -353,3 +371,18 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     text = results.comparison_section("main", "BPC")
     assert f"outside the SPEC: {name} (" in text and "2.1500 ± 0.0000, a gap of **+0.0450**" in text
     assert f"The variant the later groups build on (round 6, budget, scale-variant): {groups.BEST_VARIANT} (" in text
+
+
+def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
+    """After a candidate became the preset's default, main's ka-1m is that candidate's run (same config, seed,
+    split): its result and its run directory (for gap, probe and dynamics) are the candidate's."""
+    write(in_tmp, [fake_result("lr", f"{p}-lr-0.004", p, 2.0, lr=4e-3) for p in ("ka-1m", "tf-1m")])
+    spec = next(s for s in groups.plan("main") if s.name == "ka-1m-seed0")
+    run = fake_result("confirm", "ka-ff-proj-shared", "ka-1m", 2.25, lr=4e-3, ff_proj="shared", ff_hidden=312)
+    run["model"], run["train"] = experiment.expected_configs(spec)
+    write(in_tmp, [run])
+    main = {r["name"]: r for r in experiment.with_twins("main")}
+    assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
+    assert experiment.run_dir_of(main["ka-1m-seed0"]) == protocol.RUNS / "confirm" / "ka-ff-proj-shared"
+    assert "ka-1m-seed1" not in main  # not run anywhere
+    assert "| ka-1m | 1 | 2.2500 |" in results.comparison_section("main", "BPC")

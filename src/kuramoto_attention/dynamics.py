@@ -19,7 +19,7 @@ import torch
 
 from .diagnostics import OFFSETS
 from .presets import ConfigError
-from .protocol import RESULTS, RUNS, load_results
+from .protocol import RESULTS
 
 LOCAL_NEAR_ONE = 0.9
 
@@ -36,12 +36,13 @@ def _spearman(values: list[float]) -> float:
 
 def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, Any]]:
     from .diagnostics import diagnose_run
+    from .experiment import run_dir_of, with_twins
 
     rows = []
-    for r in load_results(group):
+    for r in with_twins(group):  # main's ka-1m may be another group's identical run
         if r["family"] != "kuramoto":
             continue
-        d = diagnose_run(RUNS / group / r["name"], batch=batch, data_dir=data_dir)
+        d = diagnose_run(run_dir_of(r), batch=batch, data_dir=data_dir)
         local = d.local_order.mean(dim=1).tolist()  # (L,) mean over heads
         glob = d.global_order.mean(dim=1).tolist()  # (L+1,)
         omega = d.layer_median_abs_omega.tolist()

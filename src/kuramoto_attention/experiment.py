@@ -6,6 +6,7 @@ ones) and writes one small JSON summary per run under ``results/GROUP/``;
 The groups and their runs are defined in ``groups.py``; the settings they share in ``protocol.py``.
 """
 
+import contextlib
 import json
 import math
 import time
@@ -79,6 +80,25 @@ def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[str, 
                 and r["family"] == family and not _config_diffs(spec, r["model"], r["train"]):
             return r
     return None
+
+
+def with_twins(group: str) -> list[dict[str, Any]]:
+    """A group's results plus, for each planned run not made because another group already made it
+    identically (``same_run``), that run under the planned name, with ``twin`` naming it ("GROUP/NAME")."""
+    rows = load_results(group)
+    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
+        done, pool = {r["name"] for r in rows}, all_results()
+        for spec in plan(group):
+            r = same_run(spec, pool) if spec.name not in done else None
+            if r is not None:
+                twin = f"{r['group']}/{r['name']}"
+                rows.append({**r, "name": spec.name, "model_overrides": spec.model, "twin": twin})
+    return rows
+
+
+def run_dir_of(result: dict[str, Any]) -> Path:
+    """Where a result's model was trained (a twin's: the other group's run)."""
+    return RUNS / result["twin"] if "twin" in result else RUNS / result["group"] / result["name"]
 
 
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:

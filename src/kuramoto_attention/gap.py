@@ -25,7 +25,7 @@ from .protocol import RESULTS, RUNS, load_results
 
 POSITION_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # bins [a, b) of the position t in the window
 WINDOWS = 64
-GAP_VARIANT = "phase-lag-no-self-clock-8-init-4"  # a candidate of group confirm (groups.CANDIDATES)
+GAP_VARIANT = "phase-lag-no-self-clock-8-init-4-ff-proj-shared"  # a candidate of group confirm (groups.CANDIDATES)
 
 
 def bits_per_byte(model: Any, windows: Tensor) -> Tensor:
@@ -65,8 +65,10 @@ def by_difficulty(bits: dict[str, Tensor]) -> list[dict[str, float]]:
 def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
     from .checkpoint import load_model
     from .diagnostics import valid_batch
+    from .experiment import run_dir_of, with_twins
 
-    names = {r["name"] for r in load_results(group)}
+    done = {r["name"]: r for r in with_twins(group)}  # main's ka-1m may be another group's identical run
+    names = set(done)
     seeds = sorted(int(n.rsplit("seed", 1)[1]) for n in names
                    if n.startswith("ka-1m-seed") and n.replace("ka-", "tf-", 1) in names)
     if not seeds:
@@ -77,7 +79,7 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
     with_variant = group == "main" and all(run.name in confirmed for run in variant_runs.values())
     bits: dict[str, list[Tensor]] = {"ka": [], "tf": [], **({"variant": []} if with_variant else {})}
     for seed in seeds:
-        runs = {"ka": RUNS / group / f"ka-1m-seed{seed}", "tf": RUNS / group / f"tf-1m-seed{seed}"}
+        runs = {"ka": run_dir_of(done[f"ka-1m-seed{seed}"]), "tf": run_dir_of(done[f"tf-1m-seed{seed}"])}
         if with_variant:
             runs["variant"] = variant_runs[seed]
         context = json.loads((runs["ka"] / "run.json").read_text())["train"]["context"]

@@ -96,12 +96,19 @@ def probe_runs() -> list[tuple[str, str]]:
     return [*PROBE_RUNS, *(("scale", r["name"]) for r in best if r is not None)]
 
 
+def _run_dir(group: str, name: str) -> Path:
+    """A run's directory: its own, or that of the identical run another group made (main's ka-1m may be one)."""
+    from .experiment import run_dir_of, with_twins
+
+    return next((run_dir_of(r) for r in with_twins(group) if r["name"] == name), RUNS / group / name)
+
+
 def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
     from .checkpoint import load_model
     from .diagnostics import valid_batch
 
     names = probe_runs()
-    runs = [RUNS / g / n for g, n in names]
+    runs = [_run_dir(g, n) for g, n in names]
     missing = [str(r) for r in runs if not (r / "run.json").exists()]
     if missing:
         raise ConfigError(f"no trained run at {', '.join(missing)}; run `kuramoto experiment run main` and "

@@ -8,10 +8,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .experiment import with_twins
 from .groups import BEST_VARIANT, CANDIDATES, plan
 from .presets import ConfigError
 from .protocol import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results
-from .results_common import fmt, label, overrides, saturation, settings, table, variant_change, with_twins
+from .results_common import fmt, label, overrides, reference_main, saturation, settings, table, variant_change
 from .results_scaling import budget_section, scale_section, tuning10m_section, warmup_intro
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
@@ -22,7 +23,7 @@ PAPER_DELTAS = {"ka-value-projection": "+0.25", "ka-no-ff": "+0.27", "ka-no-gate
 
 
 def _curve_plot(groups: list[str], out: Path) -> Path | None:
-    rows = [r for g in groups for r in load_results(g)]
+    rows = [r for g in groups for r in with_twins(g)]
     if not rows:
         return None
     import matplotlib
@@ -124,14 +125,14 @@ def findings_section(threshold: float = FINDINGS_THRESHOLD) -> str:
 
 
 def lr_section() -> str:
-    rows = load_results("lr") + load_results("lr-wrapped")
+    rows = load_results("lr") + load_results("lr-unprojected") + load_results("lr-wrapped")
     if not rows:
         return "_No learning-rate sweep yet (`kuramoto experiment run lr`)._"
     body = [[r["preset"], r["group"], overrides(r) if r["family"] == "kuramoto" else "—", f"{r['train']['lr']:g}",
              f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"])]
             for r in sorted(rows, key=lambda r: (r["preset"], r["group"], r["train"]["lr"]))]
     best = []
-    for group in ("lr", "lr-wrapped"):
+    for group in ("lr", "lr-unprojected", "lr-wrapped"):
         for preset in sorted({r["preset"] for r in rows if r["group"] == group}):
             best.append(f"{preset} {best_lr(preset, group):g} ({group})")
     best_bpc = {p: min(r["eval_bpc"] for r in rows if r["group"] == "lr" and r["preset"] == p)
@@ -140,12 +141,13 @@ def lr_section() -> str:
            f"{best_bpc['ka-1m'] - best_bpc['tf-1m']:+.3f} valid BPC from the best tf-1m." if len(best_bpc) == 2 else "")
     return (table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
             + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; ka-1m's "
-            "first sweep, lr-wrapped (feed-forward on wrap(θ)), feeds the frozen groups of the earlier defaults."
+            "second sweep, lr-unprojected (feed-forward on ψ(θ) itself), feeds every group run with that "
+            "feed-forward; its first, lr-wrapped (on wrap(θ)), feeds the frozen groups of the earlier defaults."
             + gap)
 
 
 def comparison_section(group: str, unit: str) -> str:
-    rows = load_results(group)
+    rows = with_twins(group)
     if not rows:
         return f"_No runs yet (`kuramoto experiment run {group}`)._"
     body, means = [], {}
@@ -206,24 +208,26 @@ def _gap_along_training(rows: list[dict[str, Any]]) -> str:
             f"high before the end): {', '.join(points)}.") if points else ""
 
 
-def superseded_section(group: str, what: str) -> str:
-    """ka-1m runs of a frozen main group (an earlier default), against main's transformer runs."""
-    ka, tf = load_results(group), [r for r in load_results("main") if r["family"] == "transformer"]
+def superseded_section(group: str, what: str, unit: str = "BPC") -> str:
+    """ka-1m runs of a frozen main-like group (an earlier default), against the same group's transformer runs
+    (main's, for pycode-unprojected pycode's)."""
+    tf_group = "pycode" if group.startswith("pycode") else "main"
+    ka, tf = load_results(group), [r for r in load_results(tf_group) if r["family"] == "transformer"]
     if not ka:
         return f"_No runs (`kuramoto experiment run {group}`)._"
     vals = [r["eval_bpc"] for r in ka]
     sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
     text = (f"ka-1m ({ka[0]['params']:,} params), {what}, {len(vals)} seeds ({', '.join(fmt(v) for v in vals)}): "
-            f"test BPC {fmt(statistics.mean(vals))} ± {sd:.4f}, median {fmt(statistics.median(vals))}")
+            f"test {unit} {fmt(statistics.mean(vals))} ± {sd:.4f}, median {fmt(statistics.median(vals))}")
     if tf:
         gap = statistics.mean(vals) - statistics.mean(r["eval_bpc"] for r in tf)
-        text += f"; gap to the transformer's mean (main): {gap:+.4f}"
+        text += f"; gap to the transformer's mean ({tf_group}): {gap:+.4f}"
     return text + "."
 
 
 def _ka_seed0(group: str) -> list[dict[str, Any]]:
     """The Kuramoto seed-0 run of a main-like group (the reference of ablations and candidates), if any."""
-    return [r for r in load_results(group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
+    return [r for r in with_twins(group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0]
 
 
 def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
@@ -241,8 +245,9 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
 
 
 def _main_pair() -> tuple[dict[int, float], list[float]]:
-    """Main's test BPC: ka-1m by seed, and the transformer's runs."""
-    main = load_results("main")
+    """The candidates' reference test BPC: ka-1m on ψ(θ) itself by seed (main-unprojected: every candidate keeps
+    that feed-forward unless it sets its own), and main's transformer runs."""
+    main = reference_main()
     return ({r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"},
             [r["eval_bpc"] for r in main if r["family"] == "transformer"])
 
@@ -258,16 +263,17 @@ def confirm_section(group: str = "confirm") -> str:
     body = [[r["name"], _change(r, main_lr), str(r["train"]["seed"]), _screen_delta(r),
              fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ka[r['train']['seed']]:+.4f}" if r["train"]["seed"] in ka
              else "—", f"{r['eval_bpc'] - tf_mean:+.4f}"] for r in rows]
-    return ("Each run against main's ka-1m run of the same seed (test BPC "
+    return ("Each run against ka-1m on ψ(θ) itself, the model it changes (main-unprojected), on the same seed "
+            "(test BPC "
             f"{', '.join(f'seed {s} {fmt(b)}' for s, b in sorted(ka.items()))}) and the transformer's mean over its "
             f"seeds ({fmt(tf_mean)}); main's seeds spread by about 0.01 (sd), so a difference under about 0.02 is "
             "not resolved. The screen column is the same change's valid-BPC Δ in its 3M-token screening round.\n\n"
-            + table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs main ka-1m, same seed",
+            + table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs ka-1m on ψ(θ), same seed",
                       "gap to tf-1m mean"], body) + _seed_means(rows, ka, tf_mean))
 
 
 def _main_ka_lr() -> float | None:
-    return next((m["train"]["lr"] for m in load_results("main") if m["family"] == "kuramoto"), None)
+    return next((m["train"]["lr"] for m in load_results("main-unprojected")), None)
 
 
 def _change(r: dict[str, Any], main_lr: float | None) -> str:
@@ -299,9 +305,11 @@ def moved_gap_section(group: str = "confirm") -> str:
                                f"{mean - statistics.mean(tf):+.4f}"]))
     if not ranked:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
-    return (f"At the main protocol (10M tokens, test BPC; group {group}, details below), each change against main's "
-            "ka-1m on the same seeds, best first. On one seed a Δ under about 0.02 is within main's seed spread.\n\n"
-            + table(["candidate", "change", "seeds", "mean test BPC", "Δ vs main ka-1m", "gap to tf-1m mean"],
+    return (f"At the main protocol (10M tokens, test BPC; group {group}, details below), each change against the "
+            "model it changes, ka-1m with the feed-forward on ψ(θ) itself (group main-unprojected, the default "
+            "until the first row made P ψ(θ) the default), on the same seeds, best first. On one seed a Δ under "
+            "about 0.02 is within main's seed spread.\n\n"
+            + table(["candidate", "change", "seeds", "mean test BPC", "Δ vs ka-1m on ψ(θ)", "gap to tf-1m mean"],
                     [row for _, row in sorted(ranked, key=lambda x: x[0])]))
 
 
@@ -315,7 +323,7 @@ def _seed_means(rows: list[dict[str, Any]], ka: dict[int, float], tf_mean: float
         vals = [r["eval_bpc"] for r in runs]
         same = statistics.mean(ka[s] for s in seeds)
         lines.append(f"- {name}, seeds {', '.join(map(str, seeds))}: {fmt(statistics.mean(vals))} ± "
-                     f"{statistics.stdev(vals):.4f} against main's {fmt(same)} on the same seeds "
+                     f"{statistics.stdev(vals):.4f} against ka-1m on ψ(θ)'s {fmt(same)} on the same seeds "
                      f"({statistics.mean(vals) - same:+.4f}); gap to the tf-1m mean "
                      f"{statistics.mean(vals) - tf_mean:+.4f}.")
     return ("\n\nOver seeds:\n\n" + "\n".join(lines)) if lines else ""
@@ -347,7 +355,7 @@ def _planned(group: str) -> str:
 
 
 def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
-    plot_groups = ["main"] if load_results("main") else ["screen"]
+    plot_groups = ["main"] if with_twins("main") else ["screen"]
     plot = _curve_plot(plot_groups, RESULTS / "curves.png")
     proto = ", ".join(f"{k}={v}" for k, v in PROTOCOL.items() if k != "progress")
     parts = [
@@ -381,14 +389,26 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         f"Ablations planned: {_planned('ablation')} (a variant equal to the full model's own setting is the full "
         "model and is not run).",
         "",
-        "## Superseded defaults: the feed-forward on raw θ, and on wrap(θ)",
+        "## Superseded defaults: the feed-forward on ψ(θ) itself, on raw θ, and on wrap(θ)",
         "",
-        "The feed-forward's input moved twice. Until screen round 2 it read the principal angle "
+        "The feed-forward's input moved three times. Until screen round 2 it read the principal angle "
         "wrap(θ) ∈ [−π, π); the raw angle θ (the paper's block) measured far better there and became the "
         "default; then the 10M-token ablation of that model measured the feed-forward on ψ(θ), at the same "
-        "parameter count, better still, and ψ(θ) became the default. The runs made with the earlier defaults "
-        "are kept (groups main-raw, ablation-raw, main-wrapped, ablation-wrapped; `kuramoto experiment run "
-        "GROUP` reproduces them).",
+        "parameter count, better still, and ψ(θ) became the default. Every screen from round 3 on and every "
+        "candidate in confirm was run on that model; then a candidate that reads P ψ(θ) (one shared 2k → k map "
+        "P, 312 hidden units per layer instead of 200 at the same parameter count) beat it on each of main's "
+        "three seeds (confirm: ff-proj-shared), and P ψ(θ) became ka-1m's default (ka-5m's preset still reads "
+        "ψ(θ) itself). The runs made with the earlier defaults are kept (groups main-unprojected, "
+        "ablation-unprojected, pycode-unprojected, lr-unprojected, main-raw, ablation-raw, main-wrapped, "
+        "ablation-wrapped; `kuramoto experiment run GROUP` reproduces them).",
+        "",
+        "### ψ(θ) itself (ff_hidden 200)",
+        "",
+        superseded_section("main-unprojected", "feed-forward on ψ(θ) itself"),
+        "",
+        ablation_section("ablation-unprojected", "main-unprojected"),
+        "",
+        "pycode: " + superseded_section("pycode-unprojected", "feed-forward on ψ(θ) itself", "BPB"),
         "",
         "### Raw θ (ff_hidden 336)",
         "",

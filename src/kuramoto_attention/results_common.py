@@ -1,13 +1,10 @@
 """Shared pieces of the generated RESULTS.md: number and table formatting, and how a run is named and
 described (its settings, its twin in another group, its bound saturation)."""
 
-import contextlib
 import statistics
 from typing import Any
 
-from .experiment import same_run
-from .groups import BEST_VARIANT, CANDIDATES, all_results, plan
-from .presets import ConfigError
+from .groups import BEST_VARIANT, CANDIDATES
 from .protocol import TRAIN_DEFAULTS, load_results
 
 
@@ -54,20 +51,6 @@ def settings(r: dict[str, Any]) -> str:
             + f"; {r['params']:,} params")
 
 
-def with_twins(group: str) -> list[dict[str, Any]]:
-    """A group's results plus, for each planned run not made because another group already made it
-    identically (``experiment.same_run``), that run under the planned name, with ``twin`` naming it."""
-    rows = load_results(group)
-    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
-        done, pool = {r["name"] for r in rows}, all_results()
-        for spec in plan(group):
-            r = same_run(spec, pool) if spec.name not in done else None
-            if r is not None:
-                twin = f"{r['group']}/{r['name']}"
-                rows.append({**r, "name": spec.name, "model_overrides": spec.model, "twin": twin})
-    return rows
-
-
 def label(r: dict[str, Any]) -> str:
     return f"{r['name']} (= {r['twin']}: same config, seed and split)" if "twin" in r else r["name"]
 
@@ -83,3 +66,9 @@ def saturation(r: dict[str, Any]) -> str:
 
 def variant_change(name: str = BEST_VARIANT) -> str:
     return ", ".join(f"{k}={v}" for k, v in CANDIDATES[name].items())
+
+
+def reference_main() -> list[dict[str, Any]]:
+    """The pair the groups run before ka-1m's feed-forward read P ψ(θ) are measured against: main's transformer
+    runs and ka-1m on ψ(θ) itself (main-unprojected; ``groups.PINNED_UNPROJECTED``)."""
+    return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")

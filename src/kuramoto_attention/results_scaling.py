@@ -3,20 +3,23 @@ training settings each model was tuned at (learning rate, warmup) checked again 
 
 from typing import Any
 
-from .groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS
+from .experiment import with_twins
+from .groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS, UNPROJECTED
 from .protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
-from .results_common import fmt, table, variant_change, with_twins
+from .results_common import fmt, reference_main, table, variant_change
 
 
 def budget_section() -> str:
     """The seed-0 pair's test gap at 10M (main) and 20M tokens (budget), and the best valid gap of the 3M sweep;
-    beside it a confirmed variant (``BUDGET_VARIANT``) at 10M (confirm) and 20M (budget)."""
+    beside it a confirmed variant (``BUDGET_VARIANT``) at 10M (confirm) and 20M (budget). ka-1m reads ψ(θ) itself
+    throughout (its 10M runs: main-unprojected), as every run of budget does."""
     runs, variant = {}, {}
-    for r in (r for g in ("main", "budget", "confirm") for r in load_results(g) if r["train"]["seed"] == 0):
+    pool = reference_main() + load_results("budget") + load_results("confirm")
+    for r in (r for r in pool if r["train"]["seed"] == 0):
         millions = r["tokens"] // 1_000_000
         if r["name"] in (f"ka-{BUDGET_VARIANT}", f"ka-1m-{BUDGET_VARIANT}-20m"):
             variant[millions] = r
-        elif r["group"] != "confirm" and not r["model_overrides"]:
+        elif r["group"] != "confirm" and r["model_overrides"] in ({}, UNPROJECTED):
             runs[(r["family"], millions)] = r
     body = []
     for millions in sorted({m for _, m in runs}):
@@ -26,8 +29,8 @@ def budget_section() -> str:
             body.append([f"{ka['tokens'] / 1e6:.1f}M", ka["group"], fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]),
                          f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", fmt(v["eval_bpc"]) if v else "—",
                          f"{v['eval_bpc'] - tf['eval_bpc']:+.4f}" if v else "—"])
-    sweep = {p: min((r["eval_bpc"] for r in load_results("lr") if r["preset"] == p), default=None)
-             for p in ("ka-1m", "tf-1m")}
+    sweep = {p: min((r["eval_bpc"] for r in load_results(g) if r["preset"] == p), default=None)
+             for p, g in (("ka-1m", "lr-unprojected"), ("tf-1m", "lr"))}
     if None not in sweep.values():
         screened = next((r for r in load_results("screen5") if r["name"] == f"ka-{BUDGET_VARIANT}"), None)
         v = [fmt(screened["eval_bpc"]) + " (screen5)", f"{screened['eval_bpc'] - sweep['tf-1m']:+.4f}"] \
@@ -47,9 +50,10 @@ PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.
 
 
 def scale_section() -> str:
-    """The seed-0 pair at 1M (main) and 5M parameters (scale), test BPC, beside the paper's enwik8 numbers."""
+    """The seed-0 pair at 1M (main; ka-1m on ψ(θ) itself, main-unprojected, as ka-5m's preset still reads it) and
+    5M parameters (scale), test BPC, beside the paper's enwik8 numbers."""
     runs: dict[str, dict[str, Any]] = {}
-    for r in (r for g in ("main", "scale") for r in load_results(g) if r["train"]["seed"] == 0):
+    for r in (r for r in reference_main() + load_results("scale") if r["train"]["seed"] == 0):
         if r["preset"] not in runs or r["eval_bpc"] < runs[r["preset"]]["eval_bpc"]:  # the best lr tried
             runs[r["preset"]] = r
     body = []
@@ -87,7 +91,7 @@ def _one_variant_at_5m(runs: dict[str, dict[str, Any]], v: dict[str, Any], name:
     base = next((r for r in load_results("scale") if r["preset"] == "ka-5m" and r["train"]["lr"] == v["train"]["lr"]
                  and r["train"]["seed"] == v["train"]["seed"]), None)
     one = {g: next((r for r in load_results(g) if r["name"] == n), None)
-           for g, n in (("confirm", f"ka-{name}"), ("main", "ka-1m-seed0"))}
+           for g, n in (("confirm", f"ka-{name}"), ("main-unprojected", "ka-1m-seed0"))}
     widths = "".join(f"; at 5M {k}={x}, re-matched to ka-5m's parameter count" for k, x in
                      SCALE_WIDTHS.get(name, {}).items())
     text = (f"\n\nThe 1M variant {name} ({variant_change(name)}{widths}; outside the SPEC) on ka-5m "
@@ -97,7 +101,7 @@ def _one_variant_at_5m(runs: dict[str, dict[str, Any]], v: dict[str, Any], name:
         text += f", {v['eval_bpc'] - base['eval_bpc']:+.4f} against ka-5m at the same rate"
     text += f"; gap to the best tf-5m {v['eval_bpc'] - runs['tf-5m']['eval_bpc']:+.4f}"
     if None not in one.values():
-        moved = one["confirm"]["eval_bpc"] - one["main"]["eval_bpc"]
+        moved = one["confirm"]["eval_bpc"] - one["main-unprojected"]["eval_bpc"]
         gap = one["confirm"]["eval_bpc"] - runs["tf-1m"]["eval_bpc"]
         text += f". At 1M the same variant moved seed 0 by {moved:+.4f} (gap {gap:+.4f})"
     return text + "."
@@ -108,15 +112,15 @@ def tuning10m_section(group: str, option: str) -> str:
     def value(r: dict[str, Any]) -> float:
         return r["train"].get(option, TRAIN_DEFAULTS[option])
 
-    rows = {p: sorted([r for g in ("main", group) for r in load_results(g)
+    rows = {p: sorted([r for r in reference_main() + load_results(group)  # ka-1m on ψ(θ) itself, as the group's
                        if r["preset"] == p and r["train"]["seed"] == 0], key=value)
             for p in ("ka-1m", "tf-1m")}
-    if not all({r["group"] for r in rs} == {"main", group} for rs in rows.values()):
+    if not all(len({r["group"] for r in rs}) == 2 and group in {r["group"] for r in rs} for rs in rows.values()):
         return f"_Not run yet (`kuramoto experiment run {group}`, after `main`)._"
     body = [[p, r["group"], f"{value(r):g}", fmt(r["eval_bpc"])] for p, rs in rows.items() for r in rs]
     best = {p: min(rs, key=lambda r: r["eval_bpc"]) for p, rs in rows.items()}
     low = [p for p, r in best.items() if r is rows[p][0] and len(rows[p]) > 1]
-    main = {p: next(r for r in rs if r["group"] == "main") for p, rs in rows.items()}
+    main = {p: next(r for r in rs if r["group"] != group) for p, rs in rows.items()}
     gap = best["ka-1m"]["eval_bpc"] - best["tf-1m"]["eval_bpc"]
     main_gap = main["ka-1m"]["eval_bpc"] - main["tf-1m"]["eval_bpc"]
     return (table(["preset", "group", option, "test BPC"], body)
@@ -138,7 +142,7 @@ def warmup_intro() -> str:
                     f"tokens, where {PROTOCOL['warmup']} steps are {share['3M']} of the run ({share['10M']} of the "
                     "protocol's). ")
     return (screened + "It is a training option, so both models get it: `kuramoto experiment run warmup10m`, each 1M "
-            "model at its swept rate with warmup 30 (seed 0), against main's seed 0.")
+            "model at its swept rate with warmup 30 (seed 0), against the main pair's seed 0 (ka-1m on ψ(θ) itself).")
 
 
 def _uneven_tries(tried: dict[str, list[float]]) -> str:
