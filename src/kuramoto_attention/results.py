@@ -307,8 +307,8 @@ def moved_gap_section(group: str = "confirm") -> str:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
     return (f"At the main protocol (10M tokens, test BPC; group {group}, details below), each change against the "
             "model it changes, ka-1m with the feed-forward on ψ(θ) itself (group main-unprojected, the default "
-            "until the first row made P ψ(θ) the default), on the same seeds, best first. On one seed a Δ under "
-            "about 0.02 is within main's seed spread.\n\n"
+            "until candidate ff-proj-shared made P ψ(θ) the default), on the same seeds, best first. On one seed "
+            "a Δ under about 0.02 is within main's seed spread.\n\n"
             + table(["candidate", "change", "seeds", "mean test BPC", "Δ vs ka-1m on ψ(θ)", "gap to tf-1m mean"],
                     [row for _, row in sorted(ranked, key=lambda x: x[0])]))
 
