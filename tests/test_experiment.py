@@ -132,12 +132,21 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     # the full model reads P ψ(θ): ψ(θ) itself and raw θ are both ablations of it now
     assert current["ka-ff-lift"] == groups.UNPROJECTED and current["ka-ff-angles"]["ff_proj"] == "none"
     assert current["ka-no-ff"] == {"ff": "none", "ff_proj": "none"}
-    # every group run before the move keeps ka-1m on ψ(θ) itself unless its own overrides say otherwise
-    for group in groups.PINNED_UNPROJECTED - set(groups.FROZEN):
-        for s in groups.plan(group):
-            if s.preset == "ka-1m":
-                assert s.model.get("ff_proj") in ("none", "shared", "layer") and "ff_hidden" in s.model
-    assert {s.preset for s in groups.plan("scale")} == {"ka-5m", "tf-5m"}  # ka-5m's preset did not move
+    # every group run before the move keeps ka-1m on ψ(θ) itself (200 units) unless its own overrides say otherwise
+    before = {"screen", "screen2", "screen3", "confirm", "screen4", "budget", "screen5", "screen6", "lr10m",
+              "warmup10m", *groups.FROZEN}
+    assert before == groups.PINNED_UNPROJECTED
+    raw_specs = {g: fn() for g, fn in {**groups.GROUPS, **groups.FROZEN}.items() if g in groups.PINNED_UNPROJECTED}
+    for group, specs in raw_specs.items():
+        for raw, s in zip(specs, groups.plan(group), strict=True):
+            if s.preset == "ka-1m" and "ff_proj" not in raw.model:
+                model = experiment.expected_configs(s)[0]
+                assert model["ff_proj"] == "none" and model["ff_hidden"] == raw.model.get("ff_hidden", 200), s.name
+    # the groups on the new default are not pinned, and ka-5m's preset did not move (nor its rate's sweep)
+    assert not {"lr", "main", "ablation", "pycode", "scale", "scale-variant"} & groups.PINNED_UNPROJECTED
+    ka5 = get_preset("ka-5m")[1]
+    assert (ka5.ff_proj, ka5.ff_hidden) == ("none", 442)
+    assert {s.train["lr"] for s in groups.plan("scale") if s.name == "ka-5m"} == {8e-3}  # lr-unprojected's best
 
 
 def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
@@ -196,6 +205,22 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
 
 
 
+def test_every_planned_spec_builds():
+    """Each group's specs (on the committed sweeps) give a valid model: e.g. no P ψ(θ) beside another input."""
+    import torch
+
+    for group in (*groups.GROUPS, *groups.FROZEN):
+        try:
+            specs = groups.plan(group)
+        except ConfigError:  # a group that reads a sweep not run yet
+            continue
+        for spec in specs:
+            family = get_preset(spec.preset)[0]
+            cfg = apply_overrides(family, get_preset(spec.preset)[1], spec.model)
+            with torch.device("meta"):  # shapes and checks only: no memory, no init cost
+                build_model(family, cfg)
+
+
 def test_committed_results_match_their_specs():
     """Every results/GROUP/NAME.json records what its group's spec asks for: a moved default or best lr
     cannot leave an old run standing in for a new spec."""
@@ -228,7 +253,7 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
     assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()
 
 
-def test_confirm_section_compares_with_main(in_tmp):
+def test_confirm_section_compares_with_the_model_each_candidate_changes(in_tmp):
     rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
@@ -291,7 +316,8 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
              fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
     write(in_tmp, rows)
     text = results.scale_section()
-    assert "| 1M | main-unprojected | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 (means) |" in text
+    assert ("| 1M | main-unprojected | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 "
+            "(means) |") in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
     assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown; tf-5m had more rates tried than ka-5m" in text
     assert "Caveat" not in text
@@ -336,7 +362,8 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
     assert "experiment run lr10m" in results.tuning10m_section("lr10m", "lr")
     write(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
-                   fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),  # other seeds: not compared
+                   # other seeds: not compared
+                   fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),
                    fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
                    fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
                    fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
@@ -377,9 +404,12 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     """After a candidate became the preset's default, main's ka-1m is that candidate's run (same config, seed,
     split): its result and its run directory (for gap, probe and dynamics) are the candidate's."""
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.004", p, 2.0, lr=4e-3) for p in ("ka-1m", "tf-1m")])
+    write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.UNPROJECTED)])
     spec = next(s for s in groups.plan("main") if s.name == "ka-1m-seed0")
-    run = fake_result("confirm", "ka-ff-proj-shared", "ka-1m", 2.25, lr=4e-3, ff_proj="shared", ff_hidden=312)
-    run["model"], run["train"] = experiment.expected_configs(spec)
+    candidate = next(s for s in groups.plan("confirm") if s.name == "ka-ff-proj-shared")  # pinned, with its own P
+    assert experiment.expected_configs(candidate) == experiment.expected_configs(spec)  # the default's own config
+    run = fake_result("confirm", candidate.name, "ka-1m", 2.25, lr=4e-3, **candidate.model)
+    run["model"], run["train"] = experiment.expected_configs(candidate)
     write(in_tmp, [run])
     main = {r["name"]: r for r in experiment.with_twins("main")}
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25

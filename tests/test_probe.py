@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kuramoto_attention import KuramotoConfig, KuramotoLM, probe
+from kuramoto_attention import KuramotoConfig, KuramotoLM, experiment, probe, protocol
 from kuramoto_attention.presets import ConfigError, build_model, get_preset
 from kuramoto_attention.torus import lift
 
@@ -47,6 +47,9 @@ def test_probe_run_shapes_and_offsets():
 def test_write_and_missing_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(probe, "RESULTS", tmp_path)
     monkeypatch.setattr(probe, "RUNS", tmp_path / "runs")
+    # measure finds a run through its group's results (or an identical run's): none here
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(experiment, "RUNS", tmp_path / "runs")
     with pytest.raises(ConfigError, match="experiment run main"):
         probe.measure(None)
     res = {"windows": 4, "context": 16, "offsets": [0, 1], "ridge": 1e-3,

@@ -48,6 +48,7 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
         omega = d.layer_median_abs_omega.tolist()
         rows.append({
             "run": r["name"] if group == "main" else f"{group}/{r['name']}", "group": group,
+            "ff_proj": r["model"].get("ff_proj", "none"),  # which feed-forward main's ka-1m had when this ran
             "local_order": local, "global_order": glob,
             "median_abs_omega": omega,
             "timescale_tokens": [x if x != float("inf") else None for x in d.layer_timescale.tolist()],

@@ -1,6 +1,7 @@
 """Where the Kuramoto model loses to the transformer: the per-byte loss gap, broken down (RESULTS.md).
 
-``kuramoto experiment gap [GROUP]`` (default: main) loads each seed's ka-1m and tf-1m runs of the group,
+``kuramoto experiment gap [GROUP]`` (default: main) loads each seed's ka-1m and tf-1m runs of the group (a group
+of ka-1m runs only, such as main-unprojected, against main's tf-1m runs),
 scores both on the same validation windows (evenly spaced, ``diagnostics.valid_batch``; float32) and
 writes ``results/gap.json`` and ``results/gap.md``:
 
@@ -68,6 +69,8 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
     from .experiment import run_dir_of, with_twins
 
     done = {r["name"]: r for r in with_twins(group)}  # main's ka-1m may be another group's identical run
+    if not any(r["family"] == "transformer" for r in done.values()):  # a frozen ka-1m group: main's transformer
+        done |= {r["name"]: r for r in load_results("main") if r["family"] == "transformer"}
     names = set(done)
     seeds = sorted(int(n.rsplit("seed", 1)[1]) for n in names
                    if n.startswith("ka-1m-seed") and n.replace("ka-", "tf-", 1) in names)
@@ -88,6 +91,7 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
             bits[name].append(bits_per_byte(load_model(run)[0], batch))
     pooled = {name: torch.cat(b) for name, b in bits.items()}
     return {"group": group, "seeds": seeds, "windows_per_seed": windows, "context": pooled["tf"].shape[1],
+            "ka_ff_proj": done[f"ka-1m-seed{seeds[0]}"]["model"].get("ff_proj", "none"),
             "variant_name": GAP_VARIANT if with_variant else None, **{n: b.mean().item() for n, b in pooled.items()},
             "by_position": by_position(pooled), "by_difficulty": by_difficulty(pooled)}
 

@@ -34,9 +34,10 @@ from .protocol import LRS, PROTOCOL, SCREEN, SWEEP, TRAIN_DEFAULTS, Spec, best_l
 
 # Round 1 screened against the first reading of the SPEC (radius 1, phases at the base lr); it is frozen
 # here so that its runs stay reproducible after the defaults moved to what it found.
-# The feed-forward's input moved twice: wrap(θ) ∈ [-π, π) until screen2 measured the raw angle θ (the
+# The feed-forward's input moved three times: wrap(θ) ∈ [-π, π) until screen2 measured the raw angle θ (the
 # paper's reading) far better, then raw θ until the 10M-token ablation measured ψ(θ) better still (at the
-# same parameter count). Groups run before each move are frozen with the settings they ran with.
+# same parameter count), then ψ(θ) itself until confirm measured P ψ(θ) better (ka-1m only). Groups run before
+# each move are frozen with the settings they ran with.
 # 3kh weights: h = 336 gives ka-1m 1.01M (ff_proj projects the lift only: "none" beside any other input)
 ANGLES: dict[str, Any] = {"ff": "angles", "ff_hidden": 336, "ff_proj": "none"}
 WRAPPED: dict[str, Any] = {**ANGLES, "ff_wrap": True}
@@ -203,7 +204,8 @@ def _screen6() -> list[Spec]:
 
 
 # The screens' improvements, checked at the main protocol before any default changes: one seed against
-# main's ka-1m seed 0.
+# ka-1m's seed 0. confirm is pinned to ψ(θ) itself (``PINNED_UNPROJECTED``): a candidate reads P ψ(θ) only if it
+# sets ``ff_proj`` (and its ``ff_hidden``), and is compared with main-unprojected's ka-1m.
 # the best 3-seed variant's model without its feed-forward width (the candidates built on it set their own)
 _CLOCK_PROJ: dict[str, Any] = {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0,
                                "ff_proj": "shared"}
@@ -432,9 +434,9 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "screen4": _screen4, "budget": _budget, "screen5": _screen5, "scale": _scale,
     "screen6": _screen6, "lr10m": _lr10m, "warmup10m": _warmup10m, "scale-variant": _scale_variant,
 }
-# `experiment dynamics` without groups: main (the claims' verdicts), then the variants whose offset profiles
-# RESULTS.md discusses, round 6's, and the 5M models (the paper's dynamics claims are made at its scales)
-DYNAMICS_GROUPS = ("main", "confirm", "screen5", "screen6", "scale", "scale-variant")
+# `experiment dynamics` without groups: main (the claims' verdicts) and ka-1m on ψ(θ) itself, then the variants
+# whose offset profiles RESULTS.md discusses, round 6's, and the 5M models (the paper's claims are made at its scales)
+DYNAMICS_GROUPS = ("main", "main-unprojected", "confirm", "screen5", "screen6", "scale", "scale-variant")
 FROZEN: dict[str, Callable[[], list[Spec]]] = {
     # ka-1m's first sweep, on wrap(θ): the lr of every frozen group below (the transformer's is in ``lr``)
     "lr-wrapped": lambda: _lr("lr-wrapped", dict(WRAPPED), ("ka-1m",)),

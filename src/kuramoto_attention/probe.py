@@ -25,11 +25,13 @@ from .presets import ConfigError
 from .protocol import RESULTS, RUNS, best_result
 from .torus import lift
 
-# (group, run): the main pair's seed 0, the best variant's (its attention couples to earlier tokens only) and
+# (group, run): the main pair's seed 0, ka-1m on ψ(θ) itself (main-unprojected: the model the confirm candidates
+# change), the best variant's (its attention couples to earlier tokens only) and
 # ka-1m and the variant with clock oscillators (a content-free positional score: does the first block gather the
 # byte before?), started at 0 and at 4, and with 8 clocks;
 # ``probe_runs`` adds the 5M pair at each model's best rate in group scale, when it has run
-PROBE_RUNS = (("main", "ka-1m-seed0"), ("main", "tf-1m-seed0"), ("confirm", f"ka-{BEST_VARIANT}"),
+PROBE_RUNS = (("main", "ka-1m-seed0"), ("main", "tf-1m-seed0"), ("main-unprojected", "ka-1m-seed0"),
+              ("confirm", f"ka-{BEST_VARIANT}"),
               ("confirm", "ka-clock-4"), ("confirm", "ka-clock-4-init-4"),
               ("confirm", f"ka-{BEST_VARIANT}-clock-4-init-4"), ("confirm", f"ka-{BEST_VARIANT}-clock-8-init-4"))
 OFFSETS = (0, 1, 2, 3)
@@ -119,6 +121,7 @@ def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
     for (group, name), run in zip(names, runs, strict=True):
         model = load_model(run)[0]
         rows.append({"group": group, "name": name, "family": model.family, "depth": len(model.blocks),
+                     "ff_proj": getattr(model.config, "ff_proj", None),  # ka's feed-forward (tf: None)
                      "accuracy": probe_run(model, batch)})
     return {"windows": windows, "context": context, "offsets": list(OFFSETS), "ridge": RIDGE, "runs": rows}
 

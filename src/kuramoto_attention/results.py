@@ -4,6 +4,7 @@ Nothing in the page is typed by hand: every number comes from a summary file wri
 ``kuramoto experiment run``; sections whose runs do not exist yet say so.
 """
 
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -69,13 +70,13 @@ def screen_section(group: str = "screen") -> str:
 
 
 SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5", "screen6")
-SCREEN4_ADOPTED = ("none yet. At 10M tokens (group confirm, below) self_coupling=False beat main on each of main's "
-                   "three seeds; it departs from the SPEC's u ≤ t, and adopting it makes main, ablation and pycode "
-                   "stale, so it is a switch until they are rerun. The other candidates ended within 0.03 of the "
-                   "default, some with the opposite sign of their screen Δ")
+SCREEN4_ADOPTED = ("none. At 10M tokens (group confirm, below) self_coupling=False beat ka-1m (then on ψ(θ) itself, "
+                   "main-unprojected) on each of its three seeds; it departs from the SPEC's u ≤ t, so it stays a "
+                   "switch. The other candidates ended within 0.03 of the default, some with the opposite sign of "
+                   "their screen Δ")
 SCREEN5_ADOPTED = ("none (the phase lag and self_coupling=False both depart from the SPEC's score). At 10M tokens "
                    "(group confirm) the phase lag held its screen gain, and with self_coupling=False as well it "
-                   "became the variant later groups build on; the confirm section has it over main's seeds (and "
+                   "became the variant later groups build on; the confirm section has it over three seeds (and "
                    "the main comparison names the best over three seeds)")
 def _screen6_adopted() -> str:
     """Round 6's verdict, its figures read from results/screen6 and results/confirm."""
@@ -85,7 +86,7 @@ def _screen6_adopted() -> str:
     if "ka-default" not in screen or gain is None or variant is None:
         return "none yet"
     delta = {n: screen[n] - screen["ka-default"] for n in ("ka-bound-none", "ka-shared-gates-depth-5") if n in screen}
-    held = "held" if gain < variant - 0.02 else "did not hold"  # 0.02: about 2 sd of main's seeds
+    held = "held" if gain < variant - 0.02 else "did not hold"  # 0.02: about 2 sd of ka-1m's seeds
     return (f"none. The readout gain started at 4 (outside the paper's readout) {held} its screen gain at the main "
             f"protocol: on the best variant's seed 0 it scored {fmt(gain)} against {fmt(variant)} (group confirm, "
             "below); the 30-step warmup, a training option of both models, went to group warmup10m (above). "
@@ -253,8 +254,8 @@ def _main_pair() -> tuple[dict[int, float], list[float]]:
 
 
 def confirm_section(group: str = "confirm") -> str:
-    """Screening candidates at the main protocol, against main's ka-1m run of the same seed and the
-    transformer's mean."""
+    """Screening candidates at the main protocol, against the ka-1m run they change (main-unprojected) of the same
+    seed and the transformer's mean."""
     rows, (ka, tf) = load_results(group), _main_pair()
     if not rows or not ka or not tf:
         return f"_No runs yet (`kuramoto experiment run {group}`, after `main`)._"
@@ -266,7 +267,7 @@ def confirm_section(group: str = "confirm") -> str:
     return ("Each run against ka-1m on ψ(θ) itself, the model it changes (main-unprojected), on the same seed "
             "(test BPC "
             f"{', '.join(f'seed {s} {fmt(b)}' for s, b in sorted(ka.items()))}) and the transformer's mean over its "
-            f"seeds ({fmt(tf_mean)}); main's seeds spread by about 0.01 (sd), so a difference under about 0.02 is "
+            f"seeds ({fmt(tf_mean)}); ka-1m's seeds spread by about 0.01 (sd), so a difference under about 0.02 is "
             "not resolved. The screen column is the same change's valid-BPC Δ in its 3M-token screening round.\n\n"
             + table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs ka-1m on ψ(θ), same seed",
                       "gap to tf-1m mean"], body) + _seed_means(rows, ka, tf_mean))
@@ -277,7 +278,7 @@ def _main_ka_lr() -> float | None:
 
 
 def _change(r: dict[str, Any], main_lr: float | None) -> str:
-    """A confirm run's change: its model overrides, and its rate where it is not main's ka-1m rate."""
+    """A confirm run's change: its model overrides, and its rate where it is not its base ka-1m's rate."""
     lr = r["train"]["lr"]
     return overrides(r) if main_lr is None or lr == main_lr else f"{overrides(r)}, lr={lr:g}"
 
@@ -292,7 +293,7 @@ def _by_candidate(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 
 def moved_gap_section(group: str = "confirm") -> str:
     """What moved the gap at the main protocol: every candidate of ``group``, its mean over the seeds it ran
-    against main's ka-1m mean over the same seeds, best first."""
+    against its base ka-1m's mean over the same seeds (main-unprojected), best first."""
     (ka, tf), main_lr = _main_pair(), _main_ka_lr()
     ranked = []
     for name, runs in _by_candidate(load_results(group)).items():
@@ -308,13 +309,13 @@ def moved_gap_section(group: str = "confirm") -> str:
     return (f"At the main protocol (10M tokens, test BPC; group {group}, details below), each change against the "
             "model it changes, ka-1m with the feed-forward on ψ(θ) itself (group main-unprojected, the default "
             "until candidate ff-proj-shared made P ψ(θ) the default), on the same seeds, best first. On one seed "
-            "a Δ under about 0.02 is within main's seed spread.\n\n"
+            "a Δ under about 0.02 is within ka-1m's seed spread.\n\n"
             + table(["candidate", "change", "seeds", "mean test BPC", "Δ vs ka-1m on ψ(θ)", "gap to tf-1m mean"],
                     [row for _, row in sorted(ranked, key=lambda x: x[0])]))
 
 
 def _seed_means(rows: list[dict[str, Any]], ka: dict[int, float], tf_mean: float) -> str:
-    """For a candidate run on several of main's seeds: its mean against main's mean over the same seeds."""
+    """For a candidate run on several seeds: its mean against its base ka-1m's mean over the same seeds."""
     lines = []
     for name, runs in sorted(_by_candidate(rows).items()):
         seeds = sorted(r["train"]["seed"] for r in runs)
@@ -345,6 +346,18 @@ def _screen_delta(run: dict[str, Any]) -> str:
         if same and "ka-default" in rows:
             return f"{same[0]['eval_bpc'] - rows['ka-default']['eval_bpc']:+.4f} ({group})"
     return "—"
+
+
+def _predates_projection(name: str) -> str:
+    """A note under an analysis whose main ka-1m rows were measured before ka-1m's feed-forward read P ψ(θ): its
+    JSON records the feed-forward of each Kuramoto run since then (``ff_proj``), and lacked it before."""
+    data = json.loads((RESULTS / f"{name}.json").read_text()) if (RESULTS / f"{name}.json").exists() else None
+    rows = data if isinstance(data, list) else (data or {}).get("runs", [data] if data else [])
+    if not any("ff_proj" not in r and "ka_ff_proj" not in r for r in rows):
+        return ""
+    return (f"\n_This analysis predates ka-1m's move to P ψ(θ): its main ka-1m runs are today's group "
+            f"main-unprojected (the feed-forward on ψ(θ) itself). `kuramoto experiment {name}` measures the current "
+            "ones (it needs their checkpoints)._\n")
 
 
 def _planned(group: str) -> str:
@@ -485,7 +498,8 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "",
         "The SPEC's score has no phase offset between query and key, so the positional part of a head's kernel "
         "(Σ_j w_j cos(ω_j (t − u)), w ≥ 0, for coordinates whose phase is the same for all tokens) peaks at "
-        "u = t: a head cannot prefer t − 2 to t − 1 by position alone, and all but one of main's 48 heads put "
+        "u = t: a head cannot prefer t − 2 to t − 1 by position alone, and all but one of the 48 heads of ka-1m's "
+        "main runs of the time (on ψ(θ) itself, main-unprojected) put "
         "their largest attention on u = t (offset profile, in the dynamics section below). `phase_lag=True` adds a "
         "learned per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form). "
         "Beyond position, the content part cos(θ_t − θ_u) peaks where θ_u = θ_t: a query can only seek bytes like "
@@ -528,8 +542,8 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
     ]
     if plot is not None:
         parts += ["## Validation BPC against tokens", "", f"![validation curves]({plot.as_posix()})", ""]
-    for name in ("gap.md", "probe.md", "dynamics.md"):  # by `kuramoto experiment gap`, `... probe`, `... dynamics`
-        if (RESULTS / name).exists():
-            parts += [(RESULTS / name).read_text()]
+    for name in ("gap", "probe", "dynamics"):  # written by `kuramoto experiment gap`, `... probe`, `... dynamics`
+        if (RESULTS / f"{name}.md").exists():
+            parts += [(RESULTS / f"{name}.md").read_text() + _predates_projection(name)]
     path.write_text("\n".join(parts))
     return path

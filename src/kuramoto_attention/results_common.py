@@ -4,7 +4,7 @@ described (its settings, its twin in another group, its bound saturation)."""
 import statistics
 from typing import Any
 
-from .groups import BEST_VARIANT, CANDIDATES
+from .groups import BEST_VARIANT, CANDIDATES, PINNED_UNPROJECTED, UNPROJECTED
 from .protocol import TRAIN_DEFAULTS, load_results
 
 
@@ -19,7 +19,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def overrides(r: dict[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in r["model_overrides"].items()]
+    """A run's model overrides, less the ψ(θ) feed-forward its group is pinned to (that is its base, not a change)."""
+    pinned = UNPROJECTED if r["group"] in PINNED_UNPROJECTED else {}
+    parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
+             and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
     default_mult = TRAIN_DEFAULTS["phase_lr_mult"]
     if r["train"].get("phase_lr_mult", default_mult) != default_mult:
         parts.append(f"phase_lr_mult={r['train']['phase_lr_mult']:g}")
