@@ -164,6 +164,9 @@ def comparison_section(group: str, unit: str) -> str:
                      fmt(statistics.median(vals)), f"{r0['train']['lr']:g}", f"{r0['tokens'] / 1e6:.1f}M", paper])
     text = table(["model", "seeds", f"test {unit} per seed", "mean ± sd", "median", "lr", "tokens",
                    "paper (enwik8, 1M)" if group == "main" else "paper (1M)"], body)
+    twins = [f"{r['name']} = {r['twin']}" for r in rows if "twin" in r]
+    if twins:
+        text += f"\n\nRuns another group made identically (same config, seed and split): {', '.join(twins)}."
     if len(means) == 2:
         text += (f"\n\nGap (Kuramoto − transformer, mean): **{means['kuramoto'] - means['transformer']:+.4f}** "
                  f"{unit} ({PAPER_GAP[group]}).")
