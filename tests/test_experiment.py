@@ -416,3 +416,15 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     assert experiment.run_dir_of(main["ka-1m-seed0"]) == protocol.RUNS / "confirm" / "ka-ff-proj-shared"
     assert "ka-1m-seed1" not in main  # not run anywhere
     assert "| ka-1m | 1 | 2.2500 |" in results.comparison_section("main", "BPC")
+
+
+def test_superseded_section_reads_its_transformer_from_the_matching_group(in_tmp):
+    assert "No runs" in results.superseded_section("main-unprojected", "on ψ(θ)")
+    write(in_tmp, [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i / 100, seed=i,
+                               **groups.UNPROJECTED) for i in (0, 1)]
+          + [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15), fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.60),
+             fake_result("pycode-unprojected", "ka-1m-seed0", "ka-1m", 1.87, **groups.UNPROJECTED)])
+    text = results.superseded_section("main-unprojected", "on ψ(θ)")
+    assert "2 seeds (2.3000, 2.3100): test BPC 2.3050 ± 0.0071" in text and "(main): +0.1550" in text
+    text = results.superseded_section("pycode-unprojected", "on ψ(θ)", "BPB")
+    assert "one seed: test BPB 1.8700; gap to the transformer's mean (pycode): +0.2700." in text

@@ -220,9 +220,12 @@ def superseded_section(group: str, what: str, unit: str = "BPC") -> str:
     if not ka:
         return f"_No runs (`kuramoto experiment run {group}`)._"
     vals = [r["eval_bpc"] for r in ka]
-    sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
-    text = (f"ka-1m ({ka[0]['params']:,} params), {what}, {len(vals)} seeds ({', '.join(fmt(v) for v in vals)}): "
-            f"test {unit} {fmt(statistics.mean(vals))} ± {sd:.4f}, median {fmt(statistics.median(vals))}")
+    if len(vals) > 1:
+        text = (f"ka-1m ({ka[0]['params']:,} params), {what}, {len(vals)} seeds ({', '.join(fmt(v) for v in vals)}): "
+                f"test {unit} {fmt(statistics.mean(vals))} ± {statistics.stdev(vals):.4f}, median "
+                f"{fmt(statistics.median(vals))}")
+    else:
+        text = f"ka-1m ({ka[0]['params']:,} params), {what}, one seed: test {unit} {fmt(vals[0])}"
     if tf:
         gap = statistics.mean(vals) - statistics.mean(r["eval_bpc"] for r in tf)
         text += f"; gap to the transformer's mean ({tf_group}): {gap:+.4f}"
