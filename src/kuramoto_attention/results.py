@@ -129,7 +129,8 @@ def lr_section() -> str:
     rows = load_results("lr") + load_results("lr-unprojected") + load_results("lr-wrapped")
     if not rows:
         return "_No learning-rate sweep yet (`kuramoto experiment run lr`)._"
-    body = [[r["preset"], r["group"], overrides(r) if r["family"] == "kuramoto" else "—", f"{r['train']['lr']:g}",
+    body = [[r["preset"], r["group"], overrides(r, strip_pinned=False) if r["family"] == "kuramoto" else "—",
+             f"{r['train']['lr']:g}",
              f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"])]
             for r in sorted(rows, key=lambda r: (r["preset"], r["group"], r["train"]["lr"]))]
     best = []

@@ -18,9 +18,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def overrides(r: dict[str, Any]) -> str:
-    """A run's model overrides, less the ψ(θ) feed-forward its group is pinned to (that is its base, not a change)."""
-    pinned = UNPROJECTED if r["group"] in PINNED_UNPROJECTED else {}
+def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
+    """A run's model overrides, less (``strip_pinned``) the ψ(θ) feed-forward its group is pinned to: within such a
+    group that is the base every run shares, not a change."""
+    pinned = UNPROJECTED if strip_pinned and r["group"] in PINNED_UNPROJECTED else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
     default_mult = TRAIN_DEFAULTS["phase_lr_mult"]
