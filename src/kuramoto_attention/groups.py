@@ -206,7 +206,8 @@ def _screen6() -> list[Spec]:
 # The screens' improvements, checked at the main protocol before any default changes: one seed against
 # ka-1m's seed 0. confirm is pinned to ψ(θ) itself (``PINNED_UNPROJECTED``): a candidate reads P ψ(θ) only if it
 # sets ``ff_proj`` (and its ``ff_hidden``), and is compared with main-unprojected's ka-1m.
-# the best 3-seed variant's model without its feed-forward width (the candidates built on it set their own)
+# the 8-clock variant on P ψ(θ) (the best over three seeds at k = 128) without its feed-forward width: the
+# candidates built on it set their own
 _CLOCK_PROJ: dict[str, Any] = {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0,
                                "ff_proj": "shared"}
 CANDIDATES: dict[str, dict[str, Any]] = {
