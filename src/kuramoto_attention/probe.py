@@ -98,11 +98,13 @@ def probe_runs() -> list[tuple[str, str]]:
     return [*PROBE_RUNS, *(("scale", r["name"]) for r in best if r is not None)]
 
 
-def _run_dir(group: str, name: str) -> Path:
-    """A run's directory: its own, or that of the identical run another group made (main's ka-1m may be one)."""
+def _run_dirs(names: list[tuple[str, str]]) -> list[Path]:
+    """Each run's directory: its own, or that of the identical run another group made (main's ka-1m may be one);
+    each group's results read once."""
     from .experiment import run_dir_of, with_twins
 
-    return next((run_dir_of(r) for r in with_twins(group) if r["name"] == name), RUNS / group / name)
+    found = {(g, r["name"]): run_dir_of(r) for g in dict.fromkeys(g for g, _ in names) for r in with_twins(g)}
+    return [found.get((g, n), RUNS / g / n) for g, n in names]
 
 
 def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
@@ -110,7 +112,7 @@ def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
     from .diagnostics import valid_batch
 
     names = probe_runs()
-    runs = [_run_dir(g, n) for g, n in names]
+    runs = _run_dirs(names)
     missing = [str(r) for r in runs if not (r / "run.json").exists()]
     if missing:
         raise ConfigError(f"no trained run at {', '.join(missing)}; run `kuramoto experiment run main` and "
