@@ -206,6 +206,25 @@ def test_value_lag_fused_equals_reference_and_literal_increment(self_coupling):
         KuramotoAttention(K, H, value="projection", value_lag=True)
 
 
+@pytest.mark.parametrize("bound", ["norm", "elementwise"])
+def test_step_gate_fused_equals_reference_and_literal_step(bound):
+    """θ_t + m_{t,h} · bound(v ⊙ a)_t, m = 2σ(W_m ψ(θ_t) + b_m) per head, written out; m = 1 at init."""
+    layer = make_layer(step_gate=True, self_coupling=False, bound=bound)
+    th = assert_fused_equals_reference(layer)
+    psi = lift(th)
+    a, _ = layer.coupling(th)
+    step, d = layer.bound(layer.value_gate(psi) * a), K // H
+    size = 2 * torch.sigmoid(psi @ layer.step_gate.weight.T + layer.step_gate.bias)  # (B, T, H)
+    new = layer(th, path="reference")
+    for h in range(H):
+        cols = slice(h * d, (h + 1) * d)
+        assert torch.allclose(new[..., cols], th[..., cols] + size[..., h:h + 1] * step[..., cols], atol=1e-12)
+    fresh = KuramotoAttention(K, H, step_gate=True).double()
+    plain = KuramotoAttention(K, H).double()
+    plain.load_state_dict({k: v for k, v in fresh.state_dict().items() if not k.startswith("step_gate")})
+    assert torch.allclose(fresh(th), plain(th), atol=1e-12, rtol=0)  # the SPEC's step at init
+
+
 @pytest.mark.parametrize("self_coupling,log_weight", [(True, False), (False, False), (True, True)])
 def test_clock_fused_equals_reference_and_literal_scores(self_coupling, log_weight):
     """s_{t,u} + τ/√d Σ_c w_c cos(ω_c (t − u) + β_c): the clock term written out; the values keep their width."""

@@ -24,6 +24,11 @@ def tiny_models():
         for block in clock.blocks:
             block.attn.clock.weight.normal_()
     yield "ka-clock", clock
+    step = KuramotoLM(KuramotoConfig(**TINY_KA, step_gate=True)).double()
+    with torch.no_grad():  # a step size that depends on the token, so the cached path must compute it per token
+        for block in step.blocks:
+            block.attn.step_gate.weight.normal_()
+    yield "ka-step-gate", step
     for ff in ("lift", "angles"):
         yield f"ka-ff-{ff}-tangent", KuramotoLM(KuramotoConfig(**TINY_KA, ff=ff, ff_output="tangent")).double()
     yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()

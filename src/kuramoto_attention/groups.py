@@ -317,6 +317,16 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # width r = 96 so that the units (2r + k = 384 weights each, as at k = 128) stay near 250 per layer
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-192": {**_CLOCK_PROJ, "shared_gates": True, "dim": 192,
                                                                       "ff_proj_dim": 96, "ff_hidden": 245},
+    # depth cost ka 0.05-0.08 at 10M both times a fifth layer was bought: the other way, three layers, whose saved
+    # parameters buy width (k = 160 with 399 units per layer) or oscillators (k = 192 with 240)
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-3-dim-160": {**_CLOCK_PROJ, "shared_gates": True,
+                                                                              "depth": 3, "dim": 160, "ff_hidden": 399},
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-3-dim-192": {**_CLOCK_PROJ, "shared_gates": True,
+                                                                              "depth": 3, "dim": 192, "ff_hidden": 240},
+    # 99.6% of attention increments sit on the norm bound, so every token moves by r: a learned step size per token
+    # and head (layer.py ``step_gate``; 5,136 parameters, paid for by 3 units), on k = 160
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-step-gate": {
+        **_CLOCK_PROJ, "shared_gates": True, "dim": 160, "ff_hidden": 269, "step_gate": True},
 }
 
 

@@ -79,6 +79,9 @@ class KuramotoConfig:
     # True: the clock weights as w = exp(log w), undecayed (as τ). The decayed w stayed near its start (4 ->
     # 1.7-4.2 in every head after 10M tokens); log w moves it by a factor. Needs clock_init > 0
     clock_log_weight: bool = False
+    # A learned step size per token and head, 2σ(W_m ψ(θ) + b) ∈ (0, 2) (1 at init), on the attention's bounded
+    # increment: under the norm bound almost every token moves by exactly r (layer.py); outside the SPEC
+    step_gate: bool = False
     fp32_attention: bool = False  # under bf16 autocast, the attention itself in float32 (layer.py)
     # A learned gain on the readout's input, undecayed (as the transformer's final RMSNorm gain): "none" (the
     # paper's readout), "scalar" (one logit scale), "oscillator" (g_j per oscillator, on both cos θ_j and sin θ_j,
@@ -108,7 +111,7 @@ class KuramotoConfig:
             value_init=self.value_init, omega_base=self.omega_base, self_coupling=self.self_coupling,
             phase_lag=self.phase_lag, phase_lag_spread=self.phase_lag_spread,
             content_lag=self.content_lag, coupling_lag=self.coupling_lag, value_lag=self.value_lag, clock=self.clock,
-            clock_init=self.clock_init, clock_log_weight=self.clock_log_weight,
+            clock_init=self.clock_init, clock_log_weight=self.clock_log_weight, step_gate=self.step_gate,
             fp32_attention=self.fp32_attention,
         )
 

@@ -5,7 +5,7 @@
                        per head: j runs over the head's d = k/H coordinates, τ is the head's
     A_{t,·} = softmax_{u ≤ t} s_{t,·}                  (u < t with ``self_coupling=False``)
     G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}},   a_{t,j} = Im(e^{−iθ_{t,j}} G_{t,j})
-    θ_t ← θ_t + bound(v(θ_t) ⊙ a_t)
+    θ_t ← θ_t + bound(v(θ_t) ⊙ a_t)                    [⊙ m_t with ``step_gate``]
 
 Two paths with identical parameters compute the same thing:
 
@@ -159,6 +159,11 @@ class KuramotoAttention(nn.Module):
                    term Σ_c w_c cos(ω_c (t − u) + β_c) to the score (outside the SPEC's s; 3c parameters per head).
       clock_init:  the clock weights' initial value w (0: the SPEC's score at init).
       clock_log_weight: False: w a decayed matrix. True: w = exp(log w), undecayed (``PositionalClock``).
+      step_gate:   False (the SPEC). True: a learned step size per token and head, m_{t,h} = 2σ(W_m ψ(θ_t) + b_m)_h
+                   ∈ (0, 2), multiplies the bounded increment (weights and bias init 0: m = 1, the SPEC's step).
+                   Under the norm bound ‖v ⊙ a‖ ≫ 1 almost always (99.6% of increments on the bound in the
+                   no-self-coupling variants), so every token moves by the same distance r and tanh leaves the
+                   step size no gradient: m gives each token and head its own (2k·H + H parameters per layer).
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -191,6 +196,7 @@ class KuramotoAttention(nn.Module):
         clock: int = 0,
         clock_init: float = 0.0,
         clock_log_weight: bool = False,
+        step_gate: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
     ) -> None:
@@ -250,6 +256,11 @@ class KuramotoAttention(nn.Module):
         if value == "projection":
             self.value_proj = nn.Linear(2 * dim, dim, bias=False)
         self.bound = Bound(dim, bound, radius_init)
+        self.step_gate: nn.Linear | None = None
+        if step_gate:
+            self.step_gate = nn.Linear(2 * dim, heads)
+            nn.init.zeros_(self.step_gate.weight)
+            nn.init.zeros_(self.step_gate.bias)
 
     # ----------------------------------------------------------------- pieces
     def _gate_module(self) -> PhaseGates | None:
@@ -298,9 +309,14 @@ class KuramotoAttention(nn.Module):
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
 
-    def _step(self, theta: Tensor, value: Tensor, a: Tensor) -> Tensor:
-        """θ ← θ + bound(v(θ) ⊙ a): the bounded, value-gated move along the circle (in θ's dtype)."""
-        return self.bound.step(theta, value.to(theta.dtype) * a)
+    def _step(self, theta: Tensor, psi: Tensor, value: Tensor, a: Tensor) -> Tensor:
+        """θ ← θ + bound(v(θ) ⊙ a) [⊙ m(θ)]: the bounded, value-gated move along the circle (in θ's dtype)."""
+        x = value.to(theta.dtype) * a
+        if self.step_gate is None:
+            return self.bound.step(theta, x)
+        size = 2 * torch.sigmoid(self.step_gate(psi).to(theta.dtype))  # m: (B, T, H)
+        step = self.bound(x).unflatten(-1, (self.heads, self.head_dim)) * size.unsqueeze(-1)
+        return theta + step.flatten(-2)
 
     # ----------------------------------------------------------------- paths
     def _fused(self, theta: Tensor, cache: KVCache | None) -> Tensor:
@@ -336,9 +352,10 @@ class KuramotoAttention(nn.Module):
         with no_autocast:
             out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), exclude_self=not self.self_coupling)
         value = self.value_gate(psi_mm)
-        if hand and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None:
+        if (hand and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None
+                and self.step_gate is None):
             return gated_step(theta, psi, out, value, self.bound.log_radius)
-        return self._step(theta, value, self._increment_plain(theta, psi, out))
+        return self._step(theta, psi_mm, value, self._increment_plain(theta, psi, out))
 
     def _query_key_plain(
         self, theta: Tensor, psi_mm: Tensor, pos: Tensor, att_dtype: torch.dtype
@@ -430,7 +447,7 @@ class KuramotoAttention(nn.Module):
                 raise ValueError("the reference path does not take a cache; use path='fused'")
             psi = lift(theta)
             a, attn = self._coupling_reference(theta, psi)
-            new = self._step(theta, self.value_gate(psi), a)
+            new = self._step(theta, psi, self.value_gate(psi), a)
             return (new, attn) if return_attention else new
         if path != "fused":
             raise ValueError(f"path must be 'fused' or 'reference', got {path!r}")
