@@ -122,6 +122,10 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     for group in ("main-unprojected", "ablation-unprojected", "pycode-unprojected"):
         assert {s.train["lr"] for s in groups.plan(group)} == {8e-3}
     assert 8e-3 in {s.train["lr"] for s in groups.plan("confirm")}  # (and multiples of it)
+    confirm = {s.name: s.train for s in groups.plan("confirm")}
+    for name, options in groups.CANDIDATE_TRAIN.items():  # a candidate's own training options reach its runs only
+        assert name in groups.CANDIDATES and all(confirm[f"ka-{name}"][k] == v for k, v in options.items())
+    assert "phase_lr_mult" not in confirm["ka-ff-proj-shared"]  # the others train at the defaults
     assert {s.train["lr"] for s in groups.plan("lr10m") if s.preset == "ka-1m"} == {4e-3}
     assert {s.train["lr"] for s in groups.plan("main") + groups.plan("ablation")} == {2e-3}
     raw = {s.name: s.model for s in groups.plan("ablation-raw")}
