@@ -225,6 +225,21 @@ def test_step_gate_fused_equals_reference_and_literal_step(bound):
     assert torch.allclose(fresh(th), plain(th), atol=1e-12, rtol=0)  # the SPEC's step at init
 
 
+def test_value_input_fused_equals_reference_and_reads_the_projection():
+    """v(θ) = W_v P ψ(θ) + b with a P the layer does not own: both paths agree, P gets gradients, and the step is
+    θ + bound(v ⊙ a) with that v, written out."""
+    proj = torch.nn.Linear(2 * K, 5, bias=False).double()
+    layer = make_layer(value_input=proj, self_coupling=False)
+    assert layer.value_gate.in_features == 5 and not any(p is proj.weight for p in layer.parameters())
+    th = assert_fused_equals_reference(layer)
+    psi = lift(th)
+    a, _ = layer.coupling(th)
+    v = proj(psi) @ layer.value_gate.weight.T + layer.value_gate.bias
+    assert torch.allclose(layer(th, path="reference"), th + layer.bound(v * a), atol=1e-12)
+    layer(th.requires_grad_()).sum().backward()
+    assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("self_coupling,log_weight", [(True, False), (False, False), (True, True)])
 def test_clock_fused_equals_reference_and_literal_scores(self_coupling, log_weight):
     """s_{t,u} + τ/√d Σ_c w_c cos(ω_c (t − u) + β_c): the clock term written out; the values keep their width."""

@@ -262,7 +262,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     for block, theta in zip(model.blocks, states[:-1], strict=True):
         layer: KuramotoAttention = block.attn
         a, attn = layer.coupling(theta)
-        v = layer.value_gate(lift(theta))
+        v = layer.value(lift(theta))
         step = layer.bound(v * a)
         ff_step = None if block.ff is None else block.ff.increment(theta + step)
         rows["local"].append(local_order(attn, theta))

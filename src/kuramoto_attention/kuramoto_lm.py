@@ -47,6 +47,10 @@ class KuramotoConfig:
     # hidden unit costs 2r + k and the same parameters buy more of them (a rank-r factorisation of its input matrices)
     ff_proj: Literal["none", "layer", "shared"] = "none"
     ff_proj_dim: int = 0  # r, P's output width (0: k)
+    # What the attention's value gate reads: "lift", ψ(θ) (the SPEC's v(θ) = W_v ψ(θ) + b, 2k² weights per layer, a
+    # fifth of ka-1m's parameters at k = 160), or "ff-proj", the feed-forward's shared P ψ(θ) (needs ff_proj="shared";
+    # rk weights per layer): under the norm bound the gate only sets the step's direction
+    value_gate_input: Literal["lift", "ff-proj"] = "lift"
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
     omega: Literal["learned", "zero"] = "learned"
@@ -173,7 +177,9 @@ class KuramotoBlock(nn.Module):
     def __init__(self, cfg: KuramotoConfig, shared_gates: PhaseGates | None,
                  shared_ff_proj: nn.Linear | None = None) -> None:
         super().__init__()
-        self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, **cfg.layer_fields())
+        value_input = shared_ff_proj if cfg.value_gate_input == "ff-proj" else None
+        self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, value_input=value_input,
+                                      **cfg.layer_fields())
         self.ff = PhaseFeedForward(cfg, shared_ff_proj) if cfg.ff != "none" else None
 
     def forward(self, theta: Tensor, cache: KVCache | None = None, skip: frozenset[str] = frozenset()) -> Tensor:
@@ -204,6 +210,11 @@ class KuramotoLM(ByteLM):
         if config.ff_proj_dim < 0 or (config.ff_proj_dim and config.ff_proj == "none"):
             raise ValueError(f"ff_proj_dim must be >= 0 (0: k) and needs ff_proj set, got {config.ff_proj_dim} "
                              f"with ff_proj={config.ff_proj!r}")
+        if config.value_gate_input not in ("lift", "ff-proj"):
+            raise ValueError(f"value_gate_input must be 'lift' or 'ff-proj', got {config.value_gate_input!r}")
+        if config.value_gate_input == "ff-proj" and config.ff_proj != "shared":
+            raise ValueError("value_gate_input='ff-proj' reads the feed-forward's shared P: it needs ff_proj='shared', "
+                             f"got ff_proj={config.ff_proj!r}")
         self.shared_gates = PhaseGates(config.dim, config.heads) if config.shared_gates and config.gates else None
         self.shared_ff_proj = input_projection(config) if config.ff_proj == "shared" else None
         self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates, self.shared_ff_proj)

@@ -164,6 +164,9 @@ class KuramotoAttention(nn.Module):
                    Under the norm bound ‖v ⊙ a‖ ≫ 1 almost always (99.6% of increments on the bound in the
                    no-self-coupling variants), so every token moves by the same distance r and tanh leaves the
                    step size no gradient: m gives each token and head its own (2k·H + H parameters per layer).
+      value_input: a map P (2k -> r) for the value gate to read, v(θ) = W_v P ψ(θ) + b (W_v: r -> k) instead of
+                   W_v ψ(θ) + b: the feed-forward's shared P (``KuramotoConfig.value_gate_input``), so the 2k² weights
+                   of a layer's value gate become rk. Not registered here (its owner registers it), as shared_gates.
       fp32_attention: under bf16 autocast, keep the attention (q, k, values ψ(θ_u), G) in float32; the
                    gate matmuls stay in bf16 (and so do the projection ablation's values). a = Im(conj z_t G)
                    cancels the self term A_tt z_t exactly only in exact arithmetic; with G in bf16 its
@@ -199,6 +202,7 @@ class KuramotoAttention(nn.Module):
         step_gate: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
+        value_input: nn.Linear | None = None,
     ) -> None:
         super().__init__()
         if dim % heads:
@@ -249,7 +253,8 @@ class KuramotoAttention(nn.Module):
         else:
             self.register_buffer("log_tau", log_tau)
 
-        self.value_gate = nn.Linear(2 * dim, dim)  # v(θ) = W_v ψ(θ) + b, signed
+        self._value_input = [value_input] if value_input is not None else []
+        self.value_gate = nn.Linear(value_input.out_features if value_input is not None else 2 * dim, dim)  # signed
         nn.init.normal_(self.value_gate.weight, std=0.02)
         nn.init.constant_(self.value_gate.bias, value_init)
         self.value_proj: nn.Linear | None = None
@@ -309,6 +314,10 @@ class KuramotoAttention(nn.Module):
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
 
+    def value(self, psi: Tensor) -> Tensor:
+        """v(θ) = W_v ψ(θ) + b, or W_v P ψ(θ) + b with ``value_input``: (B, T, 2k) -> (B, T, k)."""
+        return self.value_gate(self._value_input[0](psi) if self._value_input else psi)
+
     def _step(self, theta: Tensor, psi: Tensor, value: Tensor, a: Tensor) -> Tensor:
         """θ ← θ + bound(v(θ) ⊙ a) [⊙ m(θ)]: the bounded, value-gated move along the circle (in θ's dtype)."""
         x = value.to(theta.dtype) * a
@@ -351,7 +360,7 @@ class KuramotoAttention(nn.Module):
         no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
         with no_autocast:
             out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), exclude_self=not self.self_coupling)
-        value = self.value_gate(psi_mm)
+        value = self.value(psi_mm)
         if (hand and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None
                 and self.step_gate is None):
             return gated_step(theta, psi, out, value, self.bound.log_radius)
@@ -447,7 +456,7 @@ class KuramotoAttention(nn.Module):
                 raise ValueError("the reference path does not take a cache; use path='fused'")
             psi = lift(theta)
             a, attn = self._coupling_reference(theta, psi)
-            new = self._step(theta, psi, self.value_gate(psi), a)
+            new = self._step(theta, psi, self.value(psi), a)
             return (new, attn) if return_attention else new
         if path != "fused":
             raise ValueError(f"path must be 'fused' or 'reference', got {path!r}")

@@ -44,6 +44,7 @@ def settings(r: dict[str, Any]) -> str:
         (m.get("phase_lag"), "phase lag"), (m.get("content_lag"), "content lag"),
         (m.get("coupling_lag"), "coupling lag"), (m.get("value_lag"), "value lag"),
         (m.get("step_gate"), "per-head step size"),
+        (m.get("value_gate_input", "lift") != "lift", "value gate reads P ψ(θ)"),
         (m.get("readout_gain", "none") != "none",
          f"readout gain {m.get('readout_gain')} (init {m.get('readout_gain_init', 1.0):g})"),
         (m.get("readout_tied"), "readout tied to the embedding"),
