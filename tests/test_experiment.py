@@ -125,6 +125,7 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     confirm = {s.name: s.train for s in groups.plan("confirm")}
     for name, options in groups.CANDIDATE_TRAIN.items():  # a candidate's own training options reach its runs only
         assert name in groups.CANDIDATES and all(confirm[f"ka-{name}"][k] == v for k, v in options.items())
+        assert set(options) <= set(groups.TRAIN_DEFAULTS)  # training options only (model fields go in CANDIDATES)
     assert "phase_lr_mult" not in confirm["ka-ff-proj-shared"]  # the others train at the defaults
     assert {s.train["lr"] for s in groups.plan("lr10m") if s.preset == "ka-1m"} == {4e-3}
     assert {s.train["lr"] for s in groups.plan("main") + groups.plan("ablation")} == {2e-3}

@@ -371,16 +371,6 @@ CANDIDATE_LR_MULT: dict[str, float] = {"phase-lag-no-self-clock-8-init-4-lr-x2":
 # Doubling the whole rate cost +0.076 at 10M (lr-x2), halving it lost too (lr10m): is it the phases' rate (×20 the
 # weights') that sits at its edge? The k = 160 variant with the phases at ×10
 CANDIDATE_TRAIN: dict[str, dict[str, Any]] = {
-    # a fifth of the k = 160 variant's parameters are its value gates (2k² per layer), which under the saturated norm
-    # bound only set the step's direction: read the feed-forward's shared P ψ(θ) instead (k² per layer), the saved
-    # 102k paying for 53 more units per layer, or for k = 192
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-value-proj": {
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 160, "ff_hidden": 325, "value_gate_input": "ff-proj"},
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-192-value-proj": {
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 192, "ff_hidden": 211, "value_gate_input": "ff-proj"},
-    # 8 heads of 16 cost +0.012 at k = 128 (4 of 32 the default): the other way, 2 heads of 80 at k = 160
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-heads-2": {**_CLOCK_PROJ, "shared_gates": True,
-                                                                              "dim": 160, "heads": 2, "ff_hidden": 272},
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-phase-lr-10": {"phase_lr_mult": 10.0}}
 
 
