@@ -225,17 +225,25 @@ def test_step_gate_fused_equals_reference_and_literal_step(bound):
     assert torch.allclose(fresh(th), plain(th), atol=1e-12, rtol=0)  # the SPEC's step at init
 
 
-def test_value_input_fused_equals_reference_and_reads_the_projection():
-    """v(θ) = W_v P ψ(θ) + b with a P the layer does not own: both paths agree, P gets gradients, and the step is
-    θ + bound(v ⊙ a) with that v, written out."""
+@pytest.mark.parametrize("reader", ["value", "gates"])
+def test_inputs_through_a_projection_fused_equal_reference(reader):
+    """v(θ) = W_v P ψ(θ) + b, or gates ρ(W P ψ(θ) + b), with a P the layer does not own: both paths agree, P gets
+    gradients, and the step (value) or the gates, written out, read P ψ(θ)."""
     proj = torch.nn.Linear(2 * K, 5, bias=False).double()
-    layer = make_layer(value_input=proj, self_coupling=False)
-    assert layer.value_gate.in_features == 5 and not any(p is proj.weight for p in layer.parameters())
+    layer = make_layer(self_coupling=False, **{{"value": "value_input", "gates": "gate_input"}[reader]: proj})
+    assert not any(p is proj.weight for p in layer.parameters())
     th = assert_fused_equals_reference(layer)
     psi = lift(th)
-    a, _ = layer.coupling(th)
-    v = proj(psi) @ layer.value_gate.weight.T + layer.value_gate.bias
-    assert torch.allclose(layer(th, path="reference"), th + layer.bound(v * a), atol=1e-12)
+    if reader == "value":
+        assert layer.value_gate.in_features == 5
+        a, _ = layer.coupling(th)
+        v = proj(psi) @ layer.value_gate.weight.T + layer.value_gate.bias
+        assert torch.allclose(layer(th, path="reference"), th + layer.bound(v * a), atol=1e-12)
+    else:
+        assert layer.gates.proj.in_features == 5
+        g = torch.nn.functional.softplus(proj(psi) @ layer.gates.proj.weight.T + layer.gates.proj.bias)
+        gq = g[..., :K].view(B, T, H, -1)
+        assert torch.allclose(layer._gates(psi)[0], (gq / gq.mean(-1, keepdim=True)).transpose(1, 2), atol=1e-12)
     layer(th.requires_grad_()).sum().backward()
     assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
 

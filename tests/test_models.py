@@ -29,8 +29,8 @@ def tiny_models():
         for block in step.blocks:
             block.attn.step_gate.weight.normal_()
     yield "ka-step-gate", step
-    yield "ka-value-gate-proj", KuramotoLM(KuramotoConfig(**TINY_KA, ff_proj="shared", ff_proj_dim=6,
-                                                         value_gate_input="ff-proj")).double()
+    yield "ka-gates-read-p", KuramotoLM(KuramotoConfig(**TINY_KA, ff_proj="shared", ff_proj_dim=6,
+                                                      value_gate_input="ff-proj", gates_input="ff-proj")).double()
     for ff in ("lift", "angles"):
         yield f"ka-ff-{ff}-tangent", KuramotoLM(KuramotoConfig(**TINY_KA, ff=ff, ff_output="tangent")).double()
     yield "tf", TransformerLM(TransformerConfig(**TINY_TF)).double()
@@ -265,19 +265,26 @@ def test_feed_forward_input_projection(where):
     assert narrow(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 256)
 
 
-def test_value_gate_reads_the_shared_projection():
-    """value_gate_input="ff-proj": every layer's value gate reads the feed-forward's one P (counted once), so a
-    layer's gate costs rk + k weights, not 2k² + k; it needs a shared P."""
+@pytest.mark.parametrize("shared_gates", [False, True])
+def test_gates_read_the_shared_projection(shared_gates):
+    """value_gate_input / gates_input = "ff-proj": every layer's value gate and metric gates read the feed-forward's
+    one P (counted once), so a value gate costs rk + k weights, not 2k² + k, and W_q, W_k 2rk + 2k, not 4k² + 2k;
+    both need a shared P."""
     k, depth, r = TINY_KA["dim"], TINY_KA["depth"], 6
-    base = dict(TINY_KA, ff_proj="shared", ff_proj_dim=r)
-    model = KuramotoLM(KuramotoConfig(**base, value_gate_input="ff-proj"))
+    base = dict(TINY_KA, ff_proj="shared", ff_proj_dim=r, shared_gates=shared_gates)
+    model = KuramotoLM(KuramotoConfig(**base, value_gate_input="ff-proj", gates_input="ff-proj"))
+    gates = [model.shared_gates] if shared_gates else [block.attn.gates for block in model.blocks]
     assert all(block.attn._value_input[0] is model.shared_ff_proj for block in model.blocks)
-    assert KuramotoLM(KuramotoConfig(**base)).num_params() - model.num_params() == depth * (2 * k - r) * k
+    assert all(g._input[0] is model.shared_ff_proj for g in gates)
+    saved = depth * (2 * k - r) * k + len(gates) * (2 * k - r) * 2 * k
+    assert KuramotoLM(KuramotoConfig(**base)).num_params() - model.num_params() == saved
     assert sum(n.endswith("ff_proj.weight") for n, _ in model.named_parameters()) == 1
-    with pytest.raises(ConfigError, match="needs ff_proj='shared'"):
-        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_proj="layer", value_gate_input="ff-proj"))
-    with pytest.raises(ConfigError, match="value_gate_input must be"):
-        build_model("kuramoto", KuramotoConfig(**base, value_gate_input="proj"))
+    assert model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 256)
+    for name in ("value_gate_input", "gates_input"):
+        with pytest.raises(ConfigError, match="needs ff_proj='shared'"):
+            build_model("kuramoto", KuramotoConfig(**TINY_KA, ff_proj="layer", **{name: "ff-proj"}))
+        with pytest.raises(ConfigError, match=f"{name} must be"):
+            build_model("kuramoto", KuramotoConfig(**base, **{name: "proj"}))
 
 
 def test_tangent_feed_forward_moves_toward_its_phasor_field():

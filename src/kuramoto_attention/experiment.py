@@ -46,7 +46,8 @@ RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "
                                    "readout_gain": "none", "readout_gain_init": 1.0, "clock": 0,
                                    "clock_init": 0.0, "clock_log_weight": False, "readout_harmonics": 1,
                                    "readout_tied": False, "ff_proj": "none", "ff_proj_dim": 0,
-                                   "step_gate": False, "value_gate_input": "lift"}
+                                   "step_gate": False, "value_gate_input": "lift",
+                                   "gates_input": "lift"}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:

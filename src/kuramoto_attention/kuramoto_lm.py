@@ -51,6 +51,8 @@ class KuramotoConfig:
     # fifth of ka-1m's parameters at k = 160), or "ff-proj", the feed-forward's shared P ψ(θ) (needs ff_proj="shared";
     # rk weights per layer): under the norm bound the gate only sets the step's direction
     value_gate_input: Literal["lift", "ff-proj"] = "lift"
+    # The same for the metric gates (W_q, W_k: 4k² weights per layer, or once with shared_gates): "ff-proj" reads P ψ(θ)
+    gates_input: Literal["lift", "ff-proj"] = "lift"
     shared_gates: bool = False  # one W_q, W_k pair for all layers
     gates: bool = True
     omega: Literal["learned", "zero"] = "learned"
@@ -178,8 +180,9 @@ class KuramotoBlock(nn.Module):
                  shared_ff_proj: nn.Linear | None = None) -> None:
         super().__init__()
         value_input = shared_ff_proj if cfg.value_gate_input == "ff-proj" else None
-        self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, value_input=value_input,
-                                      **cfg.layer_fields())
+        gate_input = shared_ff_proj if cfg.gates_input == "ff-proj" else None
+        self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, gate_input=gate_input,
+                                      value_input=value_input, **cfg.layer_fields())
         self.ff = PhaseFeedForward(cfg, shared_ff_proj) if cfg.ff != "none" else None
 
     def forward(self, theta: Tensor, cache: KVCache | None = None, skip: frozenset[str] = frozenset()) -> Tensor:
@@ -210,13 +213,19 @@ class KuramotoLM(ByteLM):
         if config.ff_proj_dim < 0 or (config.ff_proj_dim and config.ff_proj == "none"):
             raise ValueError(f"ff_proj_dim must be >= 0 (0: k) and needs ff_proj set, got {config.ff_proj_dim} "
                              f"with ff_proj={config.ff_proj!r}")
-        if config.value_gate_input not in ("lift", "ff-proj"):
-            raise ValueError(f"value_gate_input must be 'lift' or 'ff-proj', got {config.value_gate_input!r}")
-        if config.value_gate_input == "ff-proj" and config.ff_proj != "shared":
-            raise ValueError("value_gate_input='ff-proj' reads the feed-forward's shared P: it needs ff_proj='shared', "
-                             f"got ff_proj={config.ff_proj!r}")
-        self.shared_gates = PhaseGates(config.dim, config.heads) if config.shared_gates and config.gates else None
+        for name in ("value_gate_input", "gates_input"):
+            where = getattr(config, name)
+            if where not in ("lift", "ff-proj"):
+                raise ValueError(f"{name} must be 'lift' or 'ff-proj', got {where!r}")
+            if where == "ff-proj" and config.ff_proj != "shared":
+                raise ValueError(f"{name}='ff-proj' reads the feed-forward's shared P: it needs ff_proj='shared', "
+                                 f"got ff_proj={config.ff_proj!r}")
+        gates_read_p = config.gates_input == "ff-proj"
+        self.shared_gates = (PhaseGates(config.dim, config.heads, (config.ff_proj_dim or config.dim) * gates_read_p)
+                             if config.shared_gates and config.gates else None)
         self.shared_ff_proj = input_projection(config) if config.ff_proj == "shared" else None
+        if self.shared_gates is not None and self.shared_ff_proj is not None and gates_read_p:
+            self.shared_gates.read_through(self.shared_ff_proj)
         self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates, self.shared_ff_proj)
                                     for _ in range(config.depth))
         # Readout of ψ(θ): row c is (α_c cos μ_c, α_c sin μ_c), i.e. prototype phases μ_c

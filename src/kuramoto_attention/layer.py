@@ -49,21 +49,34 @@ class PhaseGates(nn.Module):
     """ρ(W ψ(θ)) for the query and key gates: softplus, then divide by the mean over
     each head's coordinates, so the gates are a positive diagonal metric of mean 1.
 
-    One instance per layer (default) or one shared by all layers (``shared_gates``).
+    One instance per layer (default) or one shared by all layers (``shared_gates``). With ``input_dim`` r and
+    ``read_through(P)``, P (2k -> r) a map its owner holds (the feed-forward's shared P), the gates read P ψ(θ):
+    W_q, W_k are r -> k.
     psi: (B, T, 2k)  ->  g^q, g^k: (B, H, T, k/H). ``q_scale`` (H,) multiplies g^q in the
     same pass (the fused path folds the temperature τ in here).
     """
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, input_dim: int = 0) -> None:
         super().__init__()
         self.heads = heads
-        self.proj = nn.Linear(2 * dim, 2 * dim)  # W_q and W_k stacked
+        self._input: list[nn.Linear] = []  # a list: P is not this module's submodule
+        self.proj = nn.Linear(input_dim or 2 * dim, 2 * dim)  # W_q and W_k stacked
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
 
+    def read_through(self, input: nn.Linear) -> None:
+        """Read P ψ(θ) from now on (P built after these gates, so that building them draws the same numbers)."""
+        if input.out_features != self.proj.in_features:
+            raise ValueError(f"the gates read {self.proj.in_features} inputs, P gives {input.out_features}")
+        self._input = [input]
+
+    def logits(self, psi: Tensor) -> Tensor:
+        """W ψ(θ) + b (or W P ψ(θ) + b), before ρ: (B, T, 2k)."""
+        return self.proj(self._input[0](psi) if self._input else psi)
+
     def forward(self, psi: Tensor, q_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
-        g = F.softplus(self.proj(psi)).view(b, t, 2, self.heads, -1)
+        g = F.softplus(self.logits(psi)).view(b, t, 2, self.heads, -1)
         scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
@@ -164,6 +177,7 @@ class KuramotoAttention(nn.Module):
                    Under the norm bound ‖v ⊙ a‖ ≫ 1 almost always (99.6% of increments on the bound in the
                    no-self-coupling variants), so every token moves by the same distance r and tanh leaves the
                    step size no gradient: m gives each token and head its own (2k·H + H parameters per layer).
+      gate_input:  a map P (2k -> r) for this layer's own metric gates to read (``PhaseGates``), as value_input.
       value_input: a map P (2k -> r) for the value gate to read, v(θ) = W_v P ψ(θ) + b (W_v: r -> k) instead of
                    W_v ψ(θ) + b: the feed-forward's shared P (``KuramotoConfig.value_gate_input``), so the 2k² weights
                    of a layer's value gate become rk. Not registered here (its owner registers it), as shared_gates.
@@ -202,6 +216,7 @@ class KuramotoAttention(nn.Module):
         step_gate: bool = False,
         fp32_attention: bool = False,
         shared_gates: PhaseGates | None = None,
+        gate_input: nn.Linear | None = None,
         value_input: nn.Linear | None = None,
     ) -> None:
         super().__init__()
@@ -219,7 +234,9 @@ class KuramotoAttention(nn.Module):
 
         self.gates: PhaseGates | None = None
         if gates and shared_gates is None:
-            self.gates = PhaseGates(dim, heads)
+            self.gates = PhaseGates(dim, heads, gate_input.out_features if gate_input is not None else 0)
+            if gate_input is not None:
+                self.gates.read_through(gate_input)
         self._shared_gates = [shared_gates] if gates and shared_gates is not None else []
 
         if omega == "learned":
@@ -347,7 +364,7 @@ class KuramotoAttention(nn.Module):
         module = self._gate_module()
         if hand and module is not None:
             lag = self._lag_flat(psi_mm, theta.dtype)
-            q, k = query_key(theta, self.omega, pos, lag, module.proj(psi_mm), self.log_tau.exp(), att_dtype)
+            q, k = query_key(theta, self.omega, pos, lag, module.logits(psi_mm), self.log_tau.exp(), att_dtype)
         else:
             q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype)
         if self.clock is not None:  # 2c more query/key features per head (the values keep their width)

@@ -45,6 +45,7 @@ def settings(r: dict[str, Any]) -> str:
         (m.get("coupling_lag"), "coupling lag"), (m.get("value_lag"), "value lag"),
         (m.get("step_gate"), "per-head step size"),
         (m.get("value_gate_input", "lift") != "lift", "value gate reads P ψ(θ)"),
+        (m.get("gates_input", "lift") != "lift", "metric gates read P ψ(θ)"),
         (m.get("readout_gain", "none") != "none",
          f"readout gain {m.get('readout_gain')} (init {m.get('readout_gain_init', 1.0):g})"),
         (m.get("readout_tied"), "readout tied to the embedding"),
