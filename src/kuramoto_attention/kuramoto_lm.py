@@ -220,9 +220,11 @@ class KuramotoLM(ByteLM):
             if where == "ff-proj" and config.ff_proj != "shared":
                 raise ValueError(f"{name}='ff-proj' reads the feed-forward's shared P: it needs ff_proj='shared', "
                                  f"got ff_proj={config.ff_proj!r}")
+        # the shared gates are built before P, as before P could feed them, so that every config draws the same init
         gates_read_p = config.gates_input == "ff-proj"
-        self.shared_gates = (PhaseGates(config.dim, config.heads, (config.ff_proj_dim or config.dim) * gates_read_p)
-                             if config.shared_gates and config.gates else None)
+        gates_in = (config.ff_proj_dim or config.dim) if gates_read_p else 0  # 0: ψ(θ)
+        self.shared_gates = (PhaseGates(config.dim, config.heads, gates_in) if config.shared_gates and config.gates
+                             else None)
         self.shared_ff_proj = input_projection(config) if config.ff_proj == "shared" else None
         if self.shared_gates is not None and self.shared_ff_proj is not None and gates_read_p:
             self.shared_gates.read_through(self.shared_ff_proj)
