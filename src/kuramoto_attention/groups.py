@@ -210,6 +210,8 @@ def _screen6() -> list[Spec]:
 # candidates built on it set their own
 _CLOCK_PROJ: dict[str, Any] = {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0,
                                "ff_proj": "shared"}
+_GATES_SHARED: dict[str, Any] = {**_CLOCK_PROJ, "shared_gates": True}  # one pair of metric gates for all layers
+_K160: dict[str, Any] = {**_GATES_SHARED, "dim": 160}  # and k = 160: the base of the later candidates
 CANDIDATES: dict[str, dict[str, Any]] = {
     "shared-gates-ff-277": {"shared_gates": True, "ff_hidden": 277},
     # round 4: shared gates paying for 32 more oscillators (−0.066 valid BPC at 3M tokens)
@@ -301,45 +303,42 @@ CANDIDATES: dict[str, dict[str, Any]] = {
                                                     "ff_hidden": 484},
     # more units stopped paying at 312 per layer (440 and 484 tied it): a fifth layer instead, as the transformer
     # has, with the units it leaves (198 per layer)
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-depth-5": {"phase_lag": True, "self_coupling": False, "clock": 8,
-                                                                "clock_init": 4.0, "ff_proj": "shared", "depth": 5,
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-depth-5": {**_CLOCK_PROJ, "depth": 5,
                                                                 "ff_hidden": 198},
     # the fifth layer cost its units (198): shared gates pay for it instead, at the transformer's own shape
     # (5 layers of 335 units; sharing the gates cost nothing on top of the shared P, 2.1910 against 2.1902)
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-5": {**_CLOCK_PROJ, "shared_gates": True, "depth": 5,
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-5": {**_GATES_SHARED, "depth": 5,
                                                                       "ff_hidden": 335},
     # narrower heads, at no parameter cost: 8 heads of 16 oscillators (each with its own τ and 8 clocks)
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-heads-8": {**_CLOCK_PROJ, "heads": 8, "ff_hidden": 312},
     # more oscillators: shared gates and the shared P pay for k = 160 with 272 units per layer
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160": {**_CLOCK_PROJ, "shared_gates": True, "dim": 160,
-                                                                      "ff_hidden": 272},
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160": {**_K160, "ff_hidden": 272},
     # k = 160 gained −0.013 on seed 0 (the fifth layer +0.049, 8 heads +0.012): wider still, k = 192, with P of
     # width r = 96 so that the units (2r + k = 384 weights each, as at k = 128) stay near 250 per layer
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-192": {**_CLOCK_PROJ, "shared_gates": True, "dim": 192,
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-192": {**_GATES_SHARED, "dim": 192,
                                                                       "ff_proj_dim": 96, "ff_hidden": 245},
     # depth cost ka 0.05-0.08 at 10M both times a fifth layer was bought: the other way, three layers, whose saved
     # parameters buy width (k = 160 with 399 units per layer) or oscillators (k = 192 with 240)
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-3-dim-160": {**_CLOCK_PROJ, "shared_gates": True,
-                                                                              "depth": 3, "dim": 160, "ff_hidden": 399},
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-3-dim-192": {**_CLOCK_PROJ, "shared_gates": True,
-                                                                              "depth": 3, "dim": 192, "ff_hidden": 240},
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-3-dim-160": {**_K160, "depth": 3,
+                                                                              "ff_hidden": 399},
+    "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-depth-3-dim-192": {**_GATES_SHARED, "depth": 3,
+                                                                              "dim": 192, "ff_hidden": 240},
     # 99.6% of attention increments sit on the norm bound, so every token moves by r: a learned step size per token
     # and head (layer.py ``step_gate``; 5,136 parameters, paid for by 3 units), on k = 160
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-step-gate": {
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 160, "ff_hidden": 269, "step_gate": True},
+        **_K160, "ff_hidden": 269, "step_gate": True},
     # a fifth of the k = 160 variant's parameters are its value gates (2k² per layer), which under the saturated norm
     # bound only set the step's direction: read the feed-forward's shared P ψ(θ) instead (k² per layer), the saved
     # 102k paying for 53 more units per layer, or for k = 192
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-value-proj": {
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 160, "ff_hidden": 325, "value_gate_input": "ff-proj"},
+        **_K160, "ff_hidden": 325, "value_gate_input": "ff-proj"},
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-192-value-proj": {
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 192, "ff_hidden": 211, "value_gate_input": "ff-proj"},
+        **_GATES_SHARED, "dim": 192, "ff_hidden": 211, "value_gate_input": "ff-proj"},
     # the value gates through P gained −0.013 on seed 0 (k = 192 that way was worse): the shared metric gates (4k²) too
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-gates-proj": {
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 160, "ff_hidden": 350, "value_gate_input": "ff-proj",
-        "gates_input": "ff-proj"},
+        **_K160, "ff_hidden": 350, "value_gate_input": "ff-proj", "gates_input": "ff-proj"},
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-phase-lr-10": {  # trained as CANDIDATE_TRAIN says
-        **_CLOCK_PROJ, "shared_gates": True, "dim": 160, "ff_hidden": 272},
+        **_K160, "ff_hidden": 272},
 }
 
 
