@@ -248,6 +248,12 @@ def test_inputs_through_a_projection_fused_equal_reference(reader):
     assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
 
 
+def test_gates_read_through_a_map_of_their_input_width_only():
+    gates = PhaseGates(K, H, input_dim=5)
+    with pytest.raises(ValueError, match="the gates read 5 inputs, P gives 6"):
+        gates.read_through(torch.nn.Linear(2 * K, 6, bias=False))
+
+
 @pytest.mark.parametrize("self_coupling,log_weight", [(True, False), (False, False), (True, True)])
 def test_clock_fused_equals_reference_and_literal_scores(self_coupling, log_weight):
     """s_{t,u} + τ/√d Σ_c w_c cos(ω_c (t − u) + β_c): the clock term written out; the values keep their width."""
