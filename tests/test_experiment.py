@@ -154,6 +154,31 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     assert {s.train["lr"] for s in groups.plan("scale") if s.name == "ka-5m"} == {8e-3}  # lr-unprojected's best
 
 
+def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
+    """lr-tuned, main-tuned, ablation-tuned, pycode-tuned: ka-1m-tuned alone, at lr-tuned's rate; its ablations change
+    the preset (none is the preset itself); a confirm run identical to a planned run is its twin, under the planned
+    preset."""
+    assert {s.preset for g in ("lr-tuned",) for s in groups.plan(g)} == {"ka-1m-tuned"}
+    write(in_tmp, [fake_result("lr-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
+                   for lr, b in ((2e-3, 2.1), (4e-3, 2.0), (8e-3, 2.05))])
+    for group in ("main-tuned", "ablation-tuned", "pycode-tuned"):
+        specs = groups.plan(group)
+        assert {s.preset for s in specs} == {"ka-1m-tuned"} and {s.train["lr"] for s in specs} == {4e-3}
+    assert [s.train["corpus"] for s in groups.plan("pycode-tuned")] == ["pycode"]
+    tuned = dataclasses.asdict(get_preset("ka-1m-tuned")[1])
+    ablations = {s.name: s.model for s in groups.plan("ablation-tuned")}
+    assert set(ablations) == {f"ka-{k}" for k in groups.TUNED_ABLATIONS}
+    for name, change in ablations.items():
+        assert any(tuned[k] != v for k, v in change.items()), name
+        build_model("kuramoto", apply_overrides("kuramoto", get_preset("ka-1m-tuned")[1], change))
+    spec = groups.plan("main-tuned")[0]
+    model, train = experiment.expected_configs(spec)
+    twin = {**fake_result("confirm", "ka-x", "ka-1m", 2.0, lr=4e-3), "model": model, "train": train}
+    write(in_tmp, [twin])
+    rows = experiment.with_twins("main-tuned")
+    assert [(r["name"], r["preset"], r["twin"]) for r in rows] == [(spec.name, "ka-1m-tuned", "confirm/ka-x")]
+
+
 def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
     rows = [fake_result("screen2", n, "ka-1m", b) for n, b in
             [("ka-default", 3.0), ("ka-better", 2.8), ("ka-worse", 3.2), ("ka-same", 3.01)]]

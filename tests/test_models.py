@@ -287,6 +287,31 @@ def test_gates_read_the_shared_projection(shared_gates):
             build_model("kuramoto", KuramotoConfig(**base, **{name: "proj"}))
 
 
+@pytest.mark.parametrize("ff", ["angles", "none"])
+def test_shared_projection_stays_for_the_gates_without_the_lift_feed_forward(ff):
+    """A P the gates read outlives a feed-forward that reads θ or is gone (ka-1m-tuned's ablations): the feed-forward
+    then reads θ itself (k inputs, as P ψ(θ) is k wide, so at r = k the parameter count is unchanged), never P."""
+    k, depth = TINY_KA["dim"], TINY_KA["depth"]
+    base = dict(TINY_KA, ff_proj="shared", value_gate_input="ff-proj")
+    model = KuramotoLM(KuramotoConfig(**base, ff=ff, ff_wrap=False)).double()
+    assert model.shared_ff_proj is not None
+    assert all(block.attn._value_input[0] is model.shared_ff_proj for block in model.blocks)
+    if ff == "angles":
+        assert KuramotoLM(KuramotoConfig(**base)).num_params() == model.num_params()
+        theta = torch.randn(2, 3, k, dtype=torch.float64) * 3
+        for block in model.blocks:
+            assert block.ff._input_proj == [None]
+            mlp = block.ff.mlp
+            literal = (torch.nn.functional.silu(theta @ mlp.w_gate.weight.T) * (theta @ mlp.w_up.weight.T)
+                       ) @ mlp.w_out.weight.T
+            assert torch.allclose(block.ff._update(theta), literal, atol=1e-12)
+    else:
+        assert all(block.ff is None for block in model.blocks) and len(model.blocks) == depth
+    assert model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 256)
+    with pytest.raises(ConfigError, match="ff_proj projects the lift"):  # no gate reads P: P would be unused
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff=ff, ff_proj="shared"))
+
+
 def test_tangent_feed_forward_moves_toward_its_phasor_field():
     """ff_output="tangent": the increment is Im(conj(e^{iθ}) y) = |y| sin(arg y − θ), y = SwiGLU(ψ(θ)), so it
     is 2π-periodic in θ, vanishes where θ = arg y and pulls θ toward arg y (positive below, negative above)."""

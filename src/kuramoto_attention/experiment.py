@@ -94,7 +94,8 @@ def with_twins(group: str) -> list[dict[str, Any]]:
             r = same_run(spec, pool) if spec.name not in done else None
             if r is not None:
                 twin = f"{r['group']}/{r['name']}"  # the run's own group and name; the row is this group's
-                rows.append({**r, "group": group, "name": spec.name, "model_overrides": spec.model, "twin": twin})
+                rows.append({**r, "group": group, "name": spec.name, "preset": spec.preset,
+                             "model_overrides": spec.model, "twin": twin})
     return rows
 
 

@@ -102,7 +102,7 @@ def _screen2() -> list[Spec]:
 def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tuple[str, ...] = ("ka-1m", "tf-1m"),
         ) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
-    grid = {"ka-1m": LRS, "tf-1m": (*LRS, 1.6e-2)}
+    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "tf-1m": (*LRS, 1.6e-2)}
     return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {}, {**SWEEP, "lr": lr},
                  "valid") for p in presets for lr in grid[p]]
 
@@ -454,12 +454,23 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr") -> list[Spec]:
-    base = {**asdict(get_preset("ka-1m")[1]), **(model or {})}
-    lr = best_lr("ka-1m", lr_group)
+# The same list for ka-1m-tuned, whose gates read the feed-forward's shared P: P stays for them where the
+# feed-forward goes or reads θ, and the SPEC's own score (self term, no lag, no clocks) is one more ablation
+TUNED_ABLATIONS: dict[str, dict[str, Any]] = {
+    "value-projection": {"value": "projection"}, "no-ff": {"ff": "none"}, "no-gates": {"gates": False},
+    "omega-zero": {"omega": "zero"}, "ff-angles": {"ff": "angles", "ff_wrap": False},
+    "bound-elementwise": {"bound": "elementwise"}, "per-layer-gates": {"shared_gates": False},
+    "spec-score": {"self_coupling": True, "phase_lag": False, "clock": 0, "clock_init": 0.0},
+}
+
+
+def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr",
+              preset: str = "ka-1m", variants: dict[str, dict[str, Any]] = ABLATIONS) -> list[Spec]:
+    base = {**asdict(get_preset(preset)[1]), **(model or {})}
+    lr = best_lr(preset, lr_group)
     # a variant equal to the full model's own setting is the full model itself: skip it
-    return [Spec(group, f"ka-{k}", "ka-1m", {**(model or {}), **v}, {**PROTOCOL, "lr": lr})
-            for k, v in ABLATIONS.items() if any(base[f] != x for f, x in v.items())]
+    return [Spec(group, f"ka-{k}", preset, {**(model or {}), **v}, {**PROTOCOL, "lr": lr})
+            for k, v in variants.items() if any(base[f] != x for f, x in v.items())]
 
 
 # The protocol's groups in run order (what `replicate` runs), then frozen groups kept reproducible.
@@ -468,6 +479,12 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "pycode": lambda: _main("pycode", (0,), "pycode"), "screen3": _screen3, "confirm": _confirm,
     "screen4": _screen4, "budget": _budget, "screen5": _screen5, "scale": _scale,
     "screen6": _screen6, "lr10m": _lr10m, "warmup10m": _warmup10m, "scale-variant": _scale_variant,
+    # the protocol again for ka-1m-tuned (presets.py), the best variant as a preset; tf-1m's runs are lr's and main's
+    "lr-tuned": lambda: _lr("lr-tuned", presets=("ka-1m-tuned",)),
+    "main-tuned": lambda: _main(group="main-tuned", presets=("ka-1m-tuned",), lr_group="lr-tuned"),
+    "ablation-tuned": lambda: _ablation("ablation-tuned", lr_group="lr-tuned", preset="ka-1m-tuned",
+                                        variants=TUNED_ABLATIONS),
+    "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr-tuned"),
 }
 # `experiment dynamics` without groups: main (the claims' verdicts) and ka-1m on ψ(θ) itself, then the variants
 # whose offset profiles RESULTS.md discusses, round 6's, and the 5M models (the paper's claims are made at its scales)

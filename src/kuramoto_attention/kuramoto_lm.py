@@ -183,7 +183,7 @@ class KuramotoBlock(nn.Module):
         gate_input = shared_ff_proj if cfg.gates_input == "ff-proj" else None
         self.attn = KuramotoAttention(cfg.dim, cfg.heads, shared_gates=shared_gates, gate_input=gate_input,
                                       value_input=value_input, **cfg.layer_fields())
-        self.ff = PhaseFeedForward(cfg, shared_ff_proj) if cfg.ff != "none" else None
+        self.ff = PhaseFeedForward(cfg, shared_ff_proj if cfg.ff == "lift" else None) if cfg.ff != "none" else None
 
     def forward(self, theta: Tensor, cache: KVCache | None = None, skip: frozenset[str] = frozenset()) -> Tensor:
         """``skip`` ("attn", "ff"): steps replaced by the identity (the knockout diagnostic)."""
@@ -208,7 +208,9 @@ class KuramotoLM(ByteLM):
         self.phase_embedding = nn.Parameter(torch.empty(VOCAB_SIZE, config.dim).uniform_(-spread, spread))
         if config.ff_proj not in ("none", "layer", "shared"):
             raise ValueError(f"ff_proj must be 'none', 'layer' or 'shared', got {config.ff_proj!r}")
-        if config.ff_proj != "none" and config.ff != "lift":
+        gates_read_p = "ff-proj" in (config.value_gate_input, config.gates_input)
+        # a shared P the gates read stays when the feed-forward reads something else (or is gone: the ablations)
+        if config.ff_proj != "none" and config.ff != "lift" and not (config.ff_proj == "shared" and gates_read_p):
             raise ValueError(f"ff_proj projects the lift ψ(θ): it needs ff='lift', got ff={config.ff!r}")
         if config.ff_proj_dim < 0 or (config.ff_proj_dim and config.ff_proj == "none"):
             raise ValueError(f"ff_proj_dim must be >= 0 (0: k) and needs ff_proj set, got {config.ff_proj_dim} "
@@ -221,12 +223,12 @@ class KuramotoLM(ByteLM):
                 raise ValueError(f"{name}='ff-proj' reads the feed-forward's shared P: it needs ff_proj='shared', "
                                  f"got ff_proj={config.ff_proj!r}")
         # the shared gates are built before P, as before P could feed them, so that every config draws the same init
-        gates_read_p = config.gates_input == "ff-proj"
-        gates_in = (config.ff_proj_dim or config.dim) if gates_read_p else 0  # 0: ψ(θ)
+        metric_read_p = config.gates_input == "ff-proj"
+        gates_in = (config.ff_proj_dim or config.dim) if metric_read_p else 0  # 0: ψ(θ)
         self.shared_gates = (PhaseGates(config.dim, config.heads, gates_in) if config.shared_gates and config.gates
                              else None)
         self.shared_ff_proj = input_projection(config) if config.ff_proj == "shared" else None
-        if self.shared_gates is not None and self.shared_ff_proj is not None and gates_read_p:
+        if self.shared_gates is not None and self.shared_ff_proj is not None and metric_read_p:
             self.shared_gates.read_through(self.shared_ff_proj)
         self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates, self.shared_ff_proj)
                                     for _ in range(config.depth))
