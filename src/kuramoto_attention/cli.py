@@ -15,7 +15,7 @@ from . import bench, experiment, report
 from .allocator import keep_freed_memory
 from .checkpoint import CheckpointError
 from .data import VALID_SPECS, DataError
-from .presets import ConfigError
+from .presets import PRESETS, ConfigError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError)
 
@@ -37,9 +37,10 @@ def cmd_params(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'preset':<9} {'family':<12} {'params':>10} {'depth':>5} {'width':>5} {'heads':>5} {'ff':>5}")
+    w = max(len("preset"), *(len(r["name"]) for r in rows))
+    print(f"{'preset':<{w}} {'family':<12} {'params':>10} {'depth':>5} {'width':>5} {'heads':>5} {'ff':>5}")
     for r in rows:
-        print(f"{r['name']:<9} {r['family']:<12} {r['params']:>10,} {r['depth']:>5} {r['width']:>5} "
+        print(f"{r['name']:<{w}} {r['family']:<12} {r['params']:>10,} {r['depth']:>5} {r['width']:>5} "
               f"{r['heads']:>5} {r['ff_hidden']:>5}")
 
 
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_params)
 
     p = sub.add_parser("train", help="train a model (preset or TOML config plus flag overrides)")
-    p.add_argument("--preset", help="ka-1m (default), tf-1m, ka-5m, tf-5m, ka-tiny, tf-tiny")
+    p.add_argument("--preset", help=f"one of {', '.join(PRESETS)} (default ka-1m)")
     p.add_argument("--config", help="TOML file with preset = ..., [model] and [train] tables")
     p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE", help="model field override")
     p.add_argument("--run-dir", help="where to write logs and checkpoints (default runs/PRESET-TIME)")
