@@ -155,12 +155,21 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
 
 
 def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
-    """lr-tuned, main-tuned, ablation-tuned, pycode-tuned: ka-1m-tuned alone, at lr-tuned's rate; its ablations change
-    the preset (none is the preset itself); a confirm run identical to a planned run is its twin, under the planned
-    preset."""
+    """lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned: ka-1m-tuned alone; the 3M sweep's two best
+    rates go to 10M tokens (scored on valid), whose best the others train at; its ablations change the preset (none is
+    the preset itself); a confirm run identical to a planned run is its twin, under the planned preset."""
     assert {s.preset for g in ("lr-tuned",) for s in groups.plan(g)} == {"ka-1m-tuned"}
+    with pytest.raises(ConfigError, match="lr-tuned"):
+        groups.plan("lr10m-tuned")
     write(in_tmp, [fake_result("lr-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
-                   for lr, b in ((2e-3, 2.1), (4e-3, 2.0), (8e-3, 2.05))])
+                   for lr, b in ((2e-3, 2.1), (4e-3, 2.06), (8e-3, 2.05))])
+    second = groups.plan("lr10m-tuned")
+    assert [(s.train["lr"], s.train["tokens"], s.eval_split) for s in second] == [(8e-3, 10_000_000, "valid"),
+                                                                                 (4e-3, 10_000_000, "valid")]
+    with pytest.raises(ConfigError, match="lr10m-tuned"):
+        groups.plan("main-tuned")
+    write(in_tmp, [fake_result("lr10m-tuned", s.name, "ka-1m-tuned", b, lr=s.train["lr"])
+                   for s, b in zip(second, (1.9, 1.8), strict=True)])
     for group in ("main-tuned", "ablation-tuned", "pycode-tuned"):
         specs = groups.plan(group)
         assert {s.preset for s in specs} == {"ka-1m-tuned"} and {s.train["lr"] for s in specs} == {4e-3}
@@ -182,7 +191,7 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
 def test_tuned_sections_read_the_transformer_of_main_and_confirm_at_other_rates(in_tmp):
     """main-tuned has no transformer runs of its own: its table and gap use main's; confirm runs of the same model at
     another rate are set beside it, seed by seed."""
-    write(in_tmp, [fake_result("lr-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
+    write(in_tmp, [fake_result("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
                    for lr, b in ((4e-3, 2.01), (8e-3, 2.0))])
     write(in_tmp, [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, lr=8e-3, seed=i)
                    for i, b in enumerate((1.60, 1.62))])
@@ -195,8 +204,10 @@ def test_tuned_sections_read_the_transformer_of_main_and_confirm_at_other_rates(
     assert "| ka-1m-tuned | 1 |" in text and "| tf-1m | 2 |" in text and "group main's" in text
     assert f"**{1.65 - 1.61:+.4f}**" in text and "+0.021" in text  # the gap beside the paper's
     intro = results.tuned_intro()
-    assert "also trained at lr 0.004 (confirm, seeds 0: 1.6300), main-tuned at lr-tuned's 0.008 is +0.0200" in intro
+    assert "also trained at lr 0.004 (confirm, seeds 0: 1.6300), main-tuned at lr10m-tuned's 0.008 is +0.0200" in intro
     assert "dim=160" in intro and "clock=8" in intro
+    second = results.lr10m_tuned_section()  # the 3M sweep is absent: said so per rate, not invented
+    assert "| 0.004 | — | 2.0100 |" in second and "| 0.008 | — | 2.0000 |" in second and "train at 0.008" in second
 
 
 def test_findings_list_what_moved_against_the_rounds_default(in_tmp):

@@ -148,8 +148,9 @@ def lr_section() -> str:
     gap = (" At this 3M-token budget (its own full schedule) the best ka-1m is "
            f"{best_bpc['ka-1m'] - best_bpc['tf-1m']:+.3f} valid BPC from the best tf-1m." if len(best_bpc) == 2 else "")
     return (table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
-            + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; lr-tuned "
-            "feeds main-tuned, ablation-tuned and pycode-tuned; ka-1m's "
+            + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; lr-tuned's "
+            "two best rates went on to 10M tokens (lr10m-tuned, below), whose best feeds main-tuned, ablation-tuned "
+            "and pycode-tuned; ka-1m's "
             "second sweep, lr-unprojected (feed-forward on ψ(θ) itself), feeds every group run with that "
             "feed-forward; its first, lr-wrapped (on wrap(θ)), feeds the frozen groups of the earlier defaults."
             + gap)
@@ -393,6 +394,19 @@ def tuned_intro() -> str:
             + _tuned_at_other_rates())
 
 
+def lr10m_tuned_section() -> str:
+    """The tuned sweep's two stages side by side: each rate's valid BPC at 3M tokens and at the protocol's 10M."""
+    rows = sorted(load_results("lr10m-tuned"), key=lambda r: r["train"]["lr"])
+    if not rows:
+        return "_No runs yet (`kuramoto experiment run lr10m-tuned`, after `lr-tuned`)._"
+    sweep = {r["train"]["lr"]: r["eval_bpc"] for r in load_results("lr-tuned")}
+    body = [[f"{r['train']['lr']:g}", fmt(sweep[r["train"]["lr"]]) if r["train"]["lr"] in sweep else "—",
+             fmt(r["eval_bpc"])] for r in rows]
+    return (table(["lr", "valid BPC at 3M (lr-tuned)", "valid BPC at 10M (lr10m-tuned, seed 0)"], body)
+            + f"\n\nmain-tuned, ablation-tuned and pycode-tuned train at {best_lr('ka-1m-tuned', 'lr10m-tuned'):g}, "
+            "the best at 10M (chosen on the validation split; the test split scores only the runs that use it).")
+
+
 def _tuned_at_other_rates(group: str = "main-tuned") -> str:
     """main-tuned's seeds beside confirm's runs of the same model and seeds at another rate (a 10M-token check of the
     rate the 3M sweep chose)."""
@@ -413,7 +427,7 @@ def _tuned_at_other_rates(group: str = "main-tuned") -> str:
         if seeds:
             diff = statistics.mean(ours[s] - by_seed[s] for s in seeds)
             lines.append(f"at lr {lr:g} (confirm, seeds {', '.join(map(str, seeds))}: "
-                         f"{', '.join(fmt(by_seed[s]) for s in seeds)}), {group} at lr-tuned's "
+                         f"{', '.join(fmt(by_seed[s]) for s in seeds)}), {group} at lr10m-tuned's "
                          f"{specs[0].train['lr']:g} is {diff:+.4f} test BPC on average, same seeds")
     return (" The same model was also trained " + "; ".join(lines) + ".") if lines else ""
 
@@ -457,6 +471,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "## The tuned preset: ka-1m-tuned under the same protocol",
         "",
         tuned_intro(),
+        "",
+        "### Its learning rate: the 3M sweep's two best rates at 10M tokens",
+        "",
+        lr10m_tuned_section(),
         "",
         "### Main comparison: ka-1m-tuned vs tf-1m on enwik7",
         "",
