@@ -188,24 +188,22 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
     assert [(r["name"], r["preset"], r["twin"]) for r in rows] == [(spec.name, "ka-1m-tuned", "confirm/ka-x")]
 
 
-def test_tuned_sections_read_the_transformer_of_main_and_confirm_at_other_rates(in_tmp):
-    """main-tuned has no transformer runs of its own: its table and gap use main's; confirm runs of the same model at
-    another rate are set beside it, seed by seed."""
+def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp):
+    """main-tuned has no transformer runs of its own: its table and gap use main's; the rate's two stages are set
+    side by side."""
     write(in_tmp, [fake_result("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
                    for lr, b in ((4e-3, 2.01), (8e-3, 2.0))])
     write(in_tmp, [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, lr=8e-3, seed=i)
                    for i, b in enumerate((1.60, 1.62))])
     spec = groups.plan("main-tuned")[0]
     model, train = experiment.expected_configs(spec)
-    ours = {**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model, "train": train}
-    other = {**ours, "group": "confirm", "name": "ka-x", "eval_bpc": 1.63, "train": {**train, "lr": 4e-3}}
-    write(in_tmp, [ours, other])
+    write(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
+                    "train": train}])
     text = results.comparison_section("main-tuned", "BPC")
     assert "| ka-1m-tuned | 1 |" in text and "| tf-1m | 2 |" in text and "group main's" in text
     assert f"**{1.65 - 1.61:+.4f}**" in text and "+0.021" in text  # the gap beside the paper's
     intro = results.tuned_intro()
-    assert "also trained at lr 0.004 (confirm, seeds 0: 1.6300), main-tuned at lr10m-tuned's 0.008 is +0.0200" in intro
-    assert "dim=160" in intro and "clock=8" in intro
+    assert "dim=160" in intro and "clock=8" in intro and "self_coupling=False" in intro
     second = results.lr10m_tuned_section()  # the 3M sweep is absent: said so per rate, not invented
     assert "| 0.004 | — | 2.0100 |" in second and "| 0.008 | — | 2.0000 |" in second and "train at 0.008" in second
 

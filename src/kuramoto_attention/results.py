@@ -6,11 +6,11 @@ Nothing in the page is typed by hand: every number comes from a summary file wri
 
 import json
 import statistics
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .experiment import same_run, with_twins
+from .experiment import with_twins
 from .groups import BEST_VARIANT, CANDIDATES, plan
 from .presets import ConfigError, get_preset
 from .protocol import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results
@@ -388,10 +388,10 @@ def tuned_intro() -> str:
             f"{changed}. It keeps what issue 4 asks to keep (no normalisation layers, raw phases as values, the "
             "Kuramoto increment a = Σ_u A sin(θ_u − θ_t)) and departs from the SPEC's score (no self term, a learned "
             "phase lag, clock oscillators) and from its gates (v(θ), W_q and W_k read the feed-forward's shared "
-            "P ψ(θ), low-rank maps of ψ(θ)). `ka-1m` stays the SPEC's reading. Its groups (lr-tuned, main-tuned, "
-            "ablation-tuned, pycode-tuned) run the protocol again; a run identical to a confirm run is that run "
-            "(marked). Reproduce: `kuramoto experiment run GROUP` for each, then `kuramoto experiment report`."
-            + _tuned_at_other_rates())
+            "P ψ(θ), low-rank maps of ψ(θ)). `ka-1m` stays the SPEC's reading. Its groups (lr-tuned, lr10m-tuned, "
+            "main-tuned, ablation-tuned, pycode-tuned) run the protocol again; a run identical to a confirm run is "
+            "that run (marked). Reproduce: `kuramoto experiment run GROUP` for each, then "
+            "`kuramoto experiment report`.")
 
 
 def lr10m_tuned_section() -> str:
@@ -405,31 +405,6 @@ def lr10m_tuned_section() -> str:
     return (table(["lr", "valid BPC at 3M (lr-tuned)", "valid BPC at 10M (lr10m-tuned, seed 0)"], body)
             + f"\n\nmain-tuned, ablation-tuned and pycode-tuned train at {best_lr('ka-1m-tuned', 'lr10m-tuned'):g}, "
             "the best at 10M (chosen on the validation split; the test split scores only the runs that use it).")
-
-
-def _tuned_at_other_rates(group: str = "main-tuned") -> str:
-    """main-tuned's seeds beside confirm's runs of the same model and seeds at another rate (a 10M-token check of the
-    rate the 3M sweep chose)."""
-    try:
-        specs = plan(group)
-    except ConfigError:  # no sweep yet
-        return ""
-    pool, ours = load_results("confirm"), {r["train"]["seed"]: r["eval_bpc"] for r in with_twins(group)}
-    other: dict[float, dict[int, float]] = {}
-    for spec in specs:
-        for lr in {r["train"]["lr"] for r in pool} - {spec.train["lr"]}:
-            twin = same_run(replace(spec, train={**spec.train, "lr": lr}), pool)
-            if twin is not None:
-                other.setdefault(lr, {})[spec.train["seed"]] = twin["eval_bpc"]
-    lines = []
-    for lr, by_seed in sorted(other.items()):
-        seeds = sorted(set(by_seed) & set(ours))
-        if seeds:
-            diff = statistics.mean(ours[s] - by_seed[s] for s in seeds)
-            lines.append(f"at lr {lr:g} (confirm, seeds {', '.join(map(str, seeds))}: "
-                         f"{', '.join(fmt(by_seed[s]) for s in seeds)}), {group} at lr10m-tuned's "
-                         f"{specs[0].train['lr']:g} is {diff:+.4f} test BPC on average, same seeds")
-    return (" The same model was also trained " + "; ".join(lines) + ".") if lines else ""
 
 
 def _planned(group: str) -> str:
