@@ -446,8 +446,8 @@ def _warmup10m() -> list[Spec]:
 
 def _lr10m_tuned() -> list[Spec]:
     """The tuned sweep's second stage: the two best rates of lr-tuned (3M tokens) at the main protocol, seed 0, scored
-    on the validation split. Its 3M sweep left 4e-3 and 8e-3 0.002 apart, and the rate that won at 3M ended far
-    behind at 10M along its validation curve (as the 8-clock variant at twice its rate did in confirm, lr-x2)."""
+    on the validation split. Its 3M sweep left 4e-3 and 8e-3 0.002 apart, and at 10M the 8-clock variant had lost
+    0.076 at twice its rate (confirm, lr-x2): a 3M sweep cannot be trusted to rank rates that close."""
     ranked = sorted((r for r in load_results("lr-tuned") if r["preset"] == "ka-1m-tuned"), key=lambda r: r["eval_bpc"])
     if len(ranked) < 2:
         raise ConfigError("no 3M sweep of ka-1m-tuned in results/lr-tuned; run `kuramoto experiment run lr-tuned`")
