@@ -158,12 +158,16 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
     """lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned: ka-1m-tuned alone; the 3M sweep's two best
     rates go to 10M tokens (scored on valid), whose best the others train at; its ablations change the preset (none is
     the preset itself); a confirm run identical to a planned run is its twin, under the planned preset."""
-    assert {s.preset for g in ("lr-tuned",) for s in groups.plan(g)} == {"ka-1m-tuned"}
-    with pytest.raises(ConfigError, match="lr-tuned"):
+    assert {s.preset for s in groups.plan("lr-tuned")} == {"ka-1m-tuned"}
+    with pytest.raises(ConfigError, match="0 of its 3 rates"):
         groups.plan("lr10m-tuned")
     write(in_tmp, [fake_result("lr-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
-                   for lr, b in ((2e-3, 2.1), (4e-3, 2.06), (8e-3, 2.05))])
+                   for lr, b in ((2e-3, 2.1), (4e-3, 2.06))])
+    with pytest.raises(ConfigError, match="2 of its 3 rates"):  # a sweep cut short does not pick the rates
+        groups.plan("lr10m-tuned")
+    write(in_tmp, [fake_result("lr-tuned", "ka-1m-tuned-lr-0.008", "ka-1m-tuned", 2.05, lr=8e-3)])
     second = groups.plan("lr10m-tuned")
+    assert {s.preset for s in second} == {"ka-1m-tuned"}
     assert [(s.train["lr"], s.train["tokens"], s.eval_split) for s in second] == [(8e-3, 10_000_000, "valid"),
                                                                                  (4e-3, 10_000_000, "valid")]
     with pytest.raises(ConfigError, match="lr10m-tuned"):
@@ -173,6 +177,7 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
     for group in ("main-tuned", "ablation-tuned", "pycode-tuned"):
         specs = groups.plan(group)
         assert {s.preset for s in specs} == {"ka-1m-tuned"} and {s.train["lr"] for s in specs} == {4e-3}
+    assert [s.train["seed"] for s in groups.plan("main-tuned")] == [0, 1, 2, *groups.TUNED_FRESH_SEEDS]
     assert [s.train["corpus"] for s in groups.plan("pycode-tuned")] == ["pycode"]
     tuned = dataclasses.asdict(get_preset("ka-1m-tuned")[1])
     ablations = {s.name: s.model for s in groups.plan("ablation-tuned")}
@@ -200,12 +205,32 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
     write(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
                     "train": train}])
     text = results.comparison_section("main-tuned", "BPC")
-    assert "| ka-1m-tuned | 1 |" in text and "| tf-1m | 2 |" in text and "group main's" in text
+    assert "| ka-1m-tuned | 1 |" in text and "| tf-1m | 2 |" in text
+    assert "group main's (the same protocol; seeds 0, 1)" in text
     assert f"**{1.65 - 1.61:+.4f}**" in text and "+0.021" in text  # the gap beside the paper's
+    assert "alone" not in text  # no fresh seed yet
+    write(in_tmp, [fake_result("main-tuned", f"ka-1m-tuned-seed{s}", "ka-1m-tuned", b, lr=8e-3, seed=s)
+                   for s, b in zip(groups.TUNED_FRESH_SEEDS[:2], (1.66, 1.68), strict=True)])
+    text = results.comparison_section("main-tuned", "BPC")
+    assert f"Seeds 3, 4, 5 alone (2 runs): 1.6700 ± {statistics.stdev([1.66, 1.68]):.4f}, a gap of **+0.0600**" in text
+    write(in_tmp, [fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.5, lr=8e-3),
+                   fake_result("pycode-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 1.6)])
+    assert "**+0.1000** BPB" in results.comparison_section("pycode-tuned", "BPB")  # against pycode's transformer
     intro = results.tuned_intro()
     assert "dim=160" in intro and "clock=8" in intro and "self_coupling=False" in intro
     second = results.lr10m_tuned_section()  # the 3M sweep is absent: said so per rate, not invented
     assert "| 0.004 | — | 2.0100 |" in second and "| 0.008 | — | 2.0000 |" in second and "train at 0.008" in second
+
+
+def test_the_tuned_preset_is_its_confirm_candidate():
+    """ka-1m-tuned is TUNED_CANDIDATE's model exactly, so confirm's runs of it are main-tuned's seeds 0-2 (twins)."""
+    family, base = get_preset("ka-1m")
+    assert apply_overrides(family, base, groups.CANDIDATES[groups.TUNED_CANDIDATE]) == get_preset("ka-1m-tuned")[1]
+    if protocol.load_results("main-tuned") or protocol.load_results("confirm"):  # the committed runs, where present
+        twins = {r["name"]: r.get("twin") for r in experiment.with_twins("main-tuned")}
+        for seed in range(3):
+            suffix = f"-seed{seed}" if seed else ""
+            assert twins[f"ka-1m-tuned-seed{seed}"] == f"confirm/ka-{groups.TUNED_CANDIDATE}{suffix}"
 
 
 def test_findings_list_what_moved_against_the_rounds_default(in_tmp):

@@ -310,6 +310,10 @@ def test_shared_projection_stays_for_the_gates_without_the_lift_feed_forward(ff)
     assert model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 256)
     with pytest.raises(ConfigError, match="ff_proj projects the lift"):  # no gate reads P: P would be unused
         build_model("kuramoto", KuramotoConfig(**TINY_KA, ff=ff, ff_proj="shared"))
+    with pytest.raises(ConfigError, match="ff_proj projects the lift"):  # nor do metric gates that are off
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff=ff, ff_proj="shared", gates=False, gates_input="ff-proj"))
+    with pytest.raises(ConfigError, match="ff_proj projects the lift"):  # a per-layer P is the feed-forward's alone
+        build_model("kuramoto", KuramotoConfig(**TINY_KA, ff=ff, ff_proj="layer"))
 
 
 def test_tangent_feed_forward_moves_toward_its_phasor_field():

@@ -44,7 +44,8 @@ class KuramotoConfig:
     ff_output: Literal["increment", "tangent"] = "increment"
     # ff="lift" only: "none", the SwiGLU reads ψ(θ) (2k inputs, so each hidden unit costs 5k weights against the
     # transformer's 3d); "layer" / "shared": it reads P ψ(θ), P a (2k -> r) map per layer / one for all layers, so a
-    # hidden unit costs 2r + k and the same parameters buy more of them (a rank-r factorisation of its input matrices)
+    # hidden unit costs 2r + k and the same parameters buy more of them (a rank-r factorisation of its input matrices).
+    # A shared P that a gate reads (below) may stay beside another ff, which then reads its own input, never P
     ff_proj: Literal["none", "layer", "shared"] = "none"
     ff_proj_dim: int = 0  # r, P's output width (0: k)
     # What the attention's value gate reads: "lift", ψ(θ) (the SPEC's v(θ) = W_v ψ(θ) + b, 2k² weights per layer, a
@@ -208,10 +209,11 @@ class KuramotoLM(ByteLM):
         self.phase_embedding = nn.Parameter(torch.empty(VOCAB_SIZE, config.dim).uniform_(-spread, spread))
         if config.ff_proj not in ("none", "layer", "shared"):
             raise ValueError(f"ff_proj must be 'none', 'layer' or 'shared', got {config.ff_proj!r}")
-        gates_read_p = "ff-proj" in (config.value_gate_input, config.gates_input)
+        gates_read_p = config.value_gate_input == "ff-proj" or (config.gates and config.gates_input == "ff-proj")
         # a shared P the gates read stays when the feed-forward reads something else (or is gone: the ablations)
         if config.ff_proj != "none" and config.ff != "lift" and not (config.ff_proj == "shared" and gates_read_p):
-            raise ValueError(f"ff_proj projects the lift ψ(θ): it needs ff='lift', got ff={config.ff!r}")
+            raise ValueError(f"ff_proj projects the lift ψ(θ): it needs ff='lift' (or, shared, a gate that reads it), "
+                             f"got ff={config.ff!r}")
         if config.ff_proj_dim < 0 or (config.ff_proj_dim and config.ff_proj == "none"):
             raise ValueError(f"ff_proj_dim must be >= 0 (0: k) and needs ff_proj set, got {config.ff_proj_dim} "
                              f"with ff_proj={config.ff_proj!r}")

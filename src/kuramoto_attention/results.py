@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .experiment import with_twins
-from .groups import BEST_VARIANT, CANDIDATES, plan
+from .groups import BEST_VARIANT, CANDIDATES, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, plan
 from .presets import ConfigError, get_preset
 from .protocol import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results
 from .results_common import fmt, label, overrides, reference_main, saturation, settings, table, variant_change
@@ -21,8 +21,6 @@ PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
 # the reference each comparison group is read against (SPEC §5): enwik8 BPC at 1M; code (CodeParrot) BPB at 1M
 PAPER_GAP = {"main": "paper at 1M on enwik8: +0.021; target ≤ +0.03",
              "pycode": "paper at 1M on CodeParrot, a different code corpus: +0.013 to +0.015"}
-# the tuned preset's groups train ka-1m-tuned only: they are read beside the transformer runs of these groups
-TF_OF = {"main-tuned": "main", "pycode-tuned": "pycode"}
 PRESET_COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange"}
 PAPER_DELTAS = {"ka-value-projection": "+0.25", "ka-no-ff": "+0.27", "ka-no-gates": "+0.09"}
 
@@ -149,9 +147,9 @@ def lr_section() -> str:
            f"{best_bpc['ka-1m'] - best_bpc['tf-1m']:+.3f} valid BPC from the best tf-1m." if len(best_bpc) == 2 else "")
     return (table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
             + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; lr-tuned's "
-            "two best rates went on to 10M tokens (lr10m-tuned, below), whose best feeds main-tuned, ablation-tuned "
-            "and pycode-tuned; ka-1m's "
-            "second sweep, lr-unprojected (feed-forward on ψ(θ) itself), feeds every group run with that "
+            "two best rates went on to 10M tokens (lr10m-tuned, in the tuned preset's section), whose best feeds "
+            "main-tuned, ablation-tuned and pycode-tuned; ka-1m's second sweep, lr-unprojected (feed-forward on "
+            "ψ(θ) itself), feeds every group run with that "
             "feed-forward; its first, lr-wrapped (on wrap(θ)), feeds the frozen groups of the earlier defaults."
             + gap)
 
@@ -160,7 +158,7 @@ def comparison_section(group: str, unit: str) -> str:
     rows = with_twins(group)
     if not rows:
         return f"_No runs yet (`kuramoto experiment run {group}`)._"
-    ref = TF_OF.get(group, group)  # the group whose transformer runs and paper reference this one is read against
+    ref = transformer_group(group)  # whose transformer runs and paper reference this group is read against
     rows += [r for r in with_twins(ref) if r["family"] == "transformer"] if ref != group else []
     body, means = [], {}
     for family in ("kuramoto", "transformer"):
@@ -176,7 +174,8 @@ def comparison_section(group: str, unit: str) -> str:
     text = table(["model", "seeds", f"test {unit} per seed", "mean ± sd", "median", "lr", "tokens",
                    "paper (enwik8, 1M)" if ref == "main" else "paper (1M)"], body)
     if ref != group:
-        text += f"\n\nThe transformer's runs are group {ref}'s (the same protocol and seeds)."
+        seeds = sorted(r["train"]["seed"] for r in rows if r["family"] == "transformer")
+        text += f"\n\nThe transformer's runs are group {ref}'s (the same protocol; seeds {', '.join(map(str, seeds))})."
     twins = [f"{r['name']} = {r['twin']}" for r in rows if "twin" in r and r["group"] == group]
     if twins:
         text += f"\n\nRuns another group made identically (same config, seed and split): {', '.join(twins)}."
@@ -184,19 +183,38 @@ def comparison_section(group: str, unit: str) -> str:
         text += (f"\n\nGap (Kuramoto − transformer, mean): **{means['kuramoto'] - means['transformer']:+.4f}** "
                  f"{unit} ({PAPER_GAP[ref]}).")
         text += _gap_along_training(rows)
+        if group == "main-tuned":
+            text += _fresh_seeds_gap(rows, means["transformer"], unit)
         if group == "main":
             text += _best_variant_gap(means["transformer"])
     return text
 
 
-def _best_variant_gap(tf_mean: float, min_seeds: int = 3) -> str:
-    """The confirmed ka-1m variant (outside the SPEC) with the lowest mean over at least ``min_seeds`` seeds, against
-    the same transformer mean; and ``BEST_VARIANT`` (the base the later groups built on) when that is another."""
+def _fresh_seeds_gap(rows: list[dict[str, Any]], tf_mean: float, unit: str) -> str:
+    """main-tuned's seeds that played no part in choosing ka-1m-tuned, alone against the same transformer mean."""
+    vals = [r["eval_bpc"] for r in rows if r["family"] == "kuramoto" and r["train"]["seed"] in TUNED_FRESH_SEEDS]
+    if len(vals) < 2:
+        return ""
+    return (f"\n\nSeeds {', '.join(map(str, TUNED_FRESH_SEEDS))} alone ({len(vals)} runs): "
+            f"{fmt(statistics.mean(vals))} ± {statistics.stdev(vals):.4f}, a gap of "
+            f"**{statistics.mean(vals) - tf_mean:+.4f}** {unit}. ka-1m-tuned was chosen among confirm's candidates by "
+            "their test BPC on seeds 0–2 (its runs there are this table's seeds 0–2), which favours those seeds; these "
+            "played no part in the choice.")
+
+
+def confirm_ranking(min_seeds: int = 3) -> tuple[list[tuple[float, str]], dict[str, list[float]]]:
+    """Confirm's candidates with at least ``min_seeds`` seeds, by mean test BPC (best first), and each one's values."""
     seeds: dict[str, list[float]] = {}
     for r in load_results("confirm"):
         seeds.setdefault(r["name"].removesuffix(f"-seed{r['train']['seed']}").removeprefix("ka-"), []).append(
             r["eval_bpc"])
-    ranked = sorted((statistics.mean(v), k) for k, v in seeds.items() if len(v) >= min_seeds and k in CANDIDATES)
+    return sorted((statistics.mean(v), k) for k, v in seeds.items() if len(v) >= min_seeds and k in CANDIDATES), seeds
+
+
+def _best_variant_gap(tf_mean: float, min_seeds: int = 3) -> str:
+    """The confirmed ka-1m variant (outside the SPEC) with the lowest mean over at least ``min_seeds`` seeds, against
+    the same transformer mean; and ``BEST_VARIANT`` (the base the later groups built on) when that is another."""
+    ranked, seeds = confirm_ranking(min_seeds)
     if not ranked:
         return ""
 
@@ -225,10 +243,16 @@ def _gap_along_training(rows: list[dict[str, Any]]) -> str:
             f"high before the end): {', '.join(points)}.") if points else ""
 
 
+def transformer_group(group: str) -> str:
+    """The group whose transformer runs a main-like group is read against: pycode's for the pycode groups, else main's
+    (a frozen or tuned group trains its Kuramoto model only)."""
+    return "pycode" if group.startswith("pycode") else "main"
+
+
 def superseded_section(group: str, what: str, unit: str = "BPC") -> str:
     """ka-1m runs of a frozen main-like group (an earlier default), against the same group's transformer runs
     (main's, for pycode-unprojected pycode's)."""
-    tf_group = "pycode" if group.startswith("pycode") else "main"
+    tf_group = transformer_group(group)
     ka, tf = load_results(group), [r for r in load_results(tf_group) if r["family"] == "transformer"]
     if not ka:
         return f"_No runs (`kuramoto experiment run {group}`)._"
@@ -384,7 +408,11 @@ def tuned_intro() -> str:
     cfg = get_preset("ka-1m-tuned")[1]
     base = asdict(get_preset("ka-1m")[1])
     changed = ", ".join(f"{k}={v}" for k, v in asdict(cfg).items() if base[k] != v)
-    return ("`ka-1m-tuned` is the best ka-1m variant of the confirm group (below) made a preset: ka-1m with "
+    ranked, _ = confirm_ranking()
+    rank = next((i for i, (_, name) in enumerate(ranked, 1) if name == TUNED_CANDIDATE), None)
+    standing = (f", ranked {rank} of the {len(ranked)} candidates with three or more seeds by mean test BPC" if rank
+                else "")
+    return (f"`ka-1m-tuned` is confirm's candidate {TUNED_CANDIDATE} (below{standing}) made a preset: ka-1m with "
             f"{changed}. It keeps what issue 4 asks to keep (no normalisation layers, raw phases as values, the "
             "Kuramoto increment a = Σ_u A sin(θ_u − θ_t)) and departs from the SPEC's score (no self term, a learned "
             "phase lag, clock oscillators) and from its gates (v(θ), W_q and W_k read the feed-forward's shared "

@@ -38,7 +38,7 @@ def settings(r: dict[str, Any]) -> str:
     ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
     ff += " → tangent" if m.get("ff_output") == "tangent" else ""
     ff += (f" through P ({m['ff_proj']}, width {m.get('ff_proj_dim') or m['dim']})"
-           if m.get("ff_proj", "none") != "none" else "")
+           if m.get("ff_proj", "none") != "none" and m["ff"] == "lift" else "")
     extras = [text for on, text in (
         (m.get("shared_gates"), "shared gates"), (m.get("self_coupling") is False, "no self-coupling"),
         (m.get("phase_lag"), "phase lag"), (m.get("content_lag"), "content lag"),
