@@ -160,6 +160,7 @@ def comparison_section(group: str, unit: str) -> str:
         return f"_No runs yet (`kuramoto experiment run {group}`)._"
     ref = transformer_group(group)  # whose transformer runs and paper reference this group is read against
     rows += [r for r in with_twins(ref) if r["family"] == "transformer"] if ref != group else []
+    rows.sort(key=lambda r: r["train"]["seed"])  # a twin is listed after the group's own runs: per seed, in order
     body, means = [], {}
     for family in ("kuramoto", "transformer"):
         vals = [r["eval_bpc"] for r in rows if r["family"] == family]
