@@ -176,7 +176,8 @@ def comparison_section(group: str, unit: str) -> str:
                    "paper (enwik8, 1M)" if ref == "main" else "paper (1M)"], body)
     if ref != group:
         seeds = sorted(r["train"]["seed"] for r in rows if r["family"] == "transformer")
-        text += f"\n\nThe transformer's runs are group {ref}'s (the same protocol; seeds {', '.join(map(str, seeds))})."
+        text += (f"\n\nThe transformer's runs are group {ref}'s (the same protocol; seed{'s' * (len(seeds) > 1)} "
+                 f"{', '.join(map(str, seeds))}).")
     twins = [f"{r['name']} = {r['twin']}" for r in rows if "twin" in r and r["group"] == group]
     if twins:
         text += f"\n\nRuns another group made identically (same config, seed and split): {', '.join(twins)}."
