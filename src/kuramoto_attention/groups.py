@@ -476,8 +476,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 # feed-forward goes or reads θ, its gates are shared (so per-layer gates are the ablation), and the SPEC's own score
 # (self term, no lag, no clocks) is one more
 TUNED_ABLATIONS: dict[str, dict[str, Any]] = {
-    **{k: ABLATIONS[k] for k in ("value-projection",)}, "no-ff": {"ff": "none"},
-    **{k: ABLATIONS[k] for k in ("no-gates", "omega-zero")}, "ff-angles": {"ff": "angles", "ff_wrap": False},
+    "value-projection": ABLATIONS["value-projection"], "no-ff": {"ff": "none"}, "no-gates": ABLATIONS["no-gates"],
+    "omega-zero": ABLATIONS["omega-zero"], "ff-angles": {"ff": "angles", "ff_wrap": False},
     "bound-elementwise": ABLATIONS["bound-elementwise"], "per-layer-gates": {"shared_gates": False},
     "spec-score": {"self_coupling": True, "phase_lag": False, "clock": 0, "clock_init": 0.0},
 }
