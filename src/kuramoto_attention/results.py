@@ -204,7 +204,7 @@ def _fresh_seeds_gap(rows: list[dict[str, Any]], tf_mean: float, unit: str) -> s
             "played no part in the choice.")
 
 
-def confirm_ranking(min_seeds: int = 3) -> tuple[list[tuple[float, str]], dict[str, list[float]]]:
+def _confirm_ranking(min_seeds: int = 3) -> tuple[list[tuple[float, str]], dict[str, list[float]]]:
     """Confirm's candidates with at least ``min_seeds`` seeds, by mean test BPC (best first), and each one's values."""
     seeds: dict[str, list[float]] = {}
     for r in load_results("confirm"):
@@ -216,7 +216,7 @@ def confirm_ranking(min_seeds: int = 3) -> tuple[list[tuple[float, str]], dict[s
 def _best_variant_gap(tf_mean: float, min_seeds: int = 3) -> str:
     """The confirmed ka-1m variant (outside the SPEC) with the lowest mean over at least ``min_seeds`` seeds, against
     the same transformer mean; and ``BEST_VARIANT`` (the base the later groups built on) when that is another."""
-    ranked, seeds = confirm_ranking(min_seeds)
+    ranked, seeds = _confirm_ranking(min_seeds)
     if not ranked:
         return ""
 
@@ -410,7 +410,7 @@ def tuned_intro() -> str:
     cfg = get_preset("ka-1m-tuned")[1]
     base = asdict(get_preset("ka-1m")[1])
     changed = ", ".join(f"{k}={v}" for k, v in asdict(cfg).items() if base[k] != v)
-    ranked, _ = confirm_ranking()
+    ranked, _ = _confirm_ranking()
     rank = next((i for i, (_, name) in enumerate(ranked, 1) if name == TUNED_CANDIDATE), None)
     standing = (f", ranked {rank} of the {len(ranked)} candidates with three or more seeds by mean test BPC" if rank
                 else "")
