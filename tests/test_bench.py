@@ -80,7 +80,24 @@ def test_training_ratios_come_from_raw_medians(quick: dict[str, Any]) -> None:
             assert r[side]["achieved_flops"] == pytest.approx(r[side]["median"] * r[side]["flops_per_token"])
         ratio = statistics.median(r["ka"]["tokens_per_s"]) / statistics.median(r["tf"]["tokens_per_s"])
         assert r["ratio"] == pytest.approx(ratio)
-        assert f"| {r['ratio']:.3f} |" in md
+        parity = r["tf"]["flops_per_token"] / r["ka"]["flops_per_token"]  # the ratio at equal achieved FLOP/s
+        assert bench.flop_parity(r) == pytest.approx(parity)
+        assert f"| {r['ratio']:.3f} | {parity:.3f} | {r['ratio'] / parity:.3f} |" in md
+
+
+def test_throughput_targets_state_the_flop_parity_and_extra_pairs_are_not_judged(quick: dict[str, Any]) -> None:
+    """Each throughput target's note gives the ratio equal FLOP/s would give; a pair in ``extra_pairs`` (the full
+    run's ka-1m-tuned vs tf-1m) is measured but judged by no target."""
+    res = copy.deepcopy(quick["res"])
+    for t in res["targets"]:
+        if t["name"].startswith("throughput"):
+            assert t["note"].startswith("at equal FLOP/s: ") and "model FLOPs per token" in t["note"]
+    res["plan"]["extra_pairs"] = [["ka-extra", "tf-tiny"]]
+    res["training"] += [{**r, "pair": "ka-extra vs tf-tiny"} for r in res["training"]]
+    assert bench.evaluate_targets(res) == quick["res"]["targets"]
+    full = bench.make_plan(Namespace(quick=False, repeats=None, mem_cap_gib=None, compile=None))
+    assert full.extra_pairs == (("ka-1m-tuned", "tf-1m"),) and full.all_pairs()[-1] == ("ka-1m-tuned", "tf-1m")
+    assert ("ka-1m", "tf-1m") in full.pairs and ("ka-5m", "tf-5m") in full.pairs
 
 
 def test_attention_kernel_rows_and_ceiling(quick: dict[str, Any]) -> None:

@@ -248,6 +248,25 @@ def test_inputs_through_a_projection_fused_equal_reference(reader):
     assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_gates_and_value_gate_reading_one_map_compute_it_once(shared):
+    """When the metric gates and the value gate read the same P (ka-1m-tuned), the fused path computes P ψ(θ) once
+    per call (twice when they read different maps); P's gradient is the reference path's."""
+    proj = torch.nn.Linear(2 * K, 5, bias=False).double()
+    other = torch.nn.Linear(2 * K, 5, bias=False).double()
+    layer = make_layer(self_coupling=False, gate_input=proj, value_input=proj if shared else other)
+    calls = []
+    for m in (proj, other):
+        m.register_forward_hook(lambda *_: calls.append(1))
+    th = assert_fused_equals_reference(layer).requires_grad_()
+    calls.clear()
+    fused = layer(th)
+    assert len(calls) == (1 if shared else 2)
+    (g_fused,) = torch.autograd.grad(fused.sum(), [proj.weight])
+    (g_ref,) = torch.autograd.grad(layer(th, path="reference").sum(), [proj.weight])
+    assert torch.allclose(g_fused, g_ref, atol=1e-10, rtol=0)
+
+
 def test_gates_read_through_a_map_of_their_input_width_only():
     gates = PhaseGates(K, H, input_dim=5)
     with pytest.raises(ValueError, match="the gates read 5 inputs, P gives 6"):

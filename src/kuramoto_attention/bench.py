@@ -62,7 +62,7 @@ MEMORY_METHOD = (
 class Plan:
     """Every size the run uses, fixed up front so the document can state it."""
 
-    pairs: tuple[tuple[str, str], ...]
+    pairs: tuple[tuple[str, str], ...]  # the targets' pairs
     modes: tuple[str, ...]
     mem_lengths: tuple[int, ...]
     mem_cap_bytes: int
@@ -72,8 +72,12 @@ class Plan:
     matmul_n: int = 2048
     repeats: int = 5
     steps: int = 3  # training steps per timed measurement
-    warmup: int = 2
+    warmup: int = 5  # alternated steps before timing: compiles, and lets each model's heap settle beside the other's
     precisions: tuple[str, ...] = ("fp32", "bf16")
+    extra_pairs: tuple[tuple[str, str], ...] = ()  # measured as the pairs are, judged by no target
+
+    def all_pairs(self) -> tuple[tuple[str, str], ...]:
+        return self.pairs + self.extra_pairs
 
 
 def add_subcommand(sub: Any) -> None:
@@ -104,7 +108,7 @@ def make_plan(args: Any) -> Plan:
         return Plan((("ka-tiny", "tf-tiny"),), modes, (64, 128), cap, batch=8, context=32, gen_total=64,
                     matmul_n=256, repeats=args.repeats or 1, steps=1, warmup=1)
     return Plan((("ka-1m", "tf-1m"), ("ka-5m", "tf-5m")), modes, (256, 512, 1024, 2048, 4096), cap,
-                repeats=args.repeats or 5)
+                repeats=args.repeats or 5, extra_pairs=(("ka-1m-tuned", "tf-1m"),))
 
 
 def _log(msg: str) -> None:
@@ -186,7 +190,7 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     x, y = _batch(plan)
     tokens = plan.batch * plan.context * plan.steps
-    for ka_name, tf_name in plan.pairs:
+    for ka_name, tf_name in plan.all_pairs():
         torch.manual_seed(0)
         models = {n: build_model(*get_preset(n)).train() for n in (ka_name, tf_name)}
         for mode, precision in product(plan.modes, plan.precisions):
@@ -196,8 +200,8 @@ def bench_training(plan: Plan) -> list[dict[str, Any]]:
             try:
                 torch.compiler.reset()  # earlier settings' graphs must not count against dynamo's recompile limit
                 steps = {n: _train_step(m, precision, mode == "compile") for n, m in models.items()}
-                for step in steps.values():
-                    for _ in range(plan.warmup):
+                for _ in range(plan.warmup):  # alternated as the timed steps are (the module doc of allocator.py)
+                    for step in steps.values():
                         step(x, y)
             except Exception as exc:  # e.g. no C++ compiler for inductor: record it, keep benchmarking
                 rows.append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -229,7 +233,7 @@ def bench_attention(plan: Plan) -> list[dict[str, Any]]:
     the same head count its kernel does twice the multiply-adds, and this part no other optimisation touches.
     """
     rows = []
-    for ka_name, tf_name in plan.pairs:
+    for ka_name, tf_name in plan.all_pairs():
         with torch.device("meta"):
             shapes = {n: attention_shape(build_model(*get_preset(n))) for n in (ka_name, tf_name)}
         for precision in plan.precisions:
@@ -363,6 +367,14 @@ def bench_generation(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+def flop_parity(row: dict[str, Any]) -> float | None:
+    """The ka/tf tokens/s of a training row at equal achieved FLOP/s: tf's model FLOPs per token over ka's
+    (``FLOPS_METHOD``). None for a row recorded without FLOP counts."""
+    if "flops_per_token" not in row.get("ka", {}) or "flops_per_token" not in row.get("tf", {}):
+        return None
+    return row["tf"]["flops_per_token"] / row["ka"]["flops_per_token"]
+
+
 def _target(name: str, value: float | None, key: str, op: str = ">=", note: str = "") -> dict[str, Any]:
     """One target row: PASS/FAIL of ``value op threshold``, N/A when there is no measurement."""
     t = TARGETS[key]
@@ -379,8 +391,10 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         for ka_name, tf_name in res["plan"]["pairs"]:
             row = next((r for r in res["training"] if r["pair"] == f"{ka_name} vs {tf_name}" and r["mode"] == mode
                         and r["precision"] == prec and "ratio" in r), None)
-            out.append(_target(f"throughput {ka_name}/{tf_name}, {label}", row and row["ratio"], key,
-                               note="" if row else "not measured in this run"))
+            parity = row and flop_parity(row)
+            note = ("not measured in this run" if not row else "" if parity is None else
+                    f"at equal FLOP/s: {parity:.3f}, since ka's model FLOPs per token are {1 / parity:.3f}× tf's")
+            out.append(_target(f"throughput {ka_name}/{tf_name}, {label}", row and row["ratio"], key, note=note))
     mem = {(r["subject"], r["T"]): r["peak_bytes"] for r in res["memory"] if "peak_bytes" in r}
     both = [t for t in res["plan"]["mem_lengths"] if ("kuramoto-fused", t) in mem and ("kuramoto-reference", t) in mem]
     ratio = {t: mem[("kuramoto-fused", t)] / mem[("kuramoto-reference", t)] for t in both}
@@ -465,25 +479,31 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
               "## Training throughput", "",
               f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × "
               f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
-              "The two models alternate (A B A B) so drifts hit both alike; warm-up steps (which hold the "
-              f"compile) are excluded. The **default training mode** (what `kuramoto train` does without flags) "
+              f"The two models alternate (A B A B) so drifts hit both alike; {plan['warmup']} alternated warm-up steps "
+              "each (which hold the compile, and after which the process's heap has grown to what both steps "
+              "need) are excluded. The **default training mode** (what `kuramoto train` does without flags) "
               f"is {res['default_mode']['mode']} {res['default_mode']['precision']}. "
               "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision. "
+              "**FLOP parity**: the ka/tf ratio at equal achieved FLOP/s, tf's model FLOPs per token over ka's; "
+              "**per FLOP**: the measured ratio over it (above 1: ka's step turns FLOPs into tokens faster than "
+              "tf's). "
               "Faults: minor page faults per step (median), memory the kernel had to map in afresh "
               "(`allocator.py`: what the process's malloc setting above is for).", ""]
     trows = []
     for r in res["training"]:
         setting = [r["pair"], r["mode"], r["precision"]]
         if "error" in r:
-            trows.append([*setting, "error", "", "", "", r["error"], ""])
+            trows.append([*setting, "error", "", "", "", "", "", r["error"], ""])
             continue
         util = [f"{100 * r[s]['achieved_flops'] / peak[r['precision']]:.2f}%" for s in ("ka", "tf")]
         faults = " / ".join(f"{r[s]['minor_faults_per_step']:,.0f}" if "minor_faults_per_step" in r[s] else "—"
                             for s in ("ka", "tf"))
-        trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}", *util,
-                      faults])
-    lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "ka util", "tf util",
-                     "faults/step ka / tf"], trows)
+        parity = flop_parity(r)
+        per_flop = ["—", "—"] if parity is None else [f"{parity:.3f}", f"{r['ratio'] / parity:.3f}"]
+        trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}",
+                      *per_flop, *util, faults])
+    lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "FLOP parity", "per FLOP",
+                     "ka util", "tf util", "faults/step ka / tf"], trows)
     lines += _attention_section(res)
     lines += ["## Profile of one eager training step", "", "`torch.profiler`, one step in the default precision "
               f"({res['default_mode']['precision']}) after warm-up; operators by self CPU time, share of the "
