@@ -202,6 +202,41 @@ def test_model_flops_counted_analytically() -> None:
     assert bench.model_flops(variant, 32)["matmul_params"] == n_mm
 
 
+@pytest.mark.parametrize("fields", [
+    {}, {"ff_proj": "shared"}, {"ff_proj": "shared", "value_gate_input": "ff-proj"},
+    {"ff_proj": "shared", "gates_input": "ff-proj", "shared_gates": True},
+    {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj", "shared_gates": True, "clock": 3},
+    {"ff_proj": "shared", "value_gate_input": "ff-proj", "ff": "none"}, {"value": "projection"},
+])
+def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """N_mm is every nn.Linear weight times the calls one forward pass makes (a shared P read by the feed-forward
+    and, once, by the gates: twice per layer), and d_qk, d_v the widths the attention calls receive (clocks widen
+    the queries and keys): counted by hooks on a real forward pass of ka-tiny variants, not by the formula."""
+    import torch
+    import torch.nn.functional as F
+
+    family, cfg = get_preset("ka-tiny")
+    model = build_model(family, replace(cfg, **fields))
+    calls: list[int] = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.register_forward_hook(lambda mod, *_: calls.append(mod.weight.numel()))
+    widths: list[tuple[int, int]] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> torch.Tensor:
+        widths.append((q.shape[1] * q.shape[-1], v.shape[1] * v.shape[-1]))
+        return sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    with torch.enable_grad():  # the training path (hand-fused), whose calls the benchmark times
+        model(torch.zeros(1, 8, dtype=torch.long))
+    flops = bench.model_flops(model, 8)
+    assert flops["matmul_params"] == sum(calls)  # ka-tiny's readout is untied: every matmul is an nn.Linear
+    assert set(widths) == {(flops["d_qk"], flops["d_v"])} and len(widths) == cfg.depth
+
+
 def test_output_paths_never_overwrite_the_real_benchmark() -> None:
     assert bench.output_paths(Namespace(out=None, quick=False)) == (Path("BENCHMARKS.md"), Path("results/bench.json"))
     md, js = bench.output_paths(Namespace(out=None, quick=True))

@@ -43,12 +43,13 @@ ARCHIVE = Path("results") / "bench-runs"  # every full run's JSON, kept: machine
 # thresholds: ka/tf tokens/s (default mode; eager fp32), fused/reference peak memory, cache speed-up
 TARGETS = {"default": 1.0, "eager_fp32": 0.9, "memory": 0.10, "generation": 10.0}
 FLOPS_METHOD = (
-    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight (a shared module, "
-    "gates or the feed-forward's P, counted once per layer using it) plus a tied output head (ψ(E) for Kuramoto); "
-    "embedding lookups are gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, "
-    "backward twice forward) over the full T with no causal halving; for Kuramoto the query/key features and the "
-    "values are ψ(θ) of width 2k, for the transformer width d. Elementwise work (cos, sin, softmax, AdamW) is not "
-    "counted.")
+    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight, as often as a step "
+    "applies it (a shared module once per layer that reads it; the feed-forward's shared P ψ(θ) once per layer for "
+    "the feed-forward and once more when the gates read it), plus a tied output head (ψ(E) for Kuramoto); embedding "
+    "lookups are gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, backward "
+    "twice forward) over the full T with no causal halving; for Kuramoto the query/key features and the values are "
+    "ψ(θ) of width 2k (queries and keys 2c wider per head with c clock oscillators), for the transformer width d. "
+    "Elementwise work (cos, sin, softmax, AdamW) is not counted.")
 MEMORY_METHOD = (
     "One attention layer at ka-1m width (dim 128, 4 heads; the transformer: the attention module of a tf-1m "
     "block), batch 1, fp32, forward + backward of the output's sum. Measured with `torch.profiler` "
@@ -123,12 +124,25 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
         n_mm += model.tok_embedding.weight.numel() if model.head is None else 0
         d_qk = d_v = cfg.dim
     else:
-        shared = [model.shared_ff_proj] + ([model.shared_gates.proj] if model.shared_gates is not None else [])
-        n_mm += sum((cfg.depth - 1) * m.weight.numel() for m in shared if m is not None)  # used once per layer
+        n_mm += sum((uses - 1) * m.weight.numel() for m, uses in shared_uses(model))
         n_mm += model.phase_embedding.numel() * 2 if model.prototypes is None else 0  # tied readout: ψ(E) as weights
-        d_qk, d_v = 2 * cfg.dim, 2 * cfg.dim if cfg.value == "circular" else cfg.dim
+        d_qk = 2 * cfg.dim + 2 * cfg.clock * cfg.heads  # ψ(φ) features, then each head's clock features
+        d_v = 2 * cfg.dim if cfg.value == "circular" else cfg.dim
     attn = 6 * cfg.depth * context * (d_qk + d_v)
     return {"matmul_params": n_mm, "d_qk": d_qk, "d_v": d_v, "flops_per_token": 6 * n_mm + attn}
+
+
+def shared_uses(model: nn.Module) -> list[tuple[nn.Linear, int]]:
+    """The Kuramoto model's modules that several layers apply, each with how often one forward pass applies it:
+    the shared gates once per layer; the shared P once per layer for the feed-forward (when it reads P ψ(θ)) and
+    once more for the gates and the value gate, which compute the same P ψ(θ) once (layer.py ``_shared_read``)."""
+    cfg, out = model.config, []
+    if model.shared_gates is not None:
+        out.append((model.shared_gates.proj, cfg.depth))
+    if model.shared_ff_proj is not None:
+        gates_read = cfg.value_gate_input == "ff-proj" or (cfg.gates and cfg.gates_input == "ff-proj")
+        out.append((model.shared_ff_proj, cfg.depth * (int(cfg.ff == "lift") + int(gates_read))))
+    return out
 
 
 def matmul_peak(n: int, repeats: int) -> dict[str, float]:
