@@ -206,6 +206,8 @@ def test_model_flops_counted_analytically() -> None:
     {}, {"ff_proj": "shared"}, {"ff_proj": "shared", "value_gate_input": "ff-proj"},
     {"ff_proj": "shared", "gates_input": "ff-proj", "shared_gates": True},
     {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj", "shared_gates": True, "clock": 3},
+    {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj"},  # per-layer gates read P too
+    {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj", "gates": False},
     {"ff_proj": "shared", "value_gate_input": "ff-proj", "ff": "none"}, {"value": "projection"},
 ])
 def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any],
@@ -230,11 +232,14 @@ def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any]
         return sdpa(q, k, v, **kw)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
-    with torch.enable_grad():  # the training path (hand-fused), whose calls the benchmark times
-        model(torch.zeros(1, 8, dtype=torch.long))
     flops = bench.model_flops(model, 8)
-    assert flops["matmul_params"] == sum(calls)  # ka-tiny's readout is untied: every matmul is an nn.Linear
-    assert set(widths) == {(flops["d_qk"], flops["d_v"])} and len(widths) == cfg.depth
+    for grad in (True, False):  # the training path (hand-fused), whose calls the benchmark times, and the plain one
+        calls.clear()
+        widths.clear()
+        with torch.set_grad_enabled(grad):
+            model(torch.zeros(1, 8, dtype=torch.long))
+        assert flops["matmul_params"] == sum(calls)  # ka-tiny's readout is untied: every matmul is an nn.Linear
+        assert set(widths) == {(flops["d_qk"], flops["d_v"])} and len(widths) == cfg.depth
 
 
 def test_output_paths_never_overwrite_the_real_benchmark() -> None:

@@ -259,9 +259,11 @@ def test_gates_and_value_gate_reading_one_map_compute_it_once(shared):
     for m in (proj, other):
         m.register_forward_hook(lambda *_: calls.append(1))
     th = assert_fused_equals_reference(layer).requires_grad_()
-    calls.clear()
-    fused = layer(th)
-    assert len(calls) == (1 if shared else 2)
+    for grad in (False, True):  # the plain expressions and the hand-fused path
+        calls.clear()
+        with torch.set_grad_enabled(grad):
+            fused = layer(th)
+        assert len(calls) == (1 if shared else 2) == len(layer.input_maps())
     (g_fused,) = torch.autograd.grad(fused.sum(), [proj.weight])
     (g_ref,) = torch.autograd.grad(layer(th, path="reference").sum(), [proj.weight])
     assert torch.allclose(g_fused, g_ref, atol=1e-10, rtol=0)
@@ -271,6 +273,10 @@ def test_gates_read_through_a_map_of_their_input_width_only():
     gates = PhaseGates(K, H, input_dim=5)
     with pytest.raises(ValueError, match="the gates read 5 inputs, P gives 6"):
         gates.read_through(torch.nn.Linear(2 * K, 6, bias=False))
+    plain = PhaseGates(K, H)  # reads ψ(θ): a precomputed P ψ(θ) is a caller's mistake, not silently used
+    psi = torch.randn(1, 3, 2 * K)
+    with pytest.raises(ValueError, match="reads ψ"):
+        plain(psi, p_psi=psi)
 
 
 @pytest.mark.parametrize("self_coupling,log_weight", [(True, False), (False, False), (True, True)])

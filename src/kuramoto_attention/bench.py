@@ -43,13 +43,14 @@ ARCHIVE = Path("results") / "bench-runs"  # every full run's JSON, kept: machine
 # thresholds: ka/tf tokens/s (default mode; eager fp32), fused/reference peak memory, cache speed-up
 TARGETS = {"default": 1.0, "eager_fp32": 0.9, "memory": 0.10, "generation": 10.0}
 FLOPS_METHOD = (
-    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight, as often as a step "
-    "applies it (a shared module once per layer that reads it; the feed-forward's shared P ψ(θ) once per layer for "
-    "the feed-forward and once more when the gates read it), plus a tied output head (ψ(E) for Kuramoto); embedding "
-    "lookups are gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, backward "
-    "twice forward) over the full T with no causal halving; for Kuramoto the query/key features and the values are "
-    "ψ(θ) of width 2k (queries and keys 2c wider per head with c clock oscillators), for the transformer width d. "
-    "Elementwise work (cos, sin, softmax, AdamW) is not counted.")
+    "Model FLOPs per token = 6 · N_mm + 6 · L · T · (d_qk + d_v). N_mm: every nn.Linear weight, as often as a "
+    "forward pass applies it (shared metric gates once per layer; the shared P once per layer whose feed-forward reads "
+    "P ψ(θ), and once more per layer whose metric gates or value gate read it, one product serving both), plus a tied "
+    "output head (ψ(E) for Kuramoto): a weight shared by L layers counts once in the parameters but L times here; "
+    "embedding lookups are gathers, not matmuls. The attention term counts QKᵀ and A·V (2 FLOPs per multiply-add, "
+    "backward twice forward) over the full T with no causal halving; for Kuramoto the query/key features and the "
+    "values are ψ(θ) of width 2k (queries and keys 2c wider per head with c clock oscillators), for the transformer "
+    "width d. Elementwise work (cos, sin, softmax, AdamW) is not counted.")
 MEMORY_METHOD = (
     "One attention layer at ka-1m width (dim 128, 4 heads; the transformer: the attention module of a tf-1m "
     "block), batch 1, fp32, forward + backward of the output's sum. Measured with `torch.profiler` "
@@ -73,7 +74,7 @@ class Plan:
     matmul_n: int = 2048
     repeats: int = 5
     steps: int = 3  # training steps per timed measurement
-    warmup: int = 5  # alternated steps before timing: compiles, and lets each model's heap settle beside the other's
+    warmup: int = 5  # steps before timing (training: alternated), holding the compile; lets each heap settle
     precisions: tuple[str, ...] = ("fp32", "bf16")
     extra_pairs: tuple[tuple[str, str], ...] = ()  # measured as the pairs are, judged by no target
 
@@ -133,15 +134,17 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
 
 
 def shared_uses(model: nn.Module) -> list[tuple[nn.Linear, int]]:
-    """The Kuramoto model's modules that several layers apply, each with how often one forward pass applies it:
-    the shared gates once per layer; the shared P once per layer for the feed-forward (when it reads P ψ(θ)) and
-    once more for the gates and the value gate, which compute the same P ψ(θ) once (layer.py ``_shared_read``)."""
-    cfg, out = model.config, []
+    """The Kuramoto model's modules that several layers apply, each with how often one forward pass applies it,
+    read off the built blocks: the shared gates once per layer that has gates; the shared P once per layer whose
+    feed-forward reads it, and once more per layer whose metric gates or value gate read it (the two compute one
+    P ψ(θ) when both read it: layer.py ``_shared_read``)."""
+    out = []
     if model.shared_gates is not None:
-        out.append((model.shared_gates.proj, cfg.depth))
-    if model.shared_ff_proj is not None:
-        gates_read = cfg.value_gate_input == "ff-proj" or (cfg.gates and cfg.gates_input == "ff-proj")
-        out.append((model.shared_ff_proj, cfg.depth * (int(cfg.ff == "lift") + int(gates_read))))
+        out.append((model.shared_gates.proj, sum(b.attn._gate_module() is model.shared_gates for b in model.blocks)))
+    p = model.shared_ff_proj
+    if p is not None:
+        by_ff = sum(b.ff is not None and b.ff._input_proj[0] is p for b in model.blocks)
+        out.append((p, by_ff + sum(m is p for b in model.blocks for m in b.attn.input_maps())))
     return out
 
 
@@ -243,8 +246,9 @@ def bench_attention(plan: Plan) -> list[dict[str, Any]]:
     """The causal SDPA call alone at each model's shapes: forward + backward of every layer's call on
     contiguous random inputs (batch × heads × context × width), ka and tf alternated, per precision.
 
-    Kuramoto's queries, keys and values are ψ-features of width 2k/H per head, the transformer's k/H: at
-    the same head count its kernel does twice the multiply-adds, and this part no other optimisation touches.
+    Kuramoto's queries, keys and values are ψ-features of width 2k/H per head (queries and keys 2c wider with c
+    clock oscillators), the transformer's k/H: at the same head count its kernel does twice the multiply-adds,
+    and this part no other optimisation touches.
     """
     rows = []
     for ka_name, tf_name in plan.all_pairs():
@@ -461,9 +465,12 @@ def _history_section(history: list[dict[str, Any]]) -> list[str]:
 
     lines = ["## Every recorded full run", "", f"The targets of each full `kuramoto bench` run recorded in "
              f"`{ARCHIVE}/` (one JSON per run, written by the run itself), oldest first; the sections above are "
-             "the latest. Machines differ between sessions: the ratios move with the CPU, not only with the code.", ""]
+             "the latest. Machines differ between sessions: the ratios move with the CPU, not only with the code. "
+             "The runs with 2 warm-up steps per model took them one model after the other, the later ones "
+             "alternated.", ""]
     head = ["target", *(f"{r['machine']['date'][:16]} {r['machine']['cpu']}" for r in history)]
-    return lines + _table(head, [[n, *(cell(v.get(n)) for v in verdicts)] for n in names])
+    warmup = ["training warm-up steps per model", *(str(r["plan"]["warmup"]) for r in history)]
+    return lines + _table(head, [warmup, *([n, *(cell(v.get(n)) for v in verdicts)] for n in names)])
 
 
 def load_history() -> list[dict[str, Any]]:
@@ -493,14 +500,14 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
               "## Training throughput", "",
               f"Tokens/s of one training step (forward, backward, grad clip, AdamW) at batch {plan['batch']} × "
               f"context {plan['context']}, median of {plan['repeats']} measurements of {plan['steps']} steps each. "
-              f"The two models alternate (A B A B) so drifts hit both alike; {plan['warmup']} alternated warm-up steps "
-              "each (which hold the compile, and after which the process's heap has grown to what both steps "
-              "need) are excluded. The **default training mode** (what `kuramoto train` does without flags) "
+              f"The two models alternate (A B A B) so drifts hit both alike; {plan['warmup']} warm-up steps each, "
+              "also alternated (they hold the compile, and after them the process's heap has grown to what both "
+              "steps need), are excluded. The **default training mode** (what `kuramoto train` does without flags) "
               f"is {res['default_mode']['mode']} {res['default_mode']['precision']}. "
               "Utilisation: analytic model FLOP/s (below) over the measured matmul peak of the same precision. "
               "**FLOP parity**: the ka/tf ratio at equal achieved FLOP/s, tf's model FLOPs per token over ka's; "
-              "**per FLOP**: the measured ratio over it (above 1: ka's step turns FLOPs into tokens faster than "
-              "tf's). "
+              "**FLOP/s ka/tf**: the measured ratio over it, i.e. ka's achieved FLOP/s over tf's (= ka util / tf util; "
+              "above 1: ka's step turns FLOPs into tokens faster than tf's). "
               "Faults: minor page faults per step (median), memory the kernel had to map in afresh "
               "(`allocator.py`: what the process's malloc setting above is for).", ""]
     trows = []
@@ -516,7 +523,7 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
         per_flop = ["—", "—"] if parity is None else [f"{parity:.3f}", f"{r['ratio'] / parity:.3f}"]
         trows.append([*setting, f"{r['ka']['median']:,.0f}", f"{r['tf']['median']:,.0f}", f"{r['ratio']:.3f}",
                       *per_flop, *util, faults])
-    lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "FLOP parity", "per FLOP",
+    lines += _table(["models", "mode", "precision", "ka tok/s", "tf tok/s", "ka/tf", "FLOP parity", "FLOP/s ka/tf",
                      "ka util", "tf util", "faults/step ka / tf"], trows)
     lines += _attention_section(res)
     lines += ["## Profile of one eager training step", "", "`torch.profiler`, one step in the default precision "

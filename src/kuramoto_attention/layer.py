@@ -45,6 +45,15 @@ from .torus import lift, tangent_projection
 Path = Literal["fused", "reference"]
 
 
+def _read_through(source: nn.Linear | None, psi: Tensor, p_psi: Tensor | None) -> Tensor:
+    """What a gate reads: ψ(θ) itself (no ``source``), or P ψ(θ), computed here unless the caller passes it."""
+    if source is None:
+        if p_psi is not None:
+            raise ValueError("got P ψ(θ) for a gate that reads ψ(θ) itself")
+        return psi
+    return source(psi) if p_psi is None else p_psi
+
+
 class PhaseGates(nn.Module):
     """ρ(W ψ(θ)) for the query and key gates: softplus, then divide by the mean over
     each head's coordinates, so the gates are a positive diagonal metric of mean 1.
@@ -53,7 +62,8 @@ class PhaseGates(nn.Module):
     ``read_through(P)``, P (2k -> r) a map its owner holds (the feed-forward's shared P), the gates read P ψ(θ):
     W_q, W_k are r -> k.
     psi: (B, T, 2k)  ->  g^q, g^k: (B, H, T, k/H). ``q_scale`` (H,) multiplies g^q in the
-    same pass (the fused path folds the temperature τ in here).
+    same pass (the fused path folds the temperature τ in here). ``p_psi``: P ψ(θ) (B, T, r), when the caller
+    has computed it already (the layer's value gate reads the same P).
     """
 
     def __init__(self, dim: int, heads: int, input_dim: int = 0) -> None:
@@ -75,15 +85,14 @@ class PhaseGates(nn.Module):
         """The P these gates read through, or None (they read ψ(θ))."""
         return self._input[0] if self._input else None
 
-    def logits(self, psi: Tensor, read: Tensor | None = None) -> Tensor:
-        """W ψ(θ) + b (or W P ψ(θ) + b), before ρ: (B, T, 2k). ``read``: P ψ(θ), when the caller has it already."""
-        if read is None:
-            read = self._input[0](psi) if self._input else psi
-        return self.proj(read)
+    def logits(self, psi: Tensor, p_psi: Tensor | None = None) -> Tensor:
+        """W ψ(θ) + b (or W P ψ(θ) + b), before ρ: (B, T, 2k). ``p_psi``: P ψ(θ), when the caller has it already."""
+        return self.proj(_read_through(self.source, psi, p_psi))
 
-    def forward(self, psi: Tensor, q_scale: Tensor | None = None, read: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, psi: Tensor, q_scale: Tensor | None = None, p_psi: Tensor | None = None
+                ) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
-        g = F.softplus(self.logits(psi, read)).view(b, t, 2, self.heads, -1)
+        g = F.softplus(self.logits(psi, p_psi)).view(b, t, 2, self.heads, -1)
         scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
@@ -303,13 +312,21 @@ class KuramotoAttention(nn.Module):
             return ones, ones
         return module(psi)
 
-    def _shared_read(self, psi: Tensor) -> Tensor | None:
-        """P ψ(θ) (B, T, r) when the metric gates and the value gate read the same P (``ka-1m-tuned``): computed
-        once here, not once by each. None otherwise (each reads its own input)."""
-        module = self._gate_module()
-        if self._value_input and module is not None and module.source is self._value_input[0]:
-            return self._value_input[0](psi)
+    def _shared_read(self, psi: Tensor, module: PhaseGates | None) -> Tensor | None:
+        """P ψ(θ) (B, T, r) when the metric gates ``module`` and the value gate read the same P (``ka-1m-tuned``):
+        computed once here, not once by each. None otherwise (each reads its own input)."""
+        source = self._value_input[0] if self._value_input else None
+        if source is not None and module is not None and module.source is source:
+            return source(psi)
         return None
+
+    def input_maps(self) -> list[nn.Linear]:
+        """The maps P owned elsewhere that one forward pass applies, once per application (FLOP counting)."""
+        module = self._gate_module()
+        maps = [module.source] if module is not None and module.source is not None else []
+        if self._value_input and not (maps and maps[0] is self._value_input[0]):  # one P ψ(θ) serves both
+            maps.append(self._value_input[0])
+        return maps
 
     def _heads(self, x: Tensor) -> Tensor:
         """(B, T, k) -> (B, H, T, k/H)."""
@@ -346,12 +363,10 @@ class KuramotoAttention(nn.Module):
     def _tau(self) -> Tensor:
         return self.log_tau.exp().view(self.heads, 1, 1)
 
-    def value(self, psi: Tensor, read: Tensor | None = None) -> Tensor:
+    def value(self, psi: Tensor, p_psi: Tensor | None = None) -> Tensor:
         """v(θ) = W_v ψ(θ) + b, or W_v P ψ(θ) + b with ``value_input``: (B, T, 2k) -> (B, T, k).
-        ``read``: P ψ(θ), when the caller has it already."""
-        if read is None:
-            read = self._value_input[0](psi) if self._value_input else psi
-        return self.value_gate(read)
+        ``p_psi``: P ψ(θ), when the caller has it already."""
+        return self.value_gate(_read_through(self._value_input[0] if self._value_input else None, psi, p_psi))
 
     def _step(self, theta: Tensor, psi: Tensor, value: Tensor, a: Tensor) -> Tensor:
         """θ ← θ + bound(v(θ) ⊙ a) [⊙ m(θ)]: the bounded, value-gated move along the circle (in θ's dtype)."""
@@ -380,12 +395,12 @@ class KuramotoAttention(nn.Module):
         att_dtype = psi.dtype if self.fp32_attention else psi_mm.dtype
         hand = fused_applies()
         module = self._gate_module()
-        read = self._shared_read(psi_mm)
+        p_psi = self._shared_read(psi_mm, module)
         if hand and module is not None:
             lag = self._lag_flat(psi_mm, theta.dtype)
-            q, k = query_key(theta, self.omega, pos, lag, module.logits(psi_mm, read), self.log_tau.exp(), att_dtype)
+            q, k = query_key(theta, self.omega, pos, lag, module.logits(psi_mm, p_psi), self.log_tau.exp(), att_dtype)
         else:
-            q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype, read)
+            q, k = self._query_key_plain(theta, psi_mm, pos, att_dtype, p_psi)
         if self.clock is not None:  # 2c more query/key features per head (the values keep their width)
             cq, ck = self.clock.features(pos, self.log_tau.exp(), att_dtype)
             q = torch.cat((q, cq.expand(q.shape[0], -1, -1, -1)), dim=-1)
@@ -396,17 +411,17 @@ class KuramotoAttention(nn.Module):
         no_autocast = torch.autocast(theta.device.type, enabled=False) if self.fp32_attention else nullcontext()
         with no_autocast:
             out = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), exclude_self=not self.self_coupling)
-        value = self.value(psi_mm, read)
+        value = self.value(psi_mm, p_psi)
         if (hand and self.value_proj is None and self.bound.kind == "norm" and self.coupling_lag is None
                 and self.step_gate is None):
             return gated_step(theta, psi, out, value, self.bound.log_radius)
         return self._step(theta, psi_mm, value, self._increment_plain(theta, psi, out))
 
     def _query_key_plain(
-        self, theta: Tensor, psi_mm: Tensor, pos: Tensor, att_dtype: torch.dtype, read: Tensor | None = None
+        self, theta: Tensor, psi_mm: Tensor, pos: Tensor, att_dtype: torch.dtype, p_psi: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """q, k (B, H, T, 2d) as plain expressions: τ is folded into the query gate; ψ(φ) is computed in
-        θ's dtype and cast once, so the gate products see one dtype. ``read``: ``_shared_read``'s P ψ(θ)."""
+        θ's dtype and cast once, so the gate products see one dtype. ``p_psi``: ``_shared_read``'s P ψ(θ)."""
         d = self.head_dim
         phi = self._heads(theta) + self._omega().to(theta.dtype) * pos[:, None]  # φ_t = θ_t + ω t
         trig = lift(phi).to(att_dtype)  # ψ(φ) per head: (B, H, T, 2d)
@@ -416,7 +431,7 @@ class KuramotoAttention(nn.Module):
         module = self._gate_module()
         if module is None:
             return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
-        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, read=read))
+        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, p_psi=p_psi))
         q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
         k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
         return q, k
