@@ -59,8 +59,9 @@ def test_quick_run_writes_markdown_and_json(quick: dict[str, Any]) -> None:
     assert "Quick smoke run" in md
     assert res["command"] == f"kuramoto bench --quick --json --out {quick['out']}"
     assert f"`{res['command']}`" in md
-    for key in ("cpu", "cores", "torch", "threads", "date", "malloc"):
+    for key in ("cpu", "matmul_flags", "cores", "torch", "threads", "date", "malloc"):
         assert res["machine"][key] not in (None, "")
+    assert f"- matmul features: {res['machine']['matmul_flags']}" in md  # AMX or not decides bf16 speed
     assert f"- memory: {res['machine']['malloc']}" in md  # what the CLI set (allocator.py), stated
     for r in res["training"]:  # page faults counted per model, shown beside the ratio
         assert all(r[s]["minor_faults_per_step"] >= 0 for s in ("ka", "tf"))

@@ -436,12 +436,19 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# CPU features that decide how fast bf16 matmuls run (AMX tiles ~2x AVX-512 BF16): two machines with the same
+# model name can differ here, and the bf16 ratios with them.
+MATMUL_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+
+
 def machine_info() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
+    model, flags = platform.processor() or platform.machine(), "not readable (no /proc/cpuinfo)"
     with contextlib.suppress(OSError, StopIteration):
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    return {"cpu": model, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+        present = set(next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags")))
+        flags = ", ".join(f for f in MATMUL_FLAGS if f in present) or "none of " + ", ".join(MATMUL_FLAGS)
+    return {"cpu": model, "matmul_flags": flags, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "python": platform.python_version(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0], "date": datetime.datetime.now(datetime.UTC).isoformat()[:19]}
@@ -494,7 +501,9 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
                     [[t["name"], "—" if t["value"] is None else f"{t['value']:.3f}", f"{t['op']} {t['threshold']}",
                       f"**{t['status']}**" + (f" ({t['note']})" if t["note"] else "")] for t in res["targets"]])
     lines += ["## Machine", "", f"- CPU: {m['cpu']} ({m['cpu_capability']}); {m['cores']} cores, "
-              f"{m['cores_usable']} usable", f"- torch {m['torch']}, {m['threads']} threads, Python {m['python']}, "
+              f"{m['cores_usable']} usable",
+              f"- matmul features: {m.get('matmul_flags', 'not recorded')}",
+              f"- torch {m['torch']}, {m['threads']} threads, Python {m['python']}, "
               f"{m['platform']}", f"- date {m['date']}; load average at start {m['load_average_at_start']:.2f} "
               "(timings assume an idle machine)", f"- memory: {m.get('malloc', 'not recorded')}", "",
               "## Training throughput", "",
