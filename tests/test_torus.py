@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from kuramoto_attention import torus
 from kuramoto_attention.torus import bound_elementwise, bound_norm, circular_mean, lift, tangent_projection, wrap
 
 
@@ -98,6 +99,16 @@ def test_lift_hand_fused_gradient():
     b = theta.detach().bfloat16()
     assert lift(b).dtype == torch.bfloat16
     torch.testing.assert_close(lift(torch.arange(3)), lift(torch.arange(3.0)))  # integer angles: floats out
+
+
+def test_lift_without_graph_is_the_same_for_small_and_large_inputs():
+    """Without autograd, small inputs (a decoding step) take torch.cat and large ones the halves: same values."""
+    theta = torch.rand(2, 300, 129) * 20 - 10  # above the small-input size; rows not a multiple of the vector width
+    assert theta.numel() > torus._SMALL
+    large = lift(theta)
+    small = torch.cat([lift(row) for row in theta.split(1, dim=1)], dim=1)  # one position at a time
+    torch.testing.assert_close(large, small, rtol=0, atol=0)
+    torch.testing.assert_close(large, torch.cat((theta.cos(), theta.sin()), -1), rtol=0, atol=0)
 
 
 def test_lift_does_not_break_a_compiled_graph():

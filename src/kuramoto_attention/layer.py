@@ -93,11 +93,12 @@ class PhaseGates(nn.Module):
                 ) -> tuple[Tensor, Tensor]:
         b, t, _ = psi.shape
         g = F.softplus(self.logits(psi, p_psi)).view(b, t, 2, self.heads, -1)
-        scale = 1.0 / g.mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1): cheap
+        scale = g.mean(dim=-1, keepdim=True).reciprocal()  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
         g = (g * scale.to(g.dtype)).to(psi.dtype)  # in psi's dtype (autocast may have changed it)
-        return g[:, :, 0].transpose(1, 2), g[:, :, 1].transpose(1, 2)
+        gq, gk = g.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, k/H) each
+        return gq, gk
 
 
 class PositionalClock(nn.Module):

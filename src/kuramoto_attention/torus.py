@@ -23,13 +23,19 @@ def lift(theta: Tensor) -> Tensor:
     halves of the output, and the backward dθ = cos θ · g_sin − sin θ · g_cos reuses them
     instead of evaluating sin and cos again (once differentiable: no double backward).
     Under torch.compile the plain expression is used: the compiler fuses it anyway, and
-    ``out=`` into a slice would break its graph.
+    ``out=`` into a slice would break its graph. So is it for small inputs without a graph (a
+    cached decoding step's one token): three operators cost less to launch than the halves' five.
     """
     if torch.compiler.is_compiling() or not theta.is_floating_point():
         return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
     if theta.requires_grad and torch.is_grad_enabled():
         return _Lift.apply(theta)
+    if theta.numel() <= _SMALL:
+        return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
     return _lift_into_halves(theta)  # no graph to record: skip the Function's Python overhead
+
+
+_SMALL = 2**16  # elements; below this, launching operators costs more than copying the halves (measured on CPU)
 
 
 def _lift_into_halves(theta: Tensor) -> Tensor:
