@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 TWO_PI = 2.0 * math.pi
+_SMALL = 2**16  # elements; below this, launching operators costs more than copying the halves (measured on CPU)
 
 
 def lift(theta: Tensor) -> Tensor:
@@ -26,16 +27,12 @@ def lift(theta: Tensor) -> Tensor:
     ``out=`` into a slice would break its graph. So is it for small inputs without a graph (a
     cached decoding step's one token): three operators cost less to launch than the halves' five.
     """
-    if torch.compiler.is_compiling() or not theta.is_floating_point():
+    recording = theta.requires_grad and torch.is_grad_enabled()
+    if torch.compiler.is_compiling() or not theta.is_floating_point() or (not recording and theta.numel() <= _SMALL):
         return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
-    if theta.requires_grad and torch.is_grad_enabled():
+    if recording:
         return _Lift.apply(theta)
-    if theta.numel() <= _SMALL:
-        return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
     return _lift_into_halves(theta)  # no graph to record: skip the Function's Python overhead
-
-
-_SMALL = 2**16  # elements; below this, launching operators costs more than copying the halves (measured on CPU)
 
 
 def _lift_into_halves(theta: Tensor) -> Tensor:
