@@ -61,7 +61,8 @@ class PhaseGates(nn.Module):
     One instance per layer (default) or one shared by all layers (``shared_gates``). With ``input_dim`` r and
     ``read_through(P)``, P (2k -> r) a map its owner holds (the feed-forward's shared P), the gates read P ψ(θ):
     W_q, W_k are r -> k.
-    psi: (B, T, 2k)  ->  g^q, g^k: (B, H, T, k/H). ``q_scale`` (H,) multiplies g^q in the
+    psi: (B, T, 2k)  ->  g^q, g^k stacked: (2, B, H, T, k/H) (one tensor, so that the query's and the key's
+    features are gated in one product). ``q_scale`` (H,) multiplies g^q in the
     same pass (the fused path folds the temperature τ in here). ``p_psi``: P ψ(θ) (B, T, r), when the caller
     has computed it already (the layer's value gate reads the same P).
     """
@@ -89,16 +90,14 @@ class PhaseGates(nn.Module):
         """W ψ(θ) + b (or W P ψ(θ) + b), before ρ: (B, T, 2k). ``p_psi``: P ψ(θ), when the caller has it already."""
         return self.proj(_read_through(self.source, psi, p_psi))
 
-    def forward(self, psi: Tensor, q_scale: Tensor | None = None, p_psi: Tensor | None = None
-                ) -> tuple[Tensor, Tensor]:
+    def forward(self, psi: Tensor, q_scale: Tensor | None = None, p_psi: Tensor | None = None) -> Tensor:
         b, t, _ = psi.shape
         g = F.softplus(self.logits(psi, p_psi)).view(b, t, 2, self.heads, -1)
         scale = g.mean(dim=-1, keepdim=True).reciprocal()  # (B, T, 2, H, 1): cheap
         if q_scale is not None:
             scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, self.heads, 1)
         g = (g * scale.to(g.dtype)).to(psi.dtype)  # in psi's dtype (autocast may have changed it)
-        gq, gk = g.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, k/H) each
-        return gq, gk
+        return g.permute(2, 0, 3, 1, 4)  # (2, B, H, T, k/H)
 
 
 class PositionalClock(nn.Module):
@@ -311,7 +310,8 @@ class KuramotoAttention(nn.Module):
         if module is None:
             ones = psi.new_ones(psi.shape[0], self.heads, psi.shape[1], self.head_dim)
             return ones, ones
-        return module(psi)
+        gq, gk = module(psi)
+        return gq, gk
 
     def _shared_read(self, psi: Tensor, module: PhaseGates | None) -> Tensor | None:
         """P ψ(θ) (B, T, r) when the metric gates ``module`` and the value gate read the same P (``ka-1m-tuned``):
@@ -432,9 +432,9 @@ class KuramotoAttention(nn.Module):
         module = self._gate_module()
         if module is None:
             return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
-        gq, gk = (g.to(att_dtype) for g in module(psi_mm, q_scale=tau, p_psi=p_psi))
-        q = (trig_q.unflatten(-1, (2, d)) * gq.unsqueeze(-2)).flatten(-2)
-        k = (trig.unflatten(-1, (2, d)) * gk.unsqueeze(-2)).flatten(-2)
+        g = module(psi_mm, q_scale=tau, p_psi=p_psi).to(att_dtype)  # (2, B, H, T, d): g^q, g^k
+        trig_qk = trig if lag is None else torch.stack((trig_q, trig))  # (B, H, T, 2d) or (2, B, H, T, 2d)
+        q, k = (trig_qk.unflatten(-1, (2, d)) * g.unsqueeze(-2)).flatten(-2)  # cos and sin halves alike
         return q, k
 
     def _increment_plain(self, theta: Tensor, psi: Tensor, out: Tensor) -> Tensor:

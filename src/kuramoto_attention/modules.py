@@ -105,7 +105,7 @@ def rotary_angles(head_dim: int, base: float = 10000.0) -> Tensor:
 def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor) -> Tensor:
     """RoPE on pairs (x_i, x_{i+n}) of the last axis: rotate pair i by freqs_i · position.
 
-    x: (B, H, T, 2n); freqs: (n,); positions: (T,) absolute positions.
+    x: (..., T, 2n) (e.g. queries and keys stacked: (2, B, H, T, 2n)); freqs: (n,); positions: (T,) absolute positions.
     """
     angle = positions[:, None].to(freqs.dtype) * freqs  # (T, n)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)

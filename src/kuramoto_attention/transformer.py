@@ -38,10 +38,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
         b, t, _ = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, d)
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + t, device=x.device)
-        q, k = apply_rotary(q, self.freqs, pos), apply_rotary(k, self.freqs, pos)
+        q, k = apply_rotary(qkv[:2], self.freqs, pos)  # queries and keys in one pass: one cos/sin table
+        v = qkv[2]
         if cache is not None:
             k, v = cache.update(k, v)
         y = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
