@@ -310,7 +310,7 @@ class KuramotoAttention(nn.Module):
         if module is None:
             ones = psi.new_ones(psi.shape[0], self.heads, psi.shape[1], self.head_dim)
             return ones, ones
-        gq, gk = module(psi)
+        gq, gk = module(psi).unbind(0)
         return gq, gk
 
     def _shared_read(self, psi: Tensor, module: PhaseGates | None) -> Tensor | None:
@@ -434,7 +434,7 @@ class KuramotoAttention(nn.Module):
             return trig_q * tau.to(trig.dtype).view(self.heads, 1, 1), trig
         g = module(psi_mm, q_scale=tau, p_psi=p_psi).to(att_dtype)  # (2, B, H, T, d): g^q, g^k
         trig_qk = trig if lag is None else torch.stack((trig_q, trig))  # (B, H, T, 2d) or (2, B, H, T, 2d)
-        q, k = (trig_qk.unflatten(-1, (2, d)) * g.unsqueeze(-2)).flatten(-2)  # cos and sin halves alike
+        q, k = (trig_qk.unflatten(-1, (2, d)) * g.unsqueeze(-2)).flatten(-2).unbind(0)  # cos, sin halves alike
         return q, k
 
     def _increment_plain(self, theta: Tensor, psi: Tensor, out: Tensor) -> Tensor:
