@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from kuramoto_attention import bench
 from kuramoto_attention.cli import main
@@ -164,6 +165,17 @@ def test_memory_rows_and_generation(quick: dict[str, Any]) -> None:
     assert rows[("kuramoto-reference", 128)]["peak_bytes"] > rows[("kuramoto-fused", 128)]["peak_bytes"]
     assert {g["preset"] for g in res["generation"]} == {"ka-tiny", "tf-tiny"}
     assert all(g["new_tokens"] == 63 and g["same_tokens"] for g in res["generation"])
+    assert all(g["ops_per_cached_token"] > 10 for g in res["generation"])  # eager rows: counted per step
+
+
+def test_ops_per_cached_token_counts_one_step() -> None:
+    """The count is per cached step: the same whatever n, and a deeper model dispatches more per step."""
+    prompt = torch.full((1, 1), 10, dtype=torch.long)
+    family, cfg = get_preset("ka-tiny")
+    shallow = build_model(family, cfg).eval()
+    deep = build_model(family, replace(cfg, depth=2 * cfg.depth)).eval()
+    assert bench.ops_per_cached_token(shallow, prompt, n=4) == bench.ops_per_cached_token(shallow, prompt, n=8)
+    assert bench.ops_per_cached_token(deep, prompt) > bench.ops_per_cached_token(shallow, prompt)
 
 
 def test_memory_over_the_cap_is_skipped_not_invented() -> None:
