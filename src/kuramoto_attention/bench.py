@@ -469,7 +469,7 @@ MATMUL_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 
 
 def machine_info() -> dict[str, Any]:
-    model, flags = platform.processor() or platform.machine(), "not readable (no /proc/cpuinfo)"
+    model, flags = platform.processor() or platform.machine(), "unknown (no flags line in /proc/cpuinfo)"
     with contextlib.suppress(OSError, StopIteration):
         lines = Path("/proc/cpuinfo").read_text().splitlines()
         model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))

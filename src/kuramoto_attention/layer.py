@@ -313,10 +313,15 @@ class KuramotoAttention(nn.Module):
         gq, gk = module(psi).unbind(0)
         return gq, gk
 
+    @property
+    def value_source(self) -> nn.Linear | None:
+        """The P the value gate reads through, or None (it reads ψ(θ))."""
+        return self._value_input[0] if self._value_input else None
+
     def _shared_read(self, psi: Tensor, module: PhaseGates | None) -> Tensor | None:
         """P ψ(θ) (B, T, r) when the metric gates ``module`` and the value gate read the same P (``ka-1m-tuned``):
         computed once here, not once by each. None otherwise (each reads its own input)."""
-        source = self._value_input[0] if self._value_input else None
+        source = self.value_source
         if source is not None and module is not None and module.source is source:
             return source(psi)
         return None
@@ -325,8 +330,9 @@ class KuramotoAttention(nn.Module):
         """The maps P owned elsewhere that one forward pass applies, once per application (FLOP counting)."""
         module = self._gate_module()
         maps = [module.source] if module is not None and module.source is not None else []
-        if self._value_input and not (maps and maps[0] is self._value_input[0]):  # one P ψ(θ) serves both
-            maps.append(self._value_input[0])
+        source = self.value_source
+        if source is not None and not (maps and maps[0] is source):  # one P ψ(θ) serves both
+            maps.append(source)
         return maps
 
     def _heads(self, x: Tensor) -> Tensor:
@@ -367,7 +373,7 @@ class KuramotoAttention(nn.Module):
     def value(self, psi: Tensor, p_psi: Tensor | None = None) -> Tensor:
         """v(θ) = W_v ψ(θ) + b, or W_v P ψ(θ) + b with ``value_input``: (B, T, 2k) -> (B, T, k).
         ``p_psi``: P ψ(θ), when the caller has it already."""
-        return self.value_gate(_read_through(self._value_input[0] if self._value_input else None, psi, p_psi))
+        return self.value_gate(_read_through(self.value_source, psi, p_psi))
 
     def _step(self, theta: Tensor, psi: Tensor, value: Tensor, a: Tensor) -> Tensor:
         """θ ← θ + bound(v(θ) ⊙ a) [⊙ m(θ)]: the bounded, value-gated move along the circle (in θ's dtype)."""

@@ -41,7 +41,7 @@ class SelfAttention(nn.Module):
         qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, d)
         offset = cache.length if cache is not None else 0
         pos = torch.arange(offset, offset + t, device=x.device)
-        q, k = apply_rotary(qkv[:2], self.freqs, pos)  # queries and keys in one pass: one cos/sin table
+        q, k = apply_rotary(qkv[:2], self.freqs, pos).unbind(0)  # queries and keys in one pass: one cos/sin table
         v = qkv[2]
         if cache is not None:
             k, v = cache.update(k, v)
