@@ -127,6 +127,15 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
         ev = evaluate_bpc(model, corpus.splits[spec.eval_split], run.train_cfg.context, precision="bf16")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m]
+    # per evaluation: training seconds so far and the mean training BPC since the previous one (overfitting, wall clock)
+    points, window = [], []
+    for m in metrics:
+        if "train_bpc" in m:
+            window.append(m["train_bpc"])
+        if "valid_bpc" in m:
+            points.append({"tokens": m["tokens"], "elapsed_s": m["elapsed_s"], "valid_bpc": m["valid_bpc"],
+                           "train_bpc": sum(window) / len(window) if window else None})
+            window = []
     speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
     result = {
         "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
@@ -134,7 +143,8 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
         "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
         "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
         "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
-        "valid_curve": curve, "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
+        "valid_curve": curve, "curve": points,
+        "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
         "wall_s": round(time.time() - started, 1), "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
     }

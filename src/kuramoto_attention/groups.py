@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
-from .presets import ConfigError, get_preset
+from .presets import ConfigError, build_model, get_preset
 from .protocol import LRS, PROTOCOL, SCREEN, SWEEP, TRAIN_DEFAULTS, Spec, best_lr, load_results
 
 # Round 1 screened against the first reading of the SPEC (radius 1, phases at the base lr); it is frozen
@@ -397,6 +397,42 @@ def _budget() -> list[Spec]:
                     {**train, "lr": _pinned_lr("ka-1m")})])
 
 
+BUDGETS = (40_000_000,)  # issue 26's budget curve, beside main's 10M and budget's 20M
+BUDGET_PRESETS = ("tf-1m", "ka-1m-tuned", "ka-1m")  # the pair and the tuned preset, in run order
+
+
+def _own_lr(preset: str) -> float:
+    """A preset's swept rate at the protocol: the tuned preset's second-stage sweep, the others' 3M sweep."""
+    return best_lr(preset, "lr10m-tuned" if preset == "ka-1m-tuned" else "lr")
+
+
+def _budget40() -> list[Spec]:
+    """Does the gap close with more training (issue 26)? Each 1M preset with its own full schedule (warmup, cosine to
+    the budget, its swept rate) to 40M tokens, seed 0: four passes over enwik7's 9M training bytes."""
+    return [Spec("budget40", f"{p}-{b // 1_000_000}m", p, {}, {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr(p)})
+            for b in BUDGETS for p in BUDGET_PRESETS]
+
+
+def flop_matched_tokens(preset: str, reference: str, reference_tokens: int) -> int:
+    """The token budget at which ``preset``'s training FLOPs equal ``reference``'s at ``reference_tokens``
+    (the bench's analytic count per token), rounded to whole protocol steps."""
+    from .bench import model_flops
+
+    def per_token(name: str) -> int:
+        return model_flops(build_model(*get_preset(name)), PROTOCOL["context"])["flops_per_token"]
+
+    step = PROTOCOL["batch_size"] * PROTOCOL["context"]
+    return round(reference_tokens * per_token(reference) / per_token(preset) / step) * step
+
+
+def _flops() -> list[Spec]:
+    """Equal compute (issue 26): each Kuramoto preset trained, with its own full schedule, for the budget at which its
+    training FLOPs equal tf-1m's 10M-token (main) and 40M-token (budget40) runs, seed 0."""
+    return [Spec("flops", f"{p}-flops-tf-{b // 1_000_000}m", p, {},
+                 {**PROTOCOL, "tokens": flop_matched_tokens(p, "tf-1m", b), "seed": 0, "lr": _own_lr(p)})
+            for b in (PROTOCOL["tokens"], *BUDGETS) for p in ("ka-1m-tuned", "ka-1m")]
+
+
 def _scale() -> list[Spec]:
     """Does the gap close with size? The paper has Kuramoto attention level with the transformer at 5M. The
     5M pair (seed 0) at the main protocol; no full 5M sweep: each model at its 1M sweep's best lr, and the
@@ -510,6 +546,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "ablation-tuned": lambda: _ablation("ablation-tuned", lr_group="lr10m-tuned", preset="ka-1m-tuned",
                                         variants=TUNED_ABLATIONS),
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
+    # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
+    "budget40": _budget40, "flops": _flops,
 }
 # `experiment dynamics` without groups: main (the claims' verdicts) and ka-1m on ψ(θ) itself, then the variants
 # whose offset profiles RESULTS.md discusses, round 6's, and the 5M models (the paper's claims are made at its scales)
