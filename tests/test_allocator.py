@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from kuramoto_attention import allocator
 from kuramoto_attention.cli import main
-from kuramoto_attention.presets import ConfigError
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.training import allocator
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -17,7 +17,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # of the last 6 rounds (the heap settles within the first few). 4,096 pages per tensor mapped afresh
 CHILD = """
 import sys, torch
-from kuramoto_attention import allocator
+from kuramoto_attention.training import allocator
 print(allocator.keep_freed_memory(), file=sys.stderr)
 counts = []
 for _ in range(12):

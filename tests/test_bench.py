@@ -1,4 +1,4 @@
-"""``kuramoto bench --quick``: the CI smoke test of the benchmark (issue 6).
+"""``python -m benchmarks --quick``: the CI smoke test of the benchmark (issue 6).
 
 No timing is asserted anywhere (CI machines are noisy); the tests check that every part is
 measured and written, and that each ratio and PASS/FAIL is derived from the raw measurements
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from kuramoto_attention import bench
-from kuramoto_attention.cli import main
-from kuramoto_attention.presets import build_model, get_preset
+from benchmarks import bench
+from kuramoto_attention.diagnostics import flops
+from kuramoto_attention.models.presets import build_model, get_preset
 
 SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## The attention kernel alone",
             "## Profile of one eager training step",
@@ -34,7 +34,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "B.md"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        rc = main(["bench", "--quick", "--out", str(out), "--json"])
+        rc = bench.main(["--quick", "--out", str(out), "--json"])
     return {"rc": rc, "printed": json.loads(stdout.getvalue()), "md": out.read_text(),
             "res": json.loads(out.with_suffix(".json").read_text()), "out": out}
 
@@ -58,7 +58,7 @@ def test_quick_run_writes_markdown_and_json(quick: dict[str, Any]) -> None:
     for section in SECTIONS:
         assert section in md
     assert "Quick smoke run" in md
-    assert res["command"] == f"kuramoto bench --quick --json --out {quick['out']}"
+    assert res["command"] == f"python -m benchmarks --quick --json --out {quick['out']}"
     assert f"`{res['command']}`" in md
     for key in ("cpu", "matmul_flags", "cores", "torch", "threads", "date", "malloc"):
         assert res["machine"][key] not in (None, "")
@@ -202,17 +202,17 @@ def test_memory_over_the_cap_is_skipped_not_invented() -> None:
 def test_model_flops_counted_analytically() -> None:
     tf = build_model(*get_preset("tf-tiny"))  # d=16, 2 layers, ff 32, tied head over 256 bytes
     n_mm = 2 * (4 * 16 * 16 + 3 * 16 * 32) + 256 * 16
-    assert bench.model_flops(tf, 32) == {"matmul_params": n_mm, "d_qk": 16, "d_v": 16,
+    assert flops.model_flops(tf, 32) == {"matmul_params": n_mm, "d_qk": 16, "d_v": 16,
                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (16 + 16)}
     ka = build_model(*get_preset("ka-tiny"))  # k=16: gates 2k→2k, value gate 2k→k, ff 2k→32→k, readout 2k→256
     n_mm = 2 * (32 * 32 + 32 * 16 + 2 * 32 * 32 + 32 * 16) + 32 * 256
-    assert bench.model_flops(ka, 32) == {"matmul_params": n_mm, "d_qk": 32, "d_v": 32,
+    assert flops.model_flops(ka, 32) == {"matmul_params": n_mm, "d_qk": 32, "d_v": 32,
                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (32 + 32)}
     # a shared P (2k -> k) before ff 16→32→k counts in each of the 2 layers; a tied readout's ψ(E) counts as weights
     family, cfg = get_preset("ka-tiny")
     variant = build_model(family, replace(cfg, ff_proj="shared", readout_tied=True, readout_gain="scalar"))
     n_mm = 2 * (32 * 32 + 32 * 16 + 32 * 16 + 3 * 16 * 32) + 32 * 256
-    assert bench.model_flops(variant, 32)["matmul_params"] == n_mm
+    assert flops.model_flops(variant, 32)["matmul_params"] == n_mm
 
 
 @pytest.mark.parametrize("fields", [
@@ -245,14 +245,14 @@ def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any]
         return sdpa(q, k, v, **kw)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
-    flops = bench.model_flops(model, 8)
+    counted = flops.model_flops(model, 8)
     for grad in (True, False):  # the training path (hand-fused), whose calls the benchmark times, and the plain one
         calls.clear()
         widths.clear()
         with torch.set_grad_enabled(grad):
             model(torch.zeros(1, 8, dtype=torch.long))
-        assert flops["matmul_params"] == sum(calls)  # ka-tiny's readout is untied: every matmul is an nn.Linear
-        assert set(widths) == {(flops["d_qk"], flops["d_v"])} and len(widths) == cfg.depth
+        assert counted["matmul_params"] == sum(calls)  # ka-tiny's readout is untied: every matmul is an nn.Linear
+        assert set(widths) == {(counted["d_qk"], counted["d_v"])} and len(widths) == cfg.depth
 
 
 def test_output_paths_never_overwrite_the_real_benchmark() -> None:
@@ -263,7 +263,7 @@ def test_output_paths_never_overwrite_the_real_benchmark() -> None:
 
 
 def test_bad_repeats_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--quick", "--repeats", "0"]) == 2
+    assert bench.main(["--quick", "--repeats", "0"]) == 2
     assert "error: --repeats" in capsys.readouterr().err
 
 
@@ -276,14 +276,14 @@ def test_recorded_runs_are_shown_side_by_side(quick: dict[str, Any], tmp_path: P
     older["generation"][0]["ratio"] = 1.0  # a failing run on the other machine
     assert "## Every recorded full run" not in bench.render(quick["res"], [quick["res"]])  # one run: no section
     monkeypatch.chdir(tmp_path)
-    assert main(["bench", "--render"]) == 2  # nothing measured yet: a user error, not a traceback
+    assert bench.main(["--render"]) == 2  # nothing measured yet: a user error, not a traceback
     for run in (older, quick["res"]):
         path = bench.archive_path(run)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(run))
     bench.LATEST.write_text(json.dumps(quick["res"]))
     assert [r["machine"]["cpu"] for r in bench.load_history()] == ["Older CPU", quick["res"]["machine"]["cpu"]]
-    assert main(["bench", "--render"]) == 0
+    assert bench.main(["--render"]) == 0
     md = Path("BENCHMARKS.md").read_text()
     section = md.split("## Every recorded full run")[1]
     g = older["generation"][0]

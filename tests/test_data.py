@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from kuramoto_attention import data
-from kuramoto_attention.data import DataError, load_corpus, sample_windows
+from kuramoto_attention.training import data
+from kuramoto_attention.training.data import DataError, load_corpus, sample_windows
 
 REAL_DATA = os.environ.get("KURAMOTO_DATA", "")  # read at import, before the fixture below hides it
 

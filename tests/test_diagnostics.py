@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
-from kuramoto_attention.diagnostics import (
+from kuramoto_attention.diagnostics.measure import (
     attention_distance,
     attention_entropy,
     diagnose,
@@ -17,8 +17,8 @@ from kuramoto_attention.diagnostics import (
     omega_timescale,
     saturation,
 )
-from kuramoto_attention.modules import Bound
-from kuramoto_attention.presets import ConfigError
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.layers.bound import Bound
 
 T = 10
 
@@ -175,7 +175,7 @@ def test_double_model_is_left_unchanged():
 
 def test_self_weight_is_the_diagonal_mass():
     from kuramoto_attention import KuramotoConfig, KuramotoLM
-    from kuramoto_attention.diagnostics import diagnose
+    from kuramoto_attention.diagnostics.measure import diagnose
 
     model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8))
     idx = torch.randint(0, 256, (2, 6))

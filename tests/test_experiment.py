@@ -7,8 +7,12 @@ import statistics
 
 import pytest
 
-from kuramoto_attention import bench, experiment, groups, protocol, results
-from kuramoto_attention.presets import ConfigError, apply_overrides, build_model, get_preset
+from benchmarks import bench
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
+from lab import groups, protocol, records
+from lab import runner as experiment
+from lab.writers import results_md as results
 
 
 def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3, seed: int = 0, **model) -> dict:
@@ -77,7 +81,7 @@ def test_lr_section_states_the_gap_at_the_sweep_budget(in_tmp):
 
 
 def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
-    from kuramoto_attention import dynamics
+    from lab.studies import dynamics
 
     monkeypatch.setattr(dynamics, "RESULTS", in_tmp / "results")
     (in_tmp / "results").mkdir(exist_ok=True)
@@ -92,7 +96,7 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     variant = {**agree, "run": "confirm/c", "group": "confirm", "global_falls": False}  # listed, not judged
     text = dynamics.write([agree, disagree, variant]).read_text()
     assert "| confirm/c |" in text and "Verdicts on the main runs only" in text
-    assert "`kuramoto experiment dynamics main confirm`" in text
+    assert "`python -m lab dynamics main confirm`" in text
     assert "| a | 0 1 \\| 2 0 | 0.30 0.45 0.25 \\| 0.55 0.20 0.25 | 1 of 4 |" in text
     assert "| a | +0.010 → +0.500 | +0.200 → — |" in text
     assert "every layer in 1 of 2 runs" in text and "first in 2 of 2 runs" in text
@@ -145,7 +149,7 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     for group, specs in raw_specs.items():
         for raw, s in zip(specs, groups.plan(group), strict=True):
             if s.preset == "ka-1m" and "ff_proj" not in raw.model:
-                model = experiment.expected_configs(s)[0]
+                model = records.expected_configs(s)[0]
                 assert model["ff_proj"] == "none" and model["ff_hidden"] == raw.model.get("ff_hidden", 200), s.name
     # the groups on the new default are not pinned, and ka-5m's preset did not move (nor its rate's sweep)
     assert not {"lr", "main", "ablation", "pycode", "scale", "scale-variant"} & groups.PINNED_UNPROJECTED
@@ -186,10 +190,10 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
         assert any(tuned[k] != v for k, v in change.items()), name
         build_model("kuramoto", apply_overrides("kuramoto", get_preset("ka-1m-tuned")[1], change))
     spec = groups.plan("main-tuned")[0]
-    model, train = experiment.expected_configs(spec)
+    model, train = records.expected_configs(spec)
     twin = {**fake_result("confirm", "ka-x", "ka-1m", 2.0, lr=4e-3), "model": model, "train": train}
     write(in_tmp, [twin])
-    rows = experiment.with_twins("main-tuned")
+    rows = records.with_twins("main-tuned")
     assert [(r["name"], r["preset"], r["twin"]) for r in rows] == [(spec.name, "ka-1m-tuned", "confirm/ka-x")]
 
 
@@ -201,7 +205,7 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
     write(in_tmp, [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, lr=8e-3, seed=i)
                    for i, b in enumerate((1.60, 1.62))])
     spec = groups.plan("main-tuned")[0]
-    model, train = experiment.expected_configs(spec)
+    model, train = records.expected_configs(spec)
     write(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
                     "train": train}])
     text = results.comparison_section("main-tuned", "BPC")
@@ -227,7 +231,7 @@ def test_the_tuned_preset_is_its_confirm_candidate():
     family, base = get_preset("ka-1m")
     assert apply_overrides(family, base, groups.CANDIDATES[groups.TUNED_CANDIDATE]) == get_preset("ka-1m-tuned")[1]
     if protocol.load_results("main-tuned") or protocol.load_results("confirm"):  # the committed runs, where present
-        twins = {r["name"]: r.get("twin") for r in experiment.with_twins("main-tuned")}
+        twins = {r["name"]: r.get("twin") for r in records.with_twins("main-tuned")}
         for seed in range(3):
             suffix = f"-seed{seed}" if seed else ""
             assert twins[f"ka-1m-tuned-seed{seed}"] == f"confirm/ka-{groups.TUNED_CANDIDATE}{suffix}"
@@ -250,10 +254,11 @@ def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
 ])
 def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypatch, model, train, why):
     """A leftover run directory must not be resumed (or re-evaluated) under a spec that differs from it."""
-    from kuramoto_attention import train as train_module
-    from kuramoto_attention.presets import apply_overrides, get_preset
+    from kuramoto_attention.models.presets import apply_overrides, get_preset
+    from kuramoto_attention.training import train as train_module
 
     monkeypatch.setattr(experiment, "RUNS", in_tmp / "runs")
+    monkeypatch.setattr(records, "RUNS", in_tmp / "runs")
     run_dir = in_tmp / "runs" / "main" / "ka-1m-seed0"
     (run_dir / "checkpoint.old").mkdir(parents=True)  # the crash-between-renames copy counts as a checkpoint
     (run_dir / "checkpoint.old" / "trainer_state.pt").write_text("")
@@ -271,18 +276,18 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
     spec = groups.plan("main")[0]
     fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
-    fresh["model"], fresh["train"] = experiment.expected_configs(spec)
-    assert experiment.mismatch(spec, fresh) is None
+    fresh["model"], fresh["train"] = records.expected_configs(spec)
+    assert records.mismatch(spec, fresh) is None
     # a moved default (here the preset's feed-forward) is caught even though the overrides are equal
-    assert "model ff='angles'" in experiment.mismatch(spec, {**fresh, "model": {**fresh["model"], "ff": "angles"}})
-    assert "lr=0.004" in experiment.mismatch(spec, {**fresh, "train": {**fresh["train"], "lr": 4e-3}})
-    assert "model overrides" in experiment.mismatch(spec, {**fresh, "model_overrides": {"ff": "none"}})
+    assert "model ff='angles'" in records.mismatch(spec, {**fresh, "model": {**fresh["model"], "ff": "angles"}})
+    assert "lr=0.004" in records.mismatch(spec, {**fresh, "train": {**fresh["train"], "lr": 4e-3}})
+    assert "model overrides" in records.mismatch(spec, {**fresh, "model_overrides": {"ff": "none"}})
     # a record made before a field existed counts at that field's first default, not at today's
     older = {k: v for k, v in fresh["model"].items() if k != "fp32_attention"}
-    assert experiment.mismatch(spec, {**fresh, "model": older}) is None
+    assert records.mismatch(spec, {**fresh, "model": older}) is None
     with monkeypatch.context() as m:
-        m.setitem(experiment.RECORDED_BEFORE, "fp32_attention", True)
-        assert "fp32_attention=True" in experiment.mismatch(spec, {**fresh, "model": older})
+        m.setitem(records.RECORDED_BEFORE, "fp32_attention", True)
+        assert "fp32_attention=True" in records.mismatch(spec, {**fresh, "model": older})
     write(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])
     experiment.run_group("main", None, only=[spec.name])  # reported, not rerun (nothing to train here)
     assert "STALE (train lr=0.004" in capsys.readouterr().out
@@ -317,7 +322,7 @@ def test_committed_results_match_their_specs():
         specs = {s.name: s for s in groups.plan(folder.name)}
         for r in protocol.load_results(folder.name):
             assert r["name"] in specs, f"{folder.name}/{r['name']} is in no plan"
-            assert experiment.mismatch(specs[r["name"]], r) is None, (folder.name, r["name"])
+            assert records.mismatch(specs[r["name"]], r) is None, (folder.name, r["name"])
 
 
 def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys):
@@ -325,13 +330,13 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
     write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.WRAPPED)])
     twin_spec = next(s for s in groups.plan("main-raw") if s.name == "ka-1m-seed0")
     twin = fake_result("main-raw", "ka-1m-seed0", "ka-1m", 2.4, lr=4e-3, **groups.RAW)
-    twin["model"], twin["train"] = experiment.expected_configs(twin_spec)
+    twin["model"], twin["train"] = records.expected_configs(twin_spec)
     write(in_tmp, [twin, fake_result("main", "ka-1m-seed0", "ka-1m", 2.3, lr=2e-3)])
     spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
-    assert experiment.same_run(spec) is None  # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
+    assert records.same_run(spec) is None  # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
     write(in_tmp, [fake_result("lr", "ka-1m-lr-0.004", "ka-1m", 1.0, lr=4e-3)])  # now the best lr is 4e-3
     spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
-    assert experiment.same_run(spec)["group"] == "main-raw"
+    assert records.same_run(spec)["group"] == "main-raw"
     experiment.run_group("ablation", None, only=["ka-ff-angles"])
     assert "already run as main-raw/ka-1m-seed0" in capsys.readouterr().out
     assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()
@@ -392,7 +397,7 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
 
 
 def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
-    assert "experiment run scale" in results.scale_section()
+    assert "lab run scale" in results.scale_section()
     rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
     rows += [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
              fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
@@ -418,7 +423,7 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
             fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.95, lr=2e-3),
             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
     write(in_tmp, rows)
-    assert "not run yet (`kuramoto experiment run scale-variant`" in results.scale_section()
+    assert "not run yet (`python -m lab run scale-variant`" in results.scale_section()
     specs = groups.plan("scale-variant")
     assert [sp.model for sp in specs] == [{**groups.CANDIDATES[v], **groups.SCALE_WIDTHS.get(v, {})}
                                           for v in groups.SCALE_VARIANTS]  # widths re-matched at 5M
@@ -444,7 +449,7 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
 
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
-    assert "experiment run lr10m" in results.tuning10m_section("lr10m", "lr")
+    assert "lab run lr10m" in results.tuning10m_section("lr10m", "lr")
     write(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
                    # other seeds: not compared
                    fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),
@@ -491,13 +496,13 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.UNPROJECTED)])
     spec = next(s for s in groups.plan("main") if s.name == "ka-1m-seed0")
     candidate = next(s for s in groups.plan("confirm") if s.name == "ka-ff-proj-shared")  # pinned, with its own P
-    assert experiment.expected_configs(candidate) == experiment.expected_configs(spec)  # the default's own config
+    assert records.expected_configs(candidate) == records.expected_configs(spec)  # the default's own config
     run = fake_result("confirm", candidate.name, "ka-1m", 2.25, lr=4e-3, **candidate.model)
-    run["model"], run["train"] = experiment.expected_configs(candidate)
+    run["model"], run["train"] = records.expected_configs(candidate)
     write(in_tmp, [run])
-    main = {r["name"]: r for r in experiment.with_twins("main")}
+    main = {r["name"]: r for r in records.with_twins("main")}
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
-    assert experiment.run_dir_of(main["ka-1m-seed0"]) == protocol.RUNS / "confirm" / "ka-ff-proj-shared"
+    assert records.run_dir_of(main["ka-1m-seed0"]) == protocol.RUNS / "confirm" / "ka-ff-proj-shared"
     assert "ka-1m-seed1" not in main  # not run anywhere
     assert "| ka-1m | 1 | 2.2500 |" in results.comparison_section("main", "BPC")
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from conftest import random_phases
 
-from kuramoto_attention.fused import bounded_step, gated_step, query_key
-from kuramoto_attention.torus import bound_norm, lift
+from kuramoto_attention.ops.fused import bounded_step, gated_step, query_key
+from kuramoto_attention.ops.torus import bound_norm, lift
 
 B, T, K, H = 2, 5, 8, 2
 D = K // H

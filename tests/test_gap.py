@@ -1,11 +1,12 @@
-"""The loss-gap breakdown (`kuramoto experiment gap`) on hand-made per-byte losses."""
+"""The loss-gap breakdown (`python -m lab gap`) on hand-made per-byte losses."""
 
 import math
 
 import pytest
 import torch
 
-from kuramoto_attention import KuramotoConfig, KuramotoLM, gap
+from kuramoto_attention import KuramotoConfig, KuramotoLM
+from lab.studies import gap
 
 
 def test_by_position_bins_and_means():
@@ -42,7 +43,7 @@ def test_write(tmp_path, monkeypatch):
     res = {"group": "main", "seeds": [0, 1], "windows_per_seed": 1, "context": 6, "ka": 2.5, "tf": 2.0,
            "variant_name": None, "by_position": gap.by_position(bits), "by_difficulty": gap.by_difficulty(bits)}
     text = gap.write(res).read_text()
-    assert "`kuramoto experiment gap main`" in text and "gap +0.500" in text and "variant" not in text
+    assert "`python -m lab gap main`" in text and "gap +0.500" in text and "variant" not in text
     assert "| 0 | 2.500 | 2.000 | +0.500 |" in text and "| 4–5 | 2.500 | 2.000 | +0.500 |" in text
     assert (tmp_path / "gap.json").exists()
     bits["variant"] = torch.full((2, 6), 2.25)  # with the best variant: a column and a gap of its own
@@ -54,13 +55,13 @@ def test_write(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["experiment", "gap"], "no seed with both ka-1m and tf-1m in results/main"),
-    (["experiment", "gap", "main", "confirm"], "experiment gap takes one GROUP"),
-    (["experiment", "run"], "experiment run needs one GROUP"),
-    (["experiment", "run", "main", "confirm"], "experiment run needs one GROUP"),
+    (["gap"], "no seed with both ka-1m and tf-1m in results/main"),
+    (["gap", "main", "confirm"], "gap takes one GROUP"),
+    (["run"], "run needs one GROUP"),
+    (["run", "main", "confirm"], "run needs one GROUP"),
 ])
 def test_experiment_user_errors_are_one_line(argv, needle, tmp_path, monkeypatch, capsys):
-    from kuramoto_attention.cli import main
+    from lab.cli import main
 
     monkeypatch.chdir(tmp_path)  # no results/ here
     assert main(argv) == 2

@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import random_phases
 
-from kuramoto_attention.layer import KuramotoAttention, PhaseGates
-from kuramoto_attention.torus import lift
+from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention, PhaseGates
+from kuramoto_attention.ops.torus import lift
 
 B, T, K, H = 2, 7, 8, 2
 
@@ -390,7 +390,7 @@ def test_fp32_attention_keeps_the_increment_where_the_self_term_dominates(device
 def test_causal_attention_without_self_is_the_masked_softmax():
     """The shifted-key form of ``exclude_self`` equals SDPA with ``causal_mask(exclude_self=True)``, for a
     full sequence, a chunk after a cache, one new token, and the very first token."""
-    from kuramoto_attention.modules import causal_attention, causal_mask
+    from kuramoto_attention.ops.attention import causal_attention, causal_mask
 
     q_all, k_all, v_all = (torch.randn(2, 3, 9, 4, dtype=torch.float64) for _ in range(3))
     for t, s in ((9, 9), (4, 9), (1, 9), (1, 1)):

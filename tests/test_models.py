@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
-from kuramoto_attention.presets import NOMINAL, ConfigError, build_model, get_preset, preset_table
-from kuramoto_attention.torus import lift
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.presets import NOMINAL, build_model, get_preset, preset_table
+from kuramoto_attention.ops.torus import lift
 
 TINY_KA = dict(dim=16, depth=2, heads=2, ff_hidden=24)
 TINY_TF = dict(dim=16, depth=2, heads=2, ff_hidden=24)
@@ -319,7 +320,7 @@ def test_shared_projection_stays_for_the_gates_without_the_lift_feed_forward(ff)
 def test_tangent_feed_forward_moves_toward_its_phasor_field():
     """ff_output="tangent": the increment is Im(conj(e^{iθ}) y) = |y| sin(arg y − θ), y = SwiGLU(ψ(θ)), so it
     is 2π-periodic in θ, vanishes where θ = arg y and pulls θ toward arg y (positive below, negative above)."""
-    from kuramoto_attention.kuramoto_lm import PhaseFeedForward
+    from kuramoto_attention.models.kuramoto import PhaseFeedForward
 
     cfg = KuramotoConfig(**TINY_KA, ff_output="tangent", bound="none")
     ff = PhaseFeedForward(cfg).double()
@@ -346,7 +347,7 @@ def test_initial_loss_near_uniform():
 
 
 def test_config_dict_names_the_registered_family():
-    from kuramoto_attention.presets import FAMILIES, build_model, config_from_dict, get_preset
+    from kuramoto_attention.models.presets import FAMILIES, build_model, config_from_dict, get_preset
 
     for preset in ("ka-tiny", "tf-tiny"):
         model = build_model(*get_preset(preset))

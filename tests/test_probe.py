@@ -1,11 +1,15 @@
-"""Linear probes of earlier bytes (`kuramoto experiment probe`) on tiny models and hand-made features."""
+"""Linear probes of earlier bytes (`python -m lab probe`) on tiny models and hand-made features."""
 
 import pytest
 import torch
 
-from kuramoto_attention import KuramotoConfig, KuramotoLM, experiment, probe, protocol
-from kuramoto_attention.presets import ConfigError, build_model, get_preset
-from kuramoto_attention.torus import lift
+from kuramoto_attention import KuramotoConfig, KuramotoLM
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.presets import build_model, get_preset
+from kuramoto_attention.ops.torus import lift
+from lab import protocol, records
+from lab.cli import main as lab_main
+from lab.studies import probe
 
 
 def test_ridge_probe_reads_a_linearly_coded_byte_and_not_noise():
@@ -49,8 +53,8 @@ def test_write_and_missing_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(probe, "RUNS", tmp_path / "runs")
     # measure finds a run through its group's results (or an identical run's): none here
     monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(experiment, "RUNS", tmp_path / "runs")
-    with pytest.raises(ConfigError, match="experiment run main"):
+    monkeypatch.setattr(records, "RUNS", tmp_path / "runs")
+    with pytest.raises(ConfigError, match="python -m lab run main"):
         probe.measure(None)
     res = {"windows": 4, "context": 16, "offsets": [0, 1], "ridge": 1e-3,
            "runs": [{"group": "main", "name": "ka-1m-seed0", "family": "kuramoto", "depth": 1,
@@ -66,16 +70,15 @@ def test_write_and_missing_runs(tmp_path, monkeypatch):
 
 
 def test_cli_probe_takes_no_group(capsys):
-    from kuramoto_attention.cli import main
 
-    assert main(["experiment", "probe", "main"]) == 2
-    assert "experiment probe takes no GROUP" in capsys.readouterr().err
+    assert lab_main(["probe", "main"]) == 2
+    assert "probe takes no GROUP" in capsys.readouterr().err
 
 
 def test_probe_runs_add_the_best_5m_pair(tmp_path, monkeypatch):
     import json
 
-    from kuramoto_attention import protocol
+    from lab import protocol
 
     monkeypatch.setattr(protocol, "RESULTS", tmp_path)
     assert probe.probe_runs() == list(probe.PROBE_RUNS)

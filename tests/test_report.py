@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from kuramoto_attention.cli import main
-from kuramoto_attention.diagnostics import diagnose_run, valid_batch
-from kuramoto_attention.presets import ConfigError
-from kuramoto_attention.report import byte_label, read_metrics
+from kuramoto_attention.diagnostics.measure import diagnose_run, valid_batch
+from kuramoto_attention.diagnostics.report import byte_label, read_metrics
+from kuramoto_attention.errors import ConfigError
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FIGURES = {"curves", "order", "omega", "attention", "phases", "value_gates"}
@@ -92,8 +92,8 @@ def test_user_mistakes_are_one_line_errors(ka_run, tmp_path, capsys):
 
 
 def test_valid_batch_reads_evenly_spaced_windows(ka_run):
-    from kuramoto_attention.data import load_corpus
-    from kuramoto_attention.train import load_run
+    from kuramoto_attention.training.data import load_corpus
+    from kuramoto_attention.training.train import load_run
 
     valid = load_corpus(load_run(ka_run, {}).train_cfg.corpus).splits["valid"]
     x = valid_batch(ka_run, batch=3)

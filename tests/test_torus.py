@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from kuramoto_attention import torus
-from kuramoto_attention.torus import bound_elementwise, bound_norm, circular_mean, lift, tangent_projection, wrap
+from kuramoto_attention.ops import torus
+from kuramoto_attention.ops.torus import bound_elementwise, bound_norm, circular_mean, lift, tangent_projection, wrap
 
 
 def test_lift_is_on_unit_circle_and_periodic():
@@ -66,7 +66,7 @@ def test_bound_norm_of_a_zero_increment_is_zero_in_every_dtype(dtype):
 
 
 def test_bound_norm_soft_is_identity_for_small_and_capped_for_large_increments():
-    from kuramoto_attention.modules import Bound
+    from kuramoto_attention.layers.bound import Bound
 
     bound = Bound(5, "norm-soft", radius_init=3.0).double()
     small = torch.randn(4, 5, dtype=torch.float64) * 1e-4

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from kuramoto_attention.checkpoint import load_model
 from kuramoto_attention.cli import main
-from kuramoto_attention.evaluate import evaluate_bpc, window_plan
-from kuramoto_attention.train import TrainConfig, batch_generator, lr_at
+from kuramoto_attention.training.checkpoint import load_model
+from kuramoto_attention.training.evaluate import evaluate_bpc, window_plan
+from kuramoto_attention.training.train import TrainConfig, batch_generator, lr_at
 
 TINY = ["--context", "16", "--batch-size", "4", "--precision", "fp32", "--no-progress", "--eval-batches", "2"]
 
@@ -265,7 +265,7 @@ def test_resume_drops_a_metrics_line_cut_by_a_kill(tmp_path, corpus):
 
 def test_optimizer_groups_phases_and_omega():
     from kuramoto_attention import KuramotoConfig, KuramotoLM
-    from kuramoto_attention.train import make_optimizer
+    from kuramoto_attention.training.train import make_optimizer
 
     model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8, phase_lag=True, coupling_lag=True,
                                       clock=2))
@@ -301,8 +301,8 @@ def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):
 
 
 def test_untyped_training_options_are_refused():
-    from kuramoto_attention.presets import ConfigError
-    from kuramoto_attention.train import train_config_from
+    from kuramoto_attention.errors import ConfigError
+    from kuramoto_attention.training.train import train_config_from
 
     with pytest.raises(ConfigError, match="training option lr must be of type float, got '3e-3'"):
         train_config_from({"lr": "3e-3", "steps": 1})

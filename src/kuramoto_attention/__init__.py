@@ -1,9 +1,9 @@
 """Kuramoto attention: self-attention as one adaptive Kuramoto synchronisation step."""
 
-from .kuramoto_lm import KuramotoConfig, KuramotoLM
-from .layer import KuramotoAttention, PhaseGates
-from .presets import PRESETS, build_model, get_preset
-from .transformer import TransformerConfig, TransformerLM
+from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention, PhaseGates
+from kuramoto_attention.models.kuramoto import KuramotoConfig, KuramotoLM
+from kuramoto_attention.models.presets import PRESETS, build_model, get_preset
+from kuramoto_attention.models.transformer import TransformerConfig, TransformerLM
 
 __all__ = [
     "PRESETS",

@@ -1,4 +1,4 @@
-"""The ``kuramoto`` command: params, train, eval, sample, data (and report, bench, experiment).
+"""The ``kuramoto`` command: params, train, eval, sample, data, report.
 
 User mistakes (unknown preset, missing data, corrupt checkpoint, bad values) end with one
 ``error: ...`` line on stderr and exit status 2, never a traceback.
@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bench, experiment, report
-from .allocator import keep_freed_memory
-from .checkpoint import CheckpointError
-from .data import VALID_SPECS, DataError
-from .presets import PRESETS, ConfigError
+from kuramoto_attention.diagnostics import report
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.presets import PRESETS
+from kuramoto_attention.training.allocator import keep_freed_memory
+from kuramoto_attention.training.checkpoint import CheckpointError
+from kuramoto_attention.training.data import VALID_SPECS, DataError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError)
 
@@ -31,7 +32,7 @@ def _key_values(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_params(args: argparse.Namespace) -> None:
-    from .presets import preset_table
+    from kuramoto_attention.models.presets import preset_table
 
     rows = preset_table()
     if args.json:
@@ -69,7 +70,7 @@ TRAIN_FLAGS: dict[str, tuple[type, str]] = {
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .train import load_run, prepare_run, train
+    from kuramoto_attention.training.train import load_run, prepare_run, train
 
     overrides: dict[str, Any] = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
     if args.compile:
@@ -99,10 +100,10 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_eval(args: argparse.Namespace) -> None:
     import torch
 
-    from .checkpoint import load_model
-    from .data import load_corpus
-    from .evaluate import evaluate_bpc
-    from .train import load_run, resolve_device
+    from kuramoto_attention.training.checkpoint import load_model
+    from kuramoto_attention.training.data import load_corpus
+    from kuramoto_attention.training.evaluate import evaluate_bpc
+    from kuramoto_attention.training.train import load_run, resolve_device
 
     for flag in ("batch_size", "context", "stride"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -129,8 +130,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def cmd_sample(args: argparse.Namespace) -> None:
     import torch
 
-    from .checkpoint import load_model
-    from .train import resolve_device
+    from kuramoto_attention.training.checkpoint import load_model
+    from kuramoto_attention.training.train import resolve_device
 
     if args.length < 1:
         raise ConfigError("--length must be >= 1")
@@ -150,7 +151,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    from .data import fetch, load_corpus
+    from kuramoto_attention.training.data import fetch, load_corpus
 
     if args.action == "fetch":
         path = fetch(args.name, args.data_dir)
@@ -212,13 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir")
     p.set_defaults(func=cmd_data)
 
-    for module in (report, bench, experiment):  # subcommands that live in their own modules
-        module.add_subcommand(sub)
+    report.add_subcommand(sub)  # the report's options live beside its code
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_main(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse and run ``args.func``; a user mistake ends with one ``error:`` line and exit status 2 (also the lab's
+    and the benchmark's entry points)."""
+    args = parser.parse_args(argv)
     try:
         args.malloc = keep_freed_memory()  # the process's setting, so the CLI's (``allocator.py``), not the library's
         args.func(args)
@@ -229,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted: the last checkpoint is intact; continue with --resume RUN_DIR", file=sys.stderr)
         return 130
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""The lab's record of what was run: the full configs a spec trains with, whether a recorded result still matches
+its spec (a changed default makes it stale), and runs that another group already made identically (twins)."""
+
+import contextlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.presets import FAMILIES, apply_overrides, get_preset
+from kuramoto_attention.training.train import train_config_from
+from lab.groups import all_results, plan
+from lab.protocol import RUNS, TRAIN_DEFAULTS, Spec, load_results
+
+# where a run's data came from and how it reported progress: not part of what was trained
+_NOT_SETTINGS = ("data_dir", "progress", "device", "family")
+
+
+def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full model and training configs a spec trains with (the preset and defaults filled in)."""
+    family, preset_cfg = get_preset(spec.preset)
+    return asdict(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
+
+
+# What a record made before a model field existed ran with (the field's first default), so that a later
+# change of that default makes such records stale instead of silently matching. A missing training field
+# counts at today's TrainConfig default: changing a training default needs an entry of its own here.
+RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
+                                   "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
+                                   "ff_output": "increment", "coupling_lag": False, "value_lag": False,
+                                   "readout_gain": "none", "readout_gain_init": 1.0, "clock": 0,
+                                   "clock_init": 0.0, "clock_log_weight": False, "readout_harmonics": 1,
+                                   "readout_tied": False, "ff_proj": "none", "ff_proj_dim": 0,
+                                   "step_gate": False, "value_gate_input": "lift",
+                                   "gates_input": "lift"}
+
+
+def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
+    """How recorded model and training configs (a run.json's or a result's) differ from the spec's.
+    A field the record lacks was added later: it counts at ``RECORDED_BEFORE`` or the config's default."""
+    expected = dict(zip(("model", "train"), expected_configs(spec), strict=True))
+    defaults = {"model": {**asdict(FAMILIES[get_preset(spec.preset)[0]][0]()), **RECORDED_BEFORE},
+                "train": TRAIN_DEFAULTS}
+    return [f"{part} {k}={recorded.get(k, defaults[part][k])!r} (spec {v!r})"
+            for part, recorded in (("model", model), ("train", train_cfg))
+            for k, v in expected[part].items()
+            if k not in _NOT_SETTINGS and recorded.get(k, defaults[part][k]) != v]
+
+
+def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
+    """Why a results file no longer records what its spec asks for (None: it does). A preset or training
+    default, an override or a best learning rate that moved makes a finished run stale; it is reported,
+    never silently reused."""
+    diffs = _config_diffs(spec, result["model"], result["train"])
+    if result["model_overrides"] != spec.model:
+        diffs.append(f"model overrides {result['model_overrides']} (spec {spec.model})")
+    return ", ".join(diffs) or None
+
+
+def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """A finished run of another group that trained and evaluated exactly what ``spec`` asks for (same
+    full model and training configs, seed and split), or None: a spec need not be run twice. ``pool``:
+    the results to search (default: every group's), for callers that ask about many specs."""
+    family = get_preset(spec.preset)[0]
+    for r in all_results() if pool is None else pool:
+        if (r["group"], r["name"]) != (spec.group, spec.name) and r["eval_split"] == spec.eval_split \
+                and r["family"] == family and not _config_diffs(spec, r["model"], r["train"]):
+            return r
+    return None
+
+
+def with_twins(group: str) -> list[dict[str, Any]]:
+    """A group's results plus, for each planned run not made because another group already made it
+    identically (``same_run``), that run under the planned name, with ``twin`` naming it ("GROUP/NAME")."""
+    rows = load_results(group)
+    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
+        done, pool = {r["name"] for r in rows}, all_results()
+        for spec in plan(group):
+            r = same_run(spec, pool) if spec.name not in done else None
+            if r is not None:
+                twin = f"{r['group']}/{r['name']}"  # the run's own group and name; the row is this group's
+                rows.append({**r, "group": group, "name": spec.name, "preset": spec.preset,
+                             "model_overrides": spec.model, "twin": twin})
+    return rows
+
+
+def run_dir_of(result: dict[str, Any]) -> Path:
+    """Where a result's model was trained (a twin's: the other group's run)."""
+    return RUNS / result["twin"] if "twin" in result else RUNS / result["group"] / result["name"]

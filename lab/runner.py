@@ -1,0 +1,131 @@
+"""The replication protocol of issue 4 as code: ``python -m lab run GROUP`` trains and
+evaluates every run of a group (one at a time, resuming interrupted runs, skipping finished
+ones) and writes one small JSON summary per run under ``results/GROUP/``;
+``python -m lab report`` regenerates RESULTS.md and the plot from those files only.
+
+The groups and their runs are defined in ``groups.py``; the settings they share in ``protocol.py``.
+"""
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kuramoto_attention.diagnostics.measure import diagnose, valid_batch
+from kuramoto_attention.errors import ConfigError
+
+# Everything a run needs is imported here, not lazily inside functions: a group runs for hours, and a
+# module first imported mid-group would be the edited file on disk, not the one the group started with.
+from kuramoto_attention.training.checkpoint import CheckpointError, find_checkpoint, load_model, write_json_atomic
+from kuramoto_attention.training.data import load_corpus
+from kuramoto_attention.training.evaluate import evaluate_bpc
+from kuramoto_attention.training.train import load_run, prepare_run, train
+from lab.groups import plan
+from lab.protocol import RESULTS, RUNS, Spec, load_results
+from lab.records import _config_diffs, mismatch, same_run
+
+
+def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
+    """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
+    out = RESULTS / spec.group / f"{spec.name}.json"
+    run_dir = RUNS / spec.group / spec.name
+    train_overrides = {**spec.train, "data_dir": data_dir}
+    started = time.time()
+    if _has_checkpoint(run_dir) and (run_dir / "run.json").exists():
+        # resume only what this spec would start: the stored run.json, not the spec, says what was trained
+        saved = json.loads((run_dir / "run.json").read_text())
+        diffs = _config_diffs(spec, saved["model"], saved["train"])
+        if diffs:
+            raise ConfigError(f"{run_dir} was started with other settings than {spec.group}/{spec.name} now "
+                              f"specifies ({', '.join(diffs)}); move it away to rerun the spec from scratch")
+        summary = train(load_run(run_dir, train_overrides), resume=True)
+    else:
+        summary = train(prepare_run(spec.preset, None, spec.model, train_overrides, str(run_dir)))
+    run = load_run(run_dir, {})
+    model, _ = load_model(run_dir)
+    corpus = load_corpus(run.train_cfg.corpus, data_dir)
+    with torch.inference_mode():
+        ev = evaluate_bpc(model, corpus.splits[spec.eval_split], run.train_cfg.context, precision="bf16")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m]
+    # per evaluation: training seconds so far and the mean training BPC since the previous one (overfitting, wall clock)
+    points, window = [], []
+    for m in metrics:
+        if "train_bpc" in m:
+            window.append(m["train_bpc"])
+        if "valid_bpc" in m:
+            points.append({"tokens": m["tokens"], "elapsed_s": m["elapsed_s"], "valid_bpc": m["valid_bpc"],
+                           "train_bpc": sum(window) / len(window) if window else None})
+            window = []
+    speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
+    result = {
+        "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
+        "model_overrides": spec.model, "model": asdict(run.model_cfg), "train": asdict(run.train_cfg),
+        "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
+        "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
+        "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
+        "valid_curve": curve, "curve": points,
+        "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
+        "wall_s": round(time.time() - started, 1), "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if run.family == "kuramoto":
+        result["diagnostics"] = run_diagnostics(run_dir, data_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, result)
+    return result
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    try:
+        find_checkpoint(run_dir)
+    except CheckpointError:
+        return False
+    return True
+
+
+def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
+    """Per-layer summary of a trained Kuramoto run (bound saturation, order parameters, learned scales)."""
+    model, _ = load_model(run_dir)
+    d = diagnose(model, valid_batch(run_dir, batch=4, data_dir=data_dir))
+    return {
+        "attn_saturation": d.attn_saturation.tolist(),
+        "ff_saturation": [x if math.isfinite(x) else None for x in d.ff_saturation.tolist()],  # NaN: no ff
+        "local_order": d.local_order.mean(dim=1).tolist(), "global_order": d.global_order.mean(dim=1).tolist(),
+        "entropy": d.entropy.mean(dim=1).tolist(),
+        "self_weight": d.self_weight.mean(dim=1).tolist(), "layer_median_abs_omega": d.layer_median_abs_omega.tolist(),
+        "attn_radius": [b.attn.bound.radius.mean().item() if b.attn.bound.kind != "none" else None
+                        for b in model.blocks],
+        "tau": [b.attn.log_tau.exp().tolist() for b in model.blocks],
+        "knockout_bpc": [[x if math.isfinite(x) else None for x in row] for row in d.knockout_bpc.tolist()],
+    }
+
+
+def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -> None:
+    for r in load_results(group):  # results written before diagnostics were recorded: add them once
+        run_dir = RUNS / group / r["name"]
+        if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
+            r["diagnostics"] = run_diagnostics(run_dir, data_dir)
+            write_json_atomic(RESULTS / group / f"{r['name']}.json", r)
+    done = {r["name"]: r for r in load_results(group)}
+    for spec in plan(group):
+        if only and spec.name not in only:
+            continue
+        if spec.name in done:
+            why = mismatch(spec, done[spec.name])
+            state = (f"STALE ({why}); move {RESULTS / group / spec.name}.json and {RUNS / group / spec.name} "
+                     "away to rerun it" if why else "done")
+            print(f"[{group}] {spec.name}: {state}, skipping", flush=True)
+            continue
+        twin = same_run(spec)
+        if twin is not None:  # RESULTS.md shows the twin's result in this group's table, marked as such
+            print(f"[{group}] {spec.name}: already run as {twin['group']}/{twin['name']} (same config, seed and "
+                  "split), skipping", flush=True)
+            continue
+        print(f"[{group}] {spec.name}: training", flush=True)
+        r = run_spec(spec, data_dir)
+        print(f"[{group}] {spec.name}: {r['eval_split']} {r['eval_bpc']:.4f} after {r['tokens']:,} tokens", flush=True)

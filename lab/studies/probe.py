@@ -1,0 +1,170 @@
+"""Do the states along depth still hold the bytes before the current one? Linear probes (RESULTS.md).
+
+The gap analysis (gap.py) finds ka-1m behind the transformer already at positions 2–3 of a window, where
+only two or three bytes of context exist: it combines a few recent bytes less well. One reading: the
+Kuramoto step can only pull a token's phases toward the attended tokens' phases in the same coordinates
+(it has no value/output map to write them into a free subspace), so what a token learns about its
+neighbours is blended into its own phases. Linear probes test what survives: for every state along depth
+(the embedding, then after each block), a ridge least-squares linear classifier from the features the
+readout would see at that depth (ka: ψ(θ), 2k wide; tf: the final RMSNorm of the residual stream, d wide)
+to the byte j positions back (j = 0: the current byte), fitted on half of the validation windows and
+scored on the other half. Float64, closed form, no seed.
+
+``python -m lab probe`` writes ``results/probe.json`` and ``results/probe.md``.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.ops.torus import lift
+from lab.groups import BEST_VARIANT
+from lab.protocol import RESULTS, RUNS, best_result
+
+# (group, run): the main pair's seed 0, ka-1m on ψ(θ) itself (main-unprojected: the model the confirm candidates
+# change), the best variant's (its attention couples to earlier tokens only) and
+# ka-1m and the variant with clock oscillators (a content-free positional score: does the first block gather the
+# byte before?), started at 0 and at 4, and with 8 clocks;
+# ``probe_runs`` adds the 5M pair at each model's best rate in group scale, when it has run
+PROBE_RUNS = (("main", "ka-1m-seed0"), ("main", "tf-1m-seed0"), ("main-unprojected", "ka-1m-seed0"),
+              ("confirm", f"ka-{BEST_VARIANT}"),
+              ("confirm", "ka-clock-4"), ("confirm", "ka-clock-4-init-4"),
+              ("confirm", f"ka-{BEST_VARIANT}-clock-4-init-4"), ("confirm", f"ka-{BEST_VARIANT}-clock-8-init-4"))
+OFFSETS = (0, 1, 2, 3)
+WINDOWS = 64
+RIDGE = 1e-3  # λ relative to the mean diagonal of XᵀX: a small, scale-free regulariser
+
+
+def states(model: Any, idx: Tensor) -> list[Tensor]:
+    """The readout's view of every state along depth: depth + 1 tensors (B, T, D), float64.
+
+    ka: ψ(θ) of the phases (the readout's input); tf: the final RMSNorm of the residual stream (its head's
+    input). Both models' forward is embed, blocks, readout (lm.py), so the states are the same points."""
+    model = model.float().eval()
+    with torch.no_grad():
+        h = model.embed(idx)
+        hs = [h]
+        for block in model.blocks:
+            h = block(h)
+            hs.append(h)
+        view = lift if model.family == "kuramoto" else model.norm
+        return [view(x).double() for x in hs]
+
+
+def ridge_accuracy(fit_x: Tensor, fit_y: Tensor, eval_x: Tensor, eval_y: Tensor, classes: int = 256) -> float:
+    """Accuracy on (eval_x, eval_y) of the least-squares linear classifier to one-hot targets fitted on
+    (fit_x, fit_y); features standardised with the fit half's statistics, a bias column added. x: (N, D)."""
+    mean, std = fit_x.mean(0), fit_x.std(0).clamp_min(1e-8)
+
+    def design(x: Tensor) -> Tensor:
+        z = (x - mean) / std
+        return torch.cat((z, torch.ones(len(z), 1, dtype=z.dtype)), dim=1)
+
+    a, b = design(fit_x), design(eval_x)
+    gram = a.T @ a
+    gram += RIDGE * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
+    onehot = torch.nn.functional.one_hot(fit_y, classes).to(a.dtype)
+    weights = torch.linalg.solve(gram, a.T @ onehot)
+    return ((b @ weights).argmax(1) == eval_y).double().mean().item()
+
+
+def probe_run(model: Any, windows: Tensor, offsets: tuple[int, ...] = OFFSETS) -> list[list[float]]:
+    """accuracy[j][l]: the byte j back from state l; windows (B, T) split in halves (fit, eval) by window.
+    Positions t ≥ max(offsets) only, so every offset has a byte."""
+    if len(windows) < 2:
+        raise ConfigError("probing needs at least 2 windows (one half to fit, one to score)")
+    first = max(offsets)
+    half = len(windows) // 2
+    out = []
+    feats = states(model, windows)
+    for j in offsets:
+        target = windows[:, first - j: windows.shape[1] - j]  # (B, T − first): x_{t−j} for t ≥ first
+        row = []
+        for f in feats:
+            x = f[:, first:]
+            row.append(ridge_accuracy(x[:half].flatten(0, 1), target[:half].flatten(),
+                                      x[half:].flatten(0, 1), target[half:].flatten()))
+        out.append(row)
+    return out
+
+
+def probe_runs() -> list[tuple[str, str]]:
+    """``PROBE_RUNS``, then ka-5m and tf-5m at their best test BPC in group scale (read from its results)."""
+    best = [best_result(p, "scale") for p in ("ka-5m", "tf-5m")]
+    return [*PROBE_RUNS, *(("scale", r["name"]) for r in best if r is not None)]
+
+
+def _run_dirs(names: list[tuple[str, str]]) -> list[Path]:
+    """Each run's directory: its own, or that of the identical run another group made (main's ka-1m may be one);
+    each group's results read once."""
+    from lab.records import run_dir_of, with_twins
+
+    found = {(g, r["name"]): run_dir_of(r) for g in dict.fromkeys(g for g, _ in names) for r in with_twins(g)}
+    return [found.get((g, n), RUNS / g / n) for g, n in names]
+
+
+def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
+    from kuramoto_attention.diagnostics.measure import valid_batch
+    from kuramoto_attention.training.checkpoint import load_model
+
+    names = probe_runs()
+    runs = _run_dirs(names)
+    missing = [str(r) for r in runs if not (r / "run.json").exists()]
+    if missing:
+        raise ConfigError(f"no trained run at {', '.join(missing)}; run `python -m lab run main` and "
+                          "`... run confirm` first")
+    context = json.loads((runs[0] / "run.json").read_text())["train"]["context"]
+    batch = valid_batch(runs[0], windows, context, data_dir)  # every run sees the same windows
+    rows = []
+    for (group, name), run in zip(names, runs, strict=True):
+        model = load_model(run)[0]
+        rows.append({"group": group, "name": name, "family": model.family, "depth": len(model.blocks),
+                     "ff_proj": getattr(model.config, "ff_proj", None),  # ka's feed-forward (tf: None)
+                     "accuracy": probe_run(model, batch)})
+    return {"windows": windows, "context": context, "offsets": list(OFFSETS), "ridge": RIDGE, "runs": rows}
+
+
+def write(res: dict[str, Any]) -> Path:
+    (RESULTS / "probe.json").write_text(json.dumps(res, indent=1) + "\n")
+    depth = max(r["depth"] for r in res["runs"])
+    head = ["run", "byte", "embedding", *(f"after block {i}" for i in range(1, depth + 1))]
+    lines = [
+        "## What the states hold about earlier bytes (linear probes)",
+        "",
+        f"_Generated by `python -m lab probe`: {res['windows']} evenly spaced validation windows of "
+        f"{res['context']} bytes, the first half to fit, the second to score; positions t ≥ {max(res['offsets'])}. "
+        "For each state along depth, a ridge least-squares linear classifier (λ = "
+        f"{res['ridge']:g} of the mean diagonal) from what the readout would see there (ka: ψ(θ); tf: RMSNorm of "
+        "the residual stream, with the final norm's gain) to the byte j back; held-out accuracy (chance ≈ 1/256)._",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in res["runs"]:
+        for j, accs in zip(res["offsets"], r["accuracy"], strict=True):
+            cells = [f"{a:.3f}" for a in accs] + ["—"] * (depth + 1 - len(accs))
+            which = "current (j = 0)" if j == 0 else f"j = {j}"
+            lines.append(f"| {r['group']}/{r['name']} | {which} | " + " | ".join(cells) + " |")
+    path = RESULTS / "probe.md"
+    path.write_text("\n".join([*lines, "", *summary(res), ""]))
+    return path
+
+
+def summary(res: dict[str, Any]) -> list[str]:
+    """Per earlier byte (j ≥ 1): each run's accuracy at its last state and its best state (computed, not typed)."""
+    out = []
+    for i, j in enumerate(res["offsets"]):
+        if j == 0:
+            continue
+        parts = []
+        for r in res["runs"]:
+            accs = r["accuracy"][i]
+            best = max(range(len(accs)), key=accs.__getitem__)
+            where = "the embedding" if best == 0 else f"after block {best}"
+            parts.append(f"{r['name']} {accs[-1]:.3f} at its last state ({accs[best]:.3f} {where})")
+        out.append(f"- byte j = {j} back: " + "; ".join(parts) + ".")
+    return out

@@ -1,0 +1,81 @@
+"""Shared pieces of the generated RESULTS.md: number and table formatting, and how a run is named and
+described (its settings, its twin in another group, its bound saturation)."""
+
+import statistics
+from typing import Any
+
+from lab.groups import BEST_VARIANT, CANDIDATES, PINNED_UNPROJECTED, UNPROJECTED
+from lab.protocol import TRAIN_DEFAULTS, load_results
+
+
+def fmt(x: float) -> str:
+    return f"{x:.4f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
+    """A run's model overrides, less (``strip_pinned``) the ψ(θ) feed-forward its group is pinned to: within such a
+    group that is the base every run shares, not a change."""
+    pinned = UNPROJECTED if strip_pinned and r["group"] in PINNED_UNPROJECTED else {}
+    parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
+             and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
+    default_mult = TRAIN_DEFAULTS["phase_lr_mult"]
+    if r["train"].get("phase_lr_mult", default_mult) != default_mult:
+        parts.append(f"phase_lr_mult={r['train']['phase_lr_mult']:g}")
+    return ", ".join(parts) or "(preset)"
+
+
+def settings(r: dict[str, Any]) -> str:
+    """The open choices a screening run used, read from its recorded config."""
+    m, t = r["model"], r["train"]
+    if r["family"] != "kuramoto":
+        return "transformer preset"
+    ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
+    ff += " → tangent" if m.get("ff_output") == "tangent" else ""
+    ff += (f" through P ({m['ff_proj']}, width {m.get('ff_proj_dim') or m['dim']})"
+           if m.get("ff_proj", "none") != "none" and m["ff"] == "lift" else "")
+    extras = [text for on, text in (
+        (m.get("shared_gates"), "shared gates"), (m.get("self_coupling") is False, "no self-coupling"),
+        (m.get("phase_lag"), "phase lag"), (m.get("content_lag"), "content lag"),
+        (m.get("coupling_lag"), "coupling lag"), (m.get("value_lag"), "value lag"),
+        (m.get("step_gate"), "per-head step size"),
+        (m.get("value_gate_input", "lift") != "lift", "value gate reads P ψ(θ)"),
+        (m.get("gates_input", "lift") != "lift", "metric gates read P ψ(θ)"),
+        (m.get("readout_gain", "none") != "none",
+         f"readout gain {m.get('readout_gain')} (init {m.get('readout_gain_init', 1.0):g})"),
+        (m.get("readout_tied"), "readout tied to the embedding"),
+    ) if on]
+    extras += [f"{k} {t[k]:g}" for k in ("weight_decay", "warmup", "beta2") if t.get(k, TRAIN_DEFAULTS[k]) !=
+               TRAIN_DEFAULTS[k]]
+    return (f"k {m['dim']}, depth {m['depth']}, heads {m['heads']}, radius {m['attn_radius_init']:g}/"
+            f"{m['ff_radius_init']:g} ({m['bound']}), τ₀ {m['tau_init']:g}, ff {ff} (hidden {m['ff_hidden']}), "
+            f"v₀ {m['value_init']:g}, phase lr ×{t['phase_lr_mult']:g}" + "".join(f", {e}" for e in extras)
+            + f"; {r['params']:,} params")
+
+
+def label(r: dict[str, Any]) -> str:
+    return f"{r['name']} (= {r['twin']}: same config, seed and split)" if "twin" in r else r["name"]
+
+
+def saturation(r: dict[str, Any]) -> str:
+    d = r.get("diagnostics")
+    if not d:
+        return "—"
+    ff = [x for x in d["ff_saturation"] if x is not None]
+    ff_text = f"{statistics.mean(ff):.0%}" if ff else "—"
+    return f"{statistics.mean(d['attn_saturation']):.0%} / {ff_text}"
+
+
+def variant_change(name: str = BEST_VARIANT) -> str:
+    return ", ".join(f"{k}={v}" for k, v in CANDIDATES[name].items())
+
+
+def reference_main() -> list[dict[str, Any]]:
+    """The pair the groups run before ka-1m's feed-forward read P ψ(θ) are measured against: main's transformer
+    runs and ka-1m on ψ(θ) itself (main-unprojected; ``groups.PINNED_UNPROJECTED``)."""
+    return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")

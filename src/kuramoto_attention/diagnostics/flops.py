@@ -1,0 +1,43 @@
+"""Analytic model FLOPs per token, the one count the benchmark and the lab's equal-compute runs both use.
+
+Training FLOPs per token = 6 × (parameters that multiply an activation, counted once per application) plus
+6 × depth × context × (query/key width + value width) for the attention's two T×T matmuls (forward and
+backward, averaged over the causal triangle as the usual 6N + 6·L·T·d count does).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from kuramoto_attention.models.transformer import TransformerLM
+
+
+def model_flops(model: nn.Module, context: int) -> dict[str, int]:
+    """Analytic training FLOPs per token, counted as ``FLOPS_METHOD`` states (it goes into the document)."""
+    cfg = model.config
+    n_mm = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    if isinstance(model, TransformerLM):
+        n_mm += model.tok_embedding.weight.numel() if model.head is None else 0
+        d_qk = d_v = cfg.dim
+    else:
+        n_mm += sum((uses - 1) * m.weight.numel() for m, uses in shared_uses(model))
+        n_mm += model.phase_embedding.numel() * 2 if model.prototypes is None else 0  # tied readout: ψ(E) as weights
+        d_qk = 2 * cfg.dim + 2 * cfg.clock * cfg.heads  # ψ(φ) features, then each head's clock features
+        d_v = 2 * cfg.dim if cfg.value == "circular" else cfg.dim
+    attn = 6 * cfg.depth * context * (d_qk + d_v)
+    return {"matmul_params": n_mm, "d_qk": d_qk, "d_v": d_v, "flops_per_token": 6 * n_mm + attn}
+
+
+def shared_uses(model: nn.Module) -> list[tuple[nn.Linear, int]]:
+    """The Kuramoto model's modules that several layers apply, each with how often one forward pass applies it,
+    read off the built blocks: the shared gates once per layer that has gates; the shared P once per layer whose
+    feed-forward reads it, and once more per layer whose metric gates or value gate read it (the two compute one
+    P ψ(θ) when both read it: layer.py ``_shared_read``)."""
+    out = []
+    if model.shared_gates is not None:
+        out.append((model.shared_gates.proj, sum(b.attn._gate_module() is model.shared_gates for b in model.blocks)))
+    p = model.shared_ff_proj
+    if p is not None:
+        by_ff = sum(b.ff is not None and b.ff._input_proj[0] is p for b in model.blocks)
+        out.append((p, by_ff + sum(m is p for b in model.blocks for m in b.attn.input_maps())))
+    return out

@@ -1,0 +1,126 @@
+"""Attention plumbing both model families share: causal SDPA (with the no-self-coupling pattern), the
+KV cache, heads, rotary frequencies, and the matmul dtype under autocast."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype a matmul of x runs in: autocast's low precision when it is on, else x's own.
+
+    Casting a tensor that several matmuls (and the attention) read once, to this dtype, saves
+    autocast a cast per use and keeps the elementwise work around them single-dtype.
+    """
+    device = x.device.type
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(device):  # autocast leaves other dtypes alone
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
+def rotary_angles(head_dim: int, base: float = 10000.0) -> Tensor:
+    """Geometric frequencies base^{-i/n}, i = 0..n-1: RoPE's, and the initial ω of the phase model."""
+    return base ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)
+
+
+def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor) -> Tensor:
+    """RoPE on pairs (x_i, x_{i+n}) of the last axis: rotate pair i by freqs_i · position.
+
+    x: (..., T, 2n) (e.g. queries and keys stacked: (2, B, H, T, 2n)); freqs: (n,); positions: (T,) absolute positions.
+    """
+    angle = positions[:, None].to(freqs.dtype) * freqs  # (T, n)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, k) -> (B, H, T, k/H): each head owns a contiguous block of the last axis."""
+    b, t, k = x.shape
+    return x.view(b, t, heads, k // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, d) -> (B, T, H·d): the inverse of ``split_heads``."""
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
+def causal_mask(t: int, s: int, device: torch.device, exclude_self: bool = False) -> Tensor:
+    """(T, S) bool, True where query i (absolute position S − T + i) may attend key j.
+
+    ``exclude_self`` drops the diagonal j = S − T + i, except for the very first token, which has
+    nothing else to attend to (it keeps its own key, so its row stays a distribution).
+    """
+    mask = torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t - int(exclude_self))
+    if exclude_self and s == t:
+        mask[0, 0] = True
+    return mask
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self: bool = False) -> Tensor:
+    """Causal scaled dot-product attention where the T queries are the last T of S keys.
+
+    q: (B, H, T, d); k, v: (B, H, S, d) with S ≥ T (S > T when earlier keys come from a
+    cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T.
+    ``exclude_self``: the pattern of ``causal_mask(t, s, exclude_self=True)``.
+    """
+    t, s = q.shape[-2], k.shape[-2]
+    if exclude_self:  # row i sees keys < its own: the same causal pattern on keys shifted by one, no mask
+        if t < s:
+            return causal_attention(q, k[..., :-1, :], v[..., :-1, :], scale)
+        first = v[..., :1, :]  # token 0 has only itself: its row is its own value (see ``causal_mask``)
+        if t == 1:
+            return first
+        rest = F.scaled_dot_product_attention(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :], is_causal=True,
+                                              scale=scale)
+        return torch.cat((first, rest), dim=-2)
+    if t == s:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if t == 1:  # one new token attends to everything cached
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(t, s, q.device), scale=scale)
+
+
+class KVCache:
+    """Per-layer keys and values of earlier tokens, for incremental generation.
+
+    For the transformer these are the rotated keys and the values; for Kuramoto attention
+    they are exactly what the fused path reads for each earlier token: the gated, drifted
+    key features g^k ⊙ ψ(θ_u + ω u) and the lift ψ(θ_u) (or the projected value).
+
+    Stored in buffers whose capacity doubles when full, so appending one token copies one
+    token (amortised), not the whole history (a ``torch.cat`` per step made copying the
+    largest cost of cached generation). ``capacity``, when the final length is known, sizes
+    the first buffers so that they never grow: under torch.compile every growth (and a
+    buffer filled exactly) is a new graph. New entries are cast to the buffers' dtype, fixed
+    by the first update.
+    """
+
+    def __init__(self, capacity: int = 16) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1 token, got {capacity}")
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self.length = 0
+        self.first_capacity = capacity  # the first buffers' size; later ones double
+
+    def _grow(self, buf: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        new = like.new_empty(*like.shape[:-2], capacity, like.shape[-1], dtype=like.dtype if buf is None else buf.dtype)
+        if buf is not None:
+            new[..., : self.length, :] = buf[..., : self.length, :]
+        return new
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append (B, H, T, d) keys/values; return all keys/values so far, (B, H, S, d) views."""
+        end = self.length + k.shape[-2]
+        if self._k is None or self._v is None or end > self._k.shape[-2]:
+            capacity = max(end, self.first_capacity if self._k is None else 2 * self._k.shape[-2])
+            self._k, self._v = self._grow(self._k, k, capacity), self._grow(self._v, v, capacity)
+        self._k[..., self.length : end, :] = k
+        self._v[..., self.length : end, :] = v
+        self.length = end
+        return self._k[..., :end, :], self._v[..., :end, :]
+

@@ -1,0 +1,246 @@
+"""Hand-fused elementwise stretches of Kuramoto attention's fused path (eager mode).
+
+Eager PyTorch pays one pass over memory per operator, and autograd's generic backward of a
+chain of views, casts and broadcasts adds zero-fills, copies and reductions of its own: in a
+training step of ``ka-1m`` these, not the matmuls, were most of the time (BENCHMARKS.md). Each
+function here computes one stretch of the layer with its backward written out, in the fewest
+passes over (B, T, k) tensors. The math is the layer's (layer.py); the plain expressions there
+are what ``torch.compile`` traces (it fuses them itself), what runs without autograd (decoding one
+token per call pays per operator call, where these save nothing), and what the tests compare these with.
+
+Shapes: θ, φ (B, T, k) with k = H·d, seen per head as (B, T, H, d) views (no transposes: the
+attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memory).
+
+    query_key:  φ = θ + ω t;  q = τ g^q ⊙ ψ(φ + β),  k = g^k ⊙ ψ(φ)
+                g = softplus(z) / mean_head(softplus(z))        (z = W ψ(θ) + b, the gate logits)
+    gated_step: a = cos θ · Im G − sin θ · Re G;  x = v ⊙ a;  θ' = θ + h(‖x‖²) x
+    bounded_step:                                              θ' = θ + h(‖x‖²) x
+                h(s) = r · tanh(√s)/√s (the norm bound of ``torus.bound_norm``)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+from kuramoto_attention.ops.torus import tanh_ratio
+
+
+def fused_applies() -> bool:
+    """Whether the hand-fused functions pay off: eager mode (torch.compile fuses the plain expressions
+    itself) with autograd recording (without it, the plain expressions run with fewer Python calls)."""
+    return torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a Function's forward with autocast off: its dtypes are chosen explicitly (autocast would, e.g.,
+    run ``linalg.vecdot`` in bf16 and so round the bound's norm)."""
+
+    @functools.wraps(forward)
+    def wrapped(ctx: Any, *args: Any) -> Any:
+        with torch.autocast(args[0].device.type, enabled=False):
+            return forward(ctx, *args)
+
+    return wrapped
+
+
+def _gates_forward(z: Tensor, q_scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """g (B, T, 2, H, d), at least float32, from logits z (B, T, 2k): softplus over its head mean, g^q scaled by
+    ``q_scale`` (H,). Also the per-(token, head) scale (B, T, 2, H, 1) and 1/mean."""
+    b, t, _ = z.shape
+    heads = q_scale.shape[0]
+    sp = F.softplus(z.to(_at_least_fp32(z))).view(b, t, 2, heads, -1)
+    inv_mean = sp.mean(dim=-1, keepdim=True).reciprocal_()
+    q_scale = q_scale.to(sp.dtype)
+    scale = inv_mean * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, heads, 1)
+    return sp.mul_(scale), scale, inv_mean
+
+
+def _at_least_fp32(x: Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def _features(cos: Tensor, sin: Tensor, gate: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """(B, T, H, 2d) in ``dtype``: per head (gate ⊙ cos, gate ⊙ sin).
+
+    The products are taken in the inputs' dtype on whole rows and then copied (and cast) into the
+    head-interleaved layout: on the CPU an elementwise op whose output dtype differs from its inputs'
+    is not vectorised (in isolation a ``mul(out=bf16)`` of float32 inputs ran 4× slower than these three passes)."""
+    b, t, k = cos.shape
+    out = cos.new_empty(b, t, heads, 2, k // heads, dtype=dtype)
+    view = (b, t, heads, k // heads)
+    out[:, :, :, 0].copy_((cos * gate).view(view))
+    out[:, :, :, 1].copy_((sin * gate).view(view))
+    return out.view(b, t, heads, -1)
+
+
+def _halves(grad: Tensor, dtype: torch.dtype) -> Tensor:
+    """(B, H, T, 2d), any layout  ->  (B, T, 2, k) in ``dtype``: the cosine and the sine halves of every
+    head as whole rows (the inverse arrangement of ``_features``), in one copy: on the CPU an elementwise
+    op on d-long runs is ~1.6× slower than on whole rows, and the backward has many of them."""
+    b, heads, t, d2 = grad.shape
+    out = grad.new_empty(b, t, 2, heads, d2 // 2, dtype=dtype)
+    out.copy_(grad.transpose(1, 2).unflatten(-1, (2, d2 // 2)).transpose(2, 3))
+    return out.view(b, t, 2, -1)
+
+
+class _QueryKey(torch.autograd.Function):
+    @staticmethod
+    @_no_autocast
+    def forward(ctx: FunctionCtx, theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None,
+                z: Tensor, tau: Tensor, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        b, t, k = theta.shape
+        heads = tau.shape[0]
+        phi = theta + omega * pos[:, None]  # (B, T, k)
+        cos, sin = torch.cos(phi), torch.sin(phi)
+        if lag is not None:
+            phi_q = phi.add_(lag)  # phi itself is not needed again
+            cos_q, sin_q = torch.cos(phi_q), torch.sin(phi_q)
+        else:
+            cos_q, sin_q = cos, sin
+        g, scale, inv_mean = _gates_forward(z, tau)
+        rows = g.view(b, t, 2, k)  # g^q, g^k as (B, T, k) rows
+        q = _features(cos_q, sin_q, rows[:, :, 0], heads, out_dtype)
+        key = _features(cos, sin, rows[:, :, 1], heads, out_dtype)
+        ctx.save_for_backward(cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau)
+        ctx.has_lag, ctx.lag_shape = lag is not None, None if lag is None else lag.shape
+        return q.transpose(1, 2), key.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
+        cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau = ctx.saved_tensors
+        b, t, k = cos.shape
+        heads = tau.shape[0]
+        rows = g.view(b, t, 2, k)
+        grad_g = torch.empty_like(g)
+        grad_rows = grad_g.view(b, t, 2, k)
+        # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
+        phi_grads = []
+        for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
+            dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
+            torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
+            phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
+        grad_lag = phi_grads[0].sum_to_size(ctx.lag_shape) if ctx.has_lag and ctx.needs_input_grad[3] else None
+        grad_phi = phi_grads[0] + phi_grads[1] if grad_lag is not None else phi_grads[0].add_(phi_grads[1])
+        grad_omega = pos @ grad_phi.sum(0) if ctx.needs_input_grad[1] else None  # Σ_{b,t} t · dφ
+        # g = scale · sp with scale = c/mean(sp):  dsp = scale ⊙ dg − mean(dg ⊙ g) / mean(sp)
+        dot = (grad_g * g).mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1)
+        grad_tau = None
+        if ctx.needs_input_grad[5]:
+            grad_tau = dot[:, :, 0].sum(dim=(0, 1)).view(heads) * (k // heads) / tau  # g^q is linear in τ
+        grad_sp = grad_g.mul_(scale).sub_(dot * inv_mean)
+        grad_z = grad_sp.view(b, t, 2 * k).mul_(torch.sigmoid(z.to(grad_sp.dtype))).to(z.dtype)
+        return grad_phi, grad_omega, None, grad_lag, grad_z, grad_tau, None
+
+
+def query_key(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: Tensor, tau: Tensor,
+              out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The attention's gated, drifted query and key features, (B, H, T, 2d) each, in ``out_dtype``.
+
+    theta (B, T, k) float; omega (k,); pos (T,) positions in θ's dtype; lag: β broadcastable to
+    (B, T, k), or None; z (B, T, 2k) gate logits (query half, then key half); tau (H,).
+    """
+    return _QueryKey.apply(theta, omega, pos, lag, z, tau, out_dtype)
+
+
+def _bound_factor(sq_norm: Tensor, log_radius: Tensor) -> Tensor:
+    """h(s) = r · tanh(√s)/√s per token, (B, T, 1) in s's dtype."""
+    return log_radius.exp().to(sq_norm.dtype) * tanh_ratio(sq_norm)
+
+
+def _bound_backward(grad: Tensor, x: Tensor, sq_norm: Tensor, log_radius: Tensor,
+                    need_radius: bool) -> tuple[Tensor, Tensor | None]:
+    """(dL/dx, dL/dlog r) of θ' = θ + h(‖x‖²) x. The per-token chain s -> h is differentiated by autograd
+    (it is (B, T, 1), cheap); the (B, T, k) work is written out: dx = h ⊙ dθ' + 2 x (dθ'·x) h'(s)."""
+    with torch.enable_grad():
+        s = sq_norm.detach().requires_grad_()
+        lr = log_radius.detach().requires_grad_(need_radius)
+        h = _bound_factor(s, lr)
+    along = torch.linalg.vecdot(grad, x).unsqueeze(-1)  # dL/dh per token
+    inputs = (s, lr) if need_radius else (s,)
+    grads = torch.autograd.grad(h, inputs, grad_outputs=along)
+    grad_x = torch.mul(grad, h.detach()).addcmul_(x, grads[0], value=2.0)
+    return grad_x, grads[1] if need_radius else None
+
+
+def _interleave(rows: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """(B, T, 2, k) rows  ->  (B, H, T, 2d) in ``dtype``, the layout the attention reads (``_halves``'s inverse)."""
+    b, t, _, k = rows.shape
+    out = rows.new_empty(b, t, heads, 2, k // heads, dtype=dtype)
+    out.copy_(rows.view(b, t, 2, heads, -1).transpose(2, 3))
+    return out.view(b, t, heads, -1).transpose(1, 2)
+
+
+class _GatedStep(torch.autograd.Function):
+    @staticmethod
+    @_no_autocast
+    def forward(ctx: FunctionCtx, theta: Tensor, psi: Tensor, out: Tensor, value: Tensor,
+                log_radius: Tensor) -> Tensor:
+        # G as whole rows (Re G, Im G) and v in θ's dtype, each converted once (a mixed-dtype op on the CPU
+        # converts its operand on every call)
+        re_g, im_g = _halves(out, theta.dtype).unbind(2)  # (B, T, k) each
+        value_f = value.to(theta.dtype)
+        cos, sin = psi.chunk(2, dim=-1)
+        a = torch.mul(cos, im_g).addcmul_(sin, re_g, value=-1.0)
+        x = a * value_f
+        sq = torch.linalg.vecdot(x, x).unsqueeze(-1)
+        new = torch.addcmul(theta, x, _bound_factor(sq, log_radius))
+        ctx.save_for_backward(psi, re_g, im_g, value_f, a, x, sq, log_radius)
+        ctx.out_dtype, ctx.value_dtype, ctx.heads = out.dtype, value.dtype, out.shape[1]
+        return new
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        psi, re_g, im_g, value, a, x, sq, log_radius = ctx.saved_tensors
+        grad_x, grad_radius = _bound_backward(grad, x, sq, log_radius, ctx.needs_input_grad[4])
+        grad_value = (grad_x * a).to(ctx.value_dtype) if ctx.needs_input_grad[3] else None
+        grad_a = grad_x.mul_(value)
+        cos, sin = psi.chunk(2, dim=-1)
+        # a = cos θ Im G − sin θ Re G:  dIm G = cos θ da,  dRe G = −sin θ da,  dθ = −(sin θ Im G + cos θ Re G) da
+        grad_rows = grad_a.new_empty(*grad_a.shape[:-1], 2, grad_a.shape[-1])
+        torch.mul(grad_a, sin, out=grad_rows[..., 0, :]).neg_()
+        torch.mul(grad_a, cos, out=grad_rows[..., 1, :])
+        radial = torch.mul(sin, im_g).addcmul_(cos, re_g)
+        grad_theta = torch.addcmul(grad, grad_a, radial, value=-1.0)
+        return grad_theta, None, _interleave(grad_rows, ctx.heads, ctx.out_dtype), grad_value, grad_radius
+
+
+def gated_step(theta: Tensor, psi: Tensor, out: Tensor, value: Tensor, log_radius: Tensor) -> Tensor:
+    """θ + bound(v ⊙ a) with a = Im(conj(e^{iθ}) G) and the norm bound, (B, T, k) in θ's dtype.
+
+    theta (B, T, k); psi = ψ(θ) (B, T, 2k) in θ's dtype, read as constants (the gradient through cos θ
+    and sin θ is part of θ's); out: G as (B, H, T, 2d) = (Re G, Im G) per head, any float dtype;
+    value: v(θ) (B, T, k), any float dtype; log_radius (1,).
+    """
+    return _GatedStep.apply(theta, psi.detach(), out, value, log_radius)
+
+
+class _BoundedStep(torch.autograd.Function):
+    @staticmethod
+    @_no_autocast
+    def forward(ctx: FunctionCtx, theta: Tensor, x: Tensor, log_radius: Tensor) -> Tensor:
+        xf = x.to(theta.dtype)
+        sq = torch.linalg.vecdot(xf, xf).unsqueeze(-1)
+        ctx.save_for_backward(xf, sq, log_radius)
+        ctx.x_dtype = x.dtype
+        return torch.addcmul(theta, xf, _bound_factor(sq, log_radius))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        xf, sq, log_radius = ctx.saved_tensors
+        grad_x, grad_radius = _bound_backward(grad, xf, sq, log_radius, ctx.needs_input_grad[2])
+        return grad, grad_x.to(ctx.x_dtype), grad_radius
+
+
+def bounded_step(theta: Tensor, x: Tensor, log_radius: Tensor) -> Tensor:
+    """θ + bound(x) with the norm bound, in θ's dtype (x may be lower precision)."""
+    return _BoundedStep.apply(theta, x, log_radius)

@@ -1,0 +1,94 @@
+"""Atomic checkpoints: model weights (safetensors, via save_pretrained), config JSON and the
+trainer state (optimizer, step, tokens, RNG), so that ``--resume`` continues exactly.
+
+A checkpoint is a directory written as ``checkpoint.tmp`` and then renamed into place; the
+previous one is kept as ``checkpoint.old`` until the swap is complete, so a crash at any
+moment leaves one complete checkpoint on disk.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.lm import ByteLM
+from kuramoto_attention.models.presets import build_model, config_from_dict
+
+CKPT, TMP, OLD = "checkpoint", "checkpoint.tmp", "checkpoint.old"
+STATE_FILE = "trainer_state.pt"
+
+
+class CheckpointError(ValueError):
+    """A missing, corrupt or mismatched checkpoint (reported as one line by the CLI)."""
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, model: ByteLM, model_config: dict, state: dict[str, Any]) -> Path:
+    run_dir = Path(run_dir)
+    tmp, final, old = run_dir / TMP, run_dir / CKPT, run_dir / OLD
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    write_json_atomic(tmp / "model_config.json", model_config)
+    torch.save(state, tmp / STATE_FILE)
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    for f in path.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+def find_checkpoint(run_dir: Path) -> Path:
+    run_dir = Path(run_dir)
+    for name in (CKPT, OLD):  # .old is complete if a crash hit between the two renames
+        if (run_dir / name / STATE_FILE).exists():
+            return run_dir / name
+    raise CheckpointError(f"no checkpoint in {run_dir}: expected {run_dir / CKPT}/ (train with `kuramoto train` first)")
+
+
+def load_model(path: Path, map_location: str | torch.device = "cpu") -> tuple[ByteLM, dict]:
+    """Load a model from a checkpoint or run directory; returns (model, model_config dict)."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist: pass a run directory written by `kuramoto train`")
+    if not (path / "model_config.json").exists():
+        path = find_checkpoint(path)
+    try:
+        model_config = json.loads((path / "model_config.json").read_text())
+        family, cfg = config_from_dict(model_config)
+        model = build_model(family, cfg)
+        weights = load_file(path / "model.safetensors", device=str(map_location))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except (OSError, json.JSONDecodeError, ConfigError, RuntimeError, ValueError, SafetensorError) as exc:
+        raise CheckpointError(f"corrupt checkpoint in {path}: {str(exc).splitlines()[0]}") from None
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path} does not match its config (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}): it was written by a different model"
+        )
+    return model.to(map_location), model_config
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
+    except Exception as exc:  # any unpickling failure means the file is damaged
+        raise CheckpointError(f"corrupt trainer state {Path(path) / STATE_FILE}: {str(exc).splitlines()[0]}") from None

@@ -1,0 +1,416 @@
+"""Training: AdamW (decay on matrices only), warmup + cosine, clipping, bf16 autocast,
+optional torch.compile, seeded random-window batches, periodic validation, atomic
+checkpoints with exact resume, and DistributedDataParallel under ``torchrun``.
+
+Batches are a pure function of (seed, rank, step): resuming at step s draws exactly the
+batches an uninterrupted run would have drawn, with no generator state to carry.
+"""
+
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.lm import ByteLM
+from kuramoto_attention.models.presets import apply_overrides, build_model, config_from_dict, get_preset
+from kuramoto_attention.training.checkpoint import (
+    find_checkpoint,
+    load_model,
+    load_state,
+    save_checkpoint,
+    write_json_atomic,
+)
+from kuramoto_attention.training.data import Corpus, load_corpus, sample_windows
+
+LN2 = math.log(2.0)
+
+
+class TrainingDiverged(ConfigError):
+    """The loss became NaN or inf: a setting to change (lr, clipping), reported as one line."""
+
+
+@dataclass
+class TrainConfig:
+    corpus: str = "stdlib"
+    data_dir: str | None = None
+    batch_size: int = 32
+    context: int = 0  # 0: the model config's context
+    steps: int = 0  # budget; at least one of steps, tokens, minutes must be > 0
+    tokens: int = 0
+    minutes: float = 0.0
+    lr: float = 2e-3
+    # Phases (embedding, ω) are angles of scale π, not weights of scale 0.02: at the base lr they barely move.
+    # Round 1 of the screen: ×20 and ×50 both far better than ×1 (50 by 0.011, one seed); 20 keeps phase
+    # steps ≤ 0.16 rad at the highest swept lr.
+    phase_lr_mult: float = 20.0
+    omega_lr_mult: float | None = None  # ω's own multiplier; None: the same as phase_lr_mult
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    precision: Literal["bf16", "fp32"] = "bf16"
+    compile: bool = False
+    device: str = "auto"
+    seed: int = 0
+    eval_every: int = 100
+    eval_batches: int = 16
+    ckpt_every: int = 100
+    progress: bool = True
+
+    def validate(self) -> None:
+        for f in fields(self):  # values from TOML or code arrive untyped: "3e-3" is not a learning rate
+            value, default = getattr(self, f.name), getattr(TrainConfig, f.name)
+            kind = type(default) if default is not None else (float if f.name == "omega_lr_mult" else str)
+            if not (value is None and default is None) and not _has_type(value, kind):
+                raise ConfigError(f"training option {f.name} must be of type {kind.__name__}, got {value!r}")
+        checks = [
+            (self.batch_size > 0, "batch_size must be > 0"),
+            (self.context >= 0, "context must be >= 0"),
+            (self.steps >= 0 and self.tokens >= 0 and self.minutes >= 0, "steps/tokens/minutes must be >= 0"),
+            (self.steps or self.tokens or self.minutes, "give a budget: --steps, --tokens or --minutes"),
+            (self.lr > 0 and math.isfinite(self.lr), f"lr must be a positive number, got {self.lr}"),
+            (self.warmup >= 0, "warmup must be >= 0"),
+            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
+            (self.grad_clip >= 0, "grad_clip must be >= 0 (0 disables clipping)"),
+            (self.phase_lr_mult >= 0 and (self.omega_lr_mult is None or self.omega_lr_mult >= 0)
+             and self.weight_decay >= 0, "phase_lr_mult, omega_lr_mult and weight_decay must be >= 0"),
+            (self.precision in ("bf16", "fp32"), f"precision must be bf16 or fp32, got {self.precision!r}"),
+            (self.eval_every > 0 and self.ckpt_every > 0 and self.eval_batches > 0, "eval/ckpt intervals must be > 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ConfigError(msg)
+
+
+def _has_type(value: Any, kind: type) -> bool:
+    if kind is bool or isinstance(value, bool):  # bool is an int in Python, but not a step count
+        return kind is bool and isinstance(value, bool)
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
+def train_config_from(overrides: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
+    base = base or TrainConfig()
+    known = {f.name for f in fields(base)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ConfigError(f"unknown training option(s) {sorted(unknown)}; options: {', '.join(sorted(known))}")
+    cfg = replace(base, **overrides)
+    cfg.validate()
+    return cfg
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; use auto, cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device cuda requested but CUDA is not available; use --device cpu")
+    return device
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine from lr to lr·min_lr_ratio over progress ∈ [0, 1].
+
+    The cosine's clock is the whole run's progress, starting at step 0 (not at the end of warmup), so
+    the rate steps down a little when warmup ends: to 0.985·lr at step 100 of a 10M-token protocol run,
+    0.775·lr in a 300-step run. Every run in results/ used this schedule; it is kept for comparability.
+    """
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    cos = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
+
+
+def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
+    """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier."""
+    no_decay, phases = model.no_weight_decay(), model.phase_parameter_names()
+    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "phase": [], "omega": []}
+    for name, p in model.named_parameters():
+        if name in phases:
+            groups["omega" if name.endswith(".omega") else "phase"].append(p)
+        elif p.dim() >= 2 and name not in no_decay:
+            groups["decay"].append(p)
+        else:
+            groups["no_decay"].append(p)
+    param_groups = [
+        {"params": groups["decay"], "weight_decay": cfg.weight_decay, "lr_mult": 1.0},
+        {"params": groups["no_decay"], "weight_decay": 0.0, "lr_mult": 1.0},
+        {"params": groups["phase"], "weight_decay": 0.0, "lr_mult": cfg.phase_lr_mult},
+        {"params": groups["omega"], "weight_decay": 0.0,
+         "lr_mult": cfg.phase_lr_mult if cfg.omega_lr_mult is None else cfg.omega_lr_mult},
+    ]
+    param_groups = [g for g in param_groups if g["params"]]
+    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+def batch_generator(seed: int, rank: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + rank * 999_983 + step)
+
+
+@torch.no_grad()
+def estimate_bpc(model: nn.Module, data: Any, cfg: TrainConfig, context: int, device: torch.device) -> float:
+    """Mean bits per byte on ``eval_batches`` fixed random windows (the same every call)."""
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    gen = torch.Generator().manual_seed(1234)
+    for _ in range(cfg.eval_batches):
+        x, y = sample_windows(data, cfg.batch_size, context, gen)
+        with autocast(device, cfg.precision):
+            logits = model(x.to(device))
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten()).item()
+    model.train(was_training)
+    return total / cfg.eval_batches / LN2
+
+
+@dataclass
+class Run:
+    """Everything a training run needs, resolved from presets, files and flags."""
+
+    family: str
+    model_cfg: Any
+    train_cfg: TrainConfig
+    run_dir: Path
+
+
+def prepare_run(
+    preset: str | None,
+    config_file: str | None,
+    model_overrides: dict[str, Any],
+    train_overrides: dict[str, Any],
+    run_dir: str | None,
+) -> Run:
+    """Merge preset < TOML file < flags into a Run (file: ``preset``, ``[model]``, ``[train]``)."""
+    file_data: dict[str, Any] = {}
+    if config_file:
+        import tomllib
+
+        try:
+            file_data = tomllib.loads(Path(config_file).read_text())
+        except OSError:
+            raise ConfigError(f"cannot read config file {config_file}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    preset = preset or file_data.get("preset") or "ka-1m"
+    family, model_cfg = get_preset(preset)
+    model_cfg = apply_overrides(family, model_cfg, {**file_data.get("model", {}), **model_overrides})
+    train_cfg = train_config_from({**file_data.get("train", {}), **train_overrides})
+    if train_cfg.context == 0:
+        train_cfg = replace(train_cfg, context=model_cfg.context)
+    model_cfg = replace(model_cfg, context=train_cfg.context)
+    name = run_dir or os.path.join("runs", f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return Run(family, model_cfg, train_cfg, Path(name))
+
+
+def load_run(run_dir: str | Path, train_overrides: dict[str, Any]) -> Run:
+    """The Run stored in an existing run directory (for --resume); flags may extend the budget."""
+    run_dir = Path(run_dir)
+    try:
+        saved = json.loads((run_dir / "run.json").read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a run directory (no run.json); start it with `kuramoto train`") from None
+    except json.JSONDecodeError:
+        raise ConfigError(f"{run_dir / 'run.json'} is corrupt; start a new run") from None
+    family, model_cfg = config_from_dict(saved["model"])
+    train_cfg = train_config_from({**saved["train"], **train_overrides})
+    return Run(family, model_cfg, train_cfg, run_dir)
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl on rank 0 (plus TensorBoard when installed)."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():  # drop records the checkpoint never saw
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, self.path)
+        self.tb = None
+        with contextlib.suppress(ImportError):
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, record["step"])
+
+
+def _step_of(line: str) -> float:
+    """The step of a metrics line; a line cut short by a kill counts as unseen (dropped on resume)."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
+
+
+def _distributed() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    return (dist.get_rank(), dist.get_world_size()) if world > 1 else (0, 1)
+
+
+def _budget_steps(cfg: TrainConfig, world: int) -> int | None:
+    per_step = cfg.batch_size * cfg.context * world
+    candidates = [s for s in (cfg.steps, math.ceil(cfg.tokens / per_step) if cfg.tokens else 0) if s]
+    return min(candidates) if candidates else None
+
+
+def train(run: Run, resume: bool = False) -> dict[str, Any]:
+    """Train ``run``; returns the final summary (also written to run_dir/summary.json)."""
+    rank, world = _distributed()
+    cfg = run.train_cfg
+    device = resolve_device(cfg.device)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    corpus: Corpus = load_corpus(cfg.corpus, cfg.data_dir)
+    train_data, valid_data = corpus.splits["train"], corpus.splits["valid"]
+    if len(train_data) <= cfg.context + 1 or len(valid_data) <= cfg.context + 1:
+        raise ConfigError(f"corpus {corpus.name} is too small for context {cfg.context}; use a shorter --context")
+
+    if not resume and any((run.run_dir / name).exists() for name in ("checkpoint", "checkpoint.old")):
+        raise ConfigError(f"{run.run_dir} already holds a checkpoint; continue it with --resume {run.run_dir} "
+                          "or choose another --run-dir")
+    torch.manual_seed(cfg.seed)
+    state: dict[str, Any] = {"step": 0, "tokens": 0, "elapsed": 0.0}
+    if resume:
+        ckpt = find_checkpoint(run.run_dir)
+        model, _ = load_model(ckpt)
+        state = load_state(ckpt)
+    else:
+        model = build_model(run.family, run.model_cfg)
+    model.to(device)
+    optimizer = make_optimizer(model, cfg)
+    if resume:
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+    if rank == 0:
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run.run_dir / "run.json", {"model": model.config_dict(), "train": asdict(cfg)})
+        print(f"corpus: {corpus.describe()}", flush=True)
+        print(f"model: {run.family}, {model.num_params():,} parameters; run dir: {run.run_dir}", flush=True)
+    log = MetricsLog(run.run_dir, state["step"] if resume else None) if rank == 0 else None
+    if rank == 0 and not resume and log is not None and log.path.exists():
+        log.path.unlink()
+
+    net: nn.Module = model
+    if world > 1:
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    step_fn = torch.compile(net) if cfg.compile else net
+    total_steps = _budget_steps(cfg, world)
+    step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
+    valid_bpc = state.get("valid_bpc", float("nan"))
+    bar = _progress(cfg.progress and rank == 0, total_steps, step)
+    t_last, tok_last = elapsed, tokens
+
+    def save() -> None:
+        if rank == 0:
+            save_checkpoint(run.run_dir, model, model.config_dict(), {
+                "step": step, "tokens": tokens, "elapsed": elapsed, "valid_bpc": valid_bpc,
+                "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+            })
+
+    model.train()
+    while not _done(cfg, step, total_steps, elapsed):
+        t0 = time.perf_counter()
+        progress = step / total_steps if total_steps else elapsed / (cfg.minutes * 60)
+        lr = lr_at(cfg, progress, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr * group["lr_mult"]
+        x, y = sample_windows(train_data, cfg.batch_size, cfg.context, batch_generator(cfg.seed, rank, step))
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast(device, cfg.precision):
+            logits = step_fn(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        finite = torch.isfinite(loss.detach()).to(torch.float32)
+        if world > 1:  # every rank must stop together, or the others hang in backward's all-reduce
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        if not finite.item():  # never saved: the last checkpoint holds the last finite state
+            raise TrainingDiverged(f"loss became non-finite at step {step}; nothing was saved after it (the "
+                                   f"checkpoint in {run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        optimizer.step()
+        step += 1
+        tokens += cfg.batch_size * cfg.context * world
+        elapsed += time.perf_counter() - t0
+        if world > 1:  # every rank stops on rank 0's clock, so a minutes budget cannot desynchronise them
+            t = torch.tensor([elapsed], dtype=torch.float64, device=device)
+            dist.broadcast(t, 0)
+            elapsed = t.item()
+        record: dict[str, Any] = {"step": step, "tokens": tokens, "lr": lr, "loss": loss.item(),
+                                  "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item()}
+        last = _done(cfg, step, total_steps, elapsed)
+        if step % cfg.eval_every == 0 or last:
+            valid_bpc = estimate_bpc(model, valid_data, cfg, cfg.context, device)
+            # training throughput: step time only (``elapsed``), not evaluation or checkpointing
+            record.update(valid_bpc=valid_bpc, tokens_per_s=(tokens - tok_last) / max(elapsed - t_last, 1e-9),
+                          elapsed_s=elapsed)
+            t_last, tok_last = elapsed, tokens
+        if log is not None:
+            log.write(record)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", val_bpc=f"{valid_bpc:.3f}",
+                            tok_s=f"{tokens / max(elapsed, 1e-9):.0f}", refresh=False)
+        if step % cfg.ckpt_every == 0 or last:
+            save()
+    if bar is not None:
+        bar.close()
+    summary = {"run_dir": str(run.run_dir), "family": run.family, "params": model.num_params(), "step": step,
+               "tokens": tokens, "elapsed_s": round(elapsed, 1), "valid_bpc_estimate": valid_bpc,
+               "corpus": corpus.name}
+    if world > 1:  # DDP keeps replicas identical; record each rank's weights checksum to prove it
+        fingerprint = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+        gathered = [torch.zeros_like(fingerprint) for _ in range(world)]
+        dist.all_gather(gathered, fingerprint)
+        summary["rank_weight_checksums"] = [g.item() for g in gathered]
+    if rank == 0:
+        write_json_atomic(run.run_dir / "summary.json", summary)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return summary
+
+
+def _done(cfg: TrainConfig, step: int, total_steps: int | None, elapsed: float) -> bool:
+    if total_steps is not None and step >= total_steps:
+        return True
+    return bool(cfg.minutes) and elapsed >= cfg.minutes * 60
+
+
+def _progress(enabled: bool, total: int | None, initial: int) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, mininterval=1.0)
