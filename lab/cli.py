@@ -1,9 +1,14 @@
 """The lab's entry point, run from the repository root: ``python -m lab ACTION [GROUP ...]``.
 
-    run GROUP        train and evaluate every run of a group (resuming, skipping finished runs)
-    report           regenerate RESULTS.md (and the lab notebook) from results/ only
+    run GROUP        train and evaluate every run of a group (resuming, skipping finished runs); it first says the
+                     order of the groups it needs (a sweep before the groups that read its rate) and how long each takes
+    report           regenerate RESULTS.md (the summary) and docs/notebook.md (the lab notebook) from results/ only
     replicate        every protocol group in order, then the studies and the report
     dynamics | gap | probe   the studies (they read trained runs under runs/experiments/)
+
+``--out DIR`` works in a folder of one's own (DIR/results, DIR/runs; the report: DIR/RESULTS.md and
+DIR/docs/notebook.md) instead of the repository's, e.g. to rerun a group from scratch; ``run --rerun`` trains a
+group's recorded runs again.
 """
 
 import argparse
@@ -13,32 +18,48 @@ from typing import Any
 
 from kuramoto_attention.cli import run_main
 from kuramoto_attention.errors import ConfigError
+from lab import protocol
 from lab.groups import DYNAMICS_GROUPS, FROZEN, GROUPS
+from lab.retired import RETIRED
 from lab.runner import run_group
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lab", description="the replication lab: run groups, write RESULTS.md")
     p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe"],
-                   help="run GROUP; report: RESULTS.md from results/; replicate: every protocol group (not the "
-                        "frozen ones), then report; "
+                   help="run GROUP; report: RESULTS.md and the notebook from results/; replicate: every protocol "
+                        "group (not the frozen ones), then report; "
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position and per byte difficulty; "
                         "probe: linear probes of earlier bytes in every state of main's seed-0 pair, the best "
                         "variant and the 5M pair")
-    p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}); dynamics takes "
-                   f"several (default: {' '.join(DYNAMICS_GROUPS)})")
+    p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}; retired, reported "
+                   f"only: {', '.join(RETIRED)}); dynamics takes several (default: {' '.join(DYNAMICS_GROUPS)})")
     p.add_argument("--only", action="append", help="run only these run names")
+    p.add_argument("--out", metavar="DIR", help="work in DIR (DIR/results, DIR/runs, DIR/RESULTS.md) instead of the "
+                   "repository's results/ and runs/experiments/: a rerun from scratch of one's own")
+    p.add_argument("--rerun", action="store_true", help="run: train the group's runs again even where a result (or "
+                   "another group's identical run) exists; each replaced result and run directory is kept as "
+                   "NAME.replaced")
+    p.add_argument("--dry-run", action="store_true", help="run: print the order, the durations and what would "
+                   "train, and train nothing")
     p.add_argument("--data-dir")
     p.set_defaults(func=_cmd)
     return p
 
 
 def _cmd(args: Any) -> None:
+    with protocol.rooted(args.out):
+        _action(args)
+
+
+def _action(args: Any) -> None:
+    if (args.rerun or args.dry_run) and args.action != "run":
+        raise ConfigError("--rerun and --dry-run go with run")
     if args.action == "run":
         if len(args.group) != 1:
             raise ConfigError(f"run needs one GROUP: {', '.join([*GROUPS, *FROZEN])}")
-        run_group(args.group[0], args.data_dir, args.only)
+        run_group(args.group[0], args.data_dir, args.only, rerun=args.rerun, dry_run=args.dry_run)
     elif args.action == "replicate":
         for group in GROUPS:
             run_group(group, args.data_dir)
@@ -60,9 +81,10 @@ def _cmd(args: Any) -> None:
             raise ConfigError("probe takes no GROUP (it probes main's seed-0 pair and the best variant)")
         print(f"wrote {probe.write(probe.measure(args.data_dir))}")
     if args.action in ("report", "replicate"):
-        from lab.writers.results_md import write_results_md
+        from lab.writers.results_md import write_report
 
-        print(f"wrote {write_results_md()}")
+        for path in write_report(protocol.RESULTS.parent):
+            print(f"wrote {path}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,10 @@
 """What every run of the replication protocol (issue 4) shares: the training settings of its budgets,
-a run's specification, and the summaries that finished runs leave under ``results/GROUP/``."""
+a run's specification, where results and run directories live, and the summaries that finished runs leave
+under ``results/GROUP/``."""
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,8 +14,13 @@ from kuramoto_attention.training.train import TrainConfig
 
 TRAIN_DEFAULTS = asdict(TrainConfig())
 
+# Where the lab reads and writes: the repository's results/ and runs/experiments/ unless ``use_root`` (``--out DIR``)
+# points them at a folder of the user's own. Read them as ``protocol.RESULTS`` (not imported by name), so that one
+# assignment moves every reader.
 RESULTS = Path("results")
 RUNS = Path("runs") / "experiments"
+# the repository's committed results, wherever the lab runs from: the run-time estimates and the rate dependencies
+COMMITTED = Path(__file__).resolve().parents[1] / "results"
 
 PROTOCOL: dict[str, Any] = dict(corpus="enwik7", batch_size=32, context=256, tokens=10_000_000, warmup=100,
                                 min_lr_ratio=0.1, eval_every=100, eval_batches=8, ckpt_every=200, precision="bf16",
@@ -32,7 +40,46 @@ class Spec:
     eval_split: str = "test"
 
 
+@contextlib.contextmanager
+def rooted(out: str | Path | None) -> Iterator[None]:
+    """Work under ``out``/results and ``out``/runs for the duration (``--out DIR``: a rerun from scratch of one's
+    own); None: where the lab works now (the repository's results/ and runs/experiments/)."""
+    if out is None:
+        yield
+        return
+    with at_root(Path(out) / "results", Path(out) / "runs"):
+        yield
+
+
+@contextlib.contextmanager
+def at_root(results: Path, runs: Path | None = None) -> Iterator[None]:
+    """Read (and write) under ``results`` for the duration (the committed results, for estimates)."""
+    global RESULTS, RUNS
+    saved = RESULTS, RUNS
+    RESULTS, RUNS = results, runs if runs is not None else RUNS
+    try:
+        yield
+    finally:
+        RESULTS, RUNS = saved
+
+
+_READS: list[set[str]] = []
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[set[str]]:
+    """The groups whose results are read inside the block (what planning a group depends on)."""
+    reads: set[str] = set()
+    _READS.append(reads)
+    try:
+        yield reads
+    finally:
+        _READS.remove(reads)
+
+
 def load_results(group: str) -> list[dict[str, Any]]:
+    for reads in _READS:
+        reads.add(group)
     folder = RESULTS / group
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
@@ -42,10 +89,27 @@ def best_result(preset: str, group: str) -> dict[str, Any] | None:
     return min((r for r in load_results(group) if r["preset"] == preset), key=lambda r: r["eval_bpc"], default=None)
 
 
+def run_command(group: str) -> str:
+    """The command that runs a group under the current root."""
+    out = "" if Path("results") == RESULTS else f" --out {RESULTS.parent}"
+    return f"python -m lab run {group}{out}"
+
+
 def best_lr(preset: str, group: str = "lr") -> float:
     """The sweep's best learning rate for a preset, read from results/GROUP (never typed in)."""
     best = best_result(preset, group)
     if best is None:
-        raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / group}; "
-                          f"run `python -m lab run {group}`")
+        from lab.retired import RETIRED, rerun_command
+
+        how = (f"{group} is retired: copy the repository's results/{group}/ there, or rerun it with "
+               f"`{rerun_command(group)}`" if group in RETIRED else f"run `{run_command(group)}` first")
+        raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / group}; {how}")
     return best["train"]["lr"]
+
+
+def config_fields(cfg: Any) -> dict[str, Any]:
+    """A model config's fields as one flat dict (a nested config's sub-configs' fields beside its own)."""
+    out: dict[str, Any] = {}
+    for k, v in asdict(cfg).items():
+        out.update(v if isinstance(v, dict) else {k: v})
+    return out

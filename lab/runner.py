@@ -1,7 +1,13 @@
 """The replication protocol of issue 4 as code: ``python -m lab run GROUP`` trains and
 evaluates every run of a group (one at a time, resuming interrupted runs, skipping finished
 ones) and writes one small JSON summary per run under ``results/GROUP/``;
-``python -m lab report`` regenerates RESULTS.md and the plot from those files only.
+``python -m lab report`` regenerates RESULTS.md, the notebook and the plots from those files only.
+
+``--out DIR`` runs into a folder of one's own (DIR/results, DIR/runs) instead of the repository's results/ and
+runs/experiments/, so that a group is rerun from scratch beside the committed results; ``--rerun`` trains a group's
+runs again even where they are recorded (the committed results count as finished otherwise). Before training, the
+runner says in which order the groups run (a sweep before the groups that read its best rate) and about how long
+each takes (the recorded wall-clock seconds of the committed runs).
 
 The groups and their runs are defined in ``groups.py``; the settings they share in ``protocol.py``.
 """
@@ -17,6 +23,7 @@ import torch
 
 from kuramoto_attention.diagnostics.measure import diagnose, valid_batch
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import flat_fields
 
 # Everything a run needs is imported here, not lazily inside functions: a group runs for hours, and a
 # module first imported mid-group would be the edited file on disk, not the one the group started with.
@@ -24,15 +31,16 @@ from kuramoto_attention.training.checkpoint import CheckpointError, find_checkpo
 from kuramoto_attention.training.data import load_corpus
 from kuramoto_attention.training.evaluate import evaluate_bpc
 from kuramoto_attention.training.train import load_run, prepare_run, train
-from lab.groups import plan
-from lab.protocol import RESULTS, RUNS, Spec, load_results
+from lab import protocol
+from lab.groups import all_results, order, plan
+from lab.protocol import Spec, load_results
 from lab.records import _config_diffs, mismatch, same_run
 
 
 def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
-    out = RESULTS / spec.group / f"{spec.name}.json"
-    run_dir = RUNS / spec.group / spec.name
+    out = protocol.RESULTS / spec.group / f"{spec.name}.json"
+    run_dir = protocol.RUNS / spec.group / spec.name
     train_overrides = {**spec.train, "data_dir": data_dir}
     started = time.time()
     if _has_checkpoint(run_dir) and (run_dir / "run.json").exists():
@@ -64,7 +72,7 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
     speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
     result = {
         "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
-        "model_overrides": spec.model, "model": asdict(run.model_cfg), "train": asdict(run.train_cfg),
+        "model_overrides": spec.model, "model": flat_fields(run.model_cfg), "train": asdict(run.train_cfg),
         "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
         "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
         "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
@@ -98,34 +106,119 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
         "local_order": d.local_order.mean(dim=1).tolist(), "global_order": d.global_order.mean(dim=1).tolist(),
         "entropy": d.entropy.mean(dim=1).tolist(),
         "self_weight": d.self_weight.mean(dim=1).tolist(), "layer_median_abs_omega": d.layer_median_abs_omega.tolist(),
-        "attn_radius": [b.attn.bound.radius.mean().item() if b.attn.bound.kind != "none" else None
-                        for b in model.blocks],
+        "attn_radius": [b.attn.bound.radius.mean().item() for b in model.blocks],
         "tau": [b.attn.log_tau.exp().tolist() for b in model.blocks],
         "knockout_bpc": [[x if math.isfinite(x) else None for x in row] for row in d.knockout_bpc.tolist()],
     }
 
 
-def run_group(group: str, data_dir: str | None, only: list[str] | None = None) -> None:
-    for r in load_results(group):  # results written before diagnostics were recorded: add them once
-        run_dir = RUNS / group / r["name"]
-        if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
-            r["diagnostics"] = run_diagnostics(run_dir, data_dir)
-            write_json_atomic(RESULTS / group / f"{r['name']}.json", r)
-    done = {r["name"]: r for r in load_results(group)}
-    for spec in plan(group):
-        if only and spec.name not in only:
+def estimate(group: str) -> tuple[int, float, int] | None:
+    """(runs, seconds, runs estimated) for ``group`` from the committed results: each planned run's recorded wall_s
+    (its own, or its twin's); a run without one at its preset's median seconds per token. None: not plannable."""
+    with protocol.at_root(protocol.COMMITTED):
+        try:
+            specs = plan(group)
+        except ConfigError:
+            return None
+        pool = all_results()
+        own = {r["name"]: r for r in load_results(group)}
+        seconds, scaled = 0.0, 0
+        for spec in specs:
+            r = own.get(spec.name) or same_run(spec, pool)
+            if r is not None and "wall_s" in r:
+                seconds += r["wall_s"]
+                continue
+            rates = sorted(p["wall_s"] / p["tokens"] for p in pool if p["preset"] == spec.preset and "wall_s" in p)
+            seconds += rates[len(rates) // 2] * spec.train.get("tokens", protocol.PROTOCOL["tokens"]) if rates else 0
+            scaled += 1
+    return len(specs), seconds, scaled
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def describe(group: str) -> str:
+    """The order in which ``group`` and the groups it reads run, with each one's size and duration."""
+    steps = []
+    total = 0.0
+    for g in order(group):
+        est = estimate(g)
+        if est is None:
+            steps.append(f"{g} (not plannable on the committed results)")
             continue
-        if spec.name in done:
+        n, seconds, scaled = est
+        total += seconds
+        steps.append(f"{g}: {n} runs, about {_hours(seconds)}" + (f" ({scaled} estimated from their preset's "
+                                                                   "seconds per token)" if scaled else ""))
+    upstream = " → ".join(order(group))
+    return (f"order: {upstream} (each sweep before the groups that read its best rate); " + "; ".join(steps)
+            + (f"; about {_hours(total)} in all" if len(steps) > 1 else "")
+            + " (wall-clock of the committed runs on the machine that made them, one run at a time)")
+
+
+def _move_aside(path: Path) -> None:
+    """Keep a replaced result or run directory beside its new one (PATH.replaced, then .replaced-2, ...)."""
+    target, n = path.with_name(path.name + ".replaced"), 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.replaced-{n}")
+    path.rename(target)
+
+
+def run_group(group: str, data_dir: str | None, only: list[str] | None = None, rerun: bool = False,
+              dry_run: bool = False) -> None:
+    """Train the group's runs that are not done. ``rerun``: train them again even where recorded (here or as another
+    group's twin); each replaced result and run directory is kept as NAME.replaced. ``dry_run``: say what would run."""
+    try:
+        specs = plan(group)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; {describe(group)}") from None
+    print(f"[{group}] {describe(group)}", flush=True)
+    if only:
+        unknown = sorted(set(only) - {s.name for s in specs})
+        if unknown:
+            raise ConfigError(f"{group} plans no run {', '.join(unknown)}; its runs: "
+                              f"{', '.join(s.name for s in specs)}")
+        specs = [s for s in specs if s.name in only]
+    results, runs = protocol.RESULTS, protocol.RUNS
+    if not dry_run and not rerun:
+        for r in load_results(group):  # results written before diagnostics were recorded: add them once
+            run_dir = runs / group / r["name"]
+            if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
+                r["diagnostics"] = run_diagnostics(run_dir, data_dir)
+                write_json_atomic(results / group / f"{r['name']}.json", r)
+    done = {r["name"]: r for r in load_results(group)}
+    todo = []
+    for spec in specs:
+        if spec.name in done and not rerun:
             why = mismatch(spec, done[spec.name])
-            state = (f"STALE ({why}); move {RESULTS / group / spec.name}.json and {RUNS / group / spec.name} "
-                     "away to rerun it" if why else "done")
+            state = (f"STALE ({why}); move {results / group / spec.name}.json and {runs / group / spec.name} "
+                     f"away, or pass --rerun, to rerun it" if why else "done")
             print(f"[{group}] {spec.name}: {state}, skipping", flush=True)
             continue
-        twin = same_run(spec)
-        if twin is not None:  # RESULTS.md shows the twin's result in this group's table, marked as such
+        twin = same_run(spec) if not rerun else None
+        if twin is not None:  # the notebook shows the twin's result in this group's table, marked as such
             print(f"[{group}] {spec.name}: already run as {twin['group']}/{twin['name']} (same config, seed and "
-                  "split), skipping", flush=True)
+                  "split), skipping (--rerun trains it here)", flush=True)
             continue
+        todo.append(spec)
+    print(f"[{group}] {len(specs)} runs planned, {len(todo)} to train under {results} and {runs}"
+          + (" (dry run: nothing trained)" if dry_run else ""), flush=True)
+    if dry_run:
+        for spec in todo:
+            print(f"[{group}] {spec.name}: would train ({spec.train.get('tokens'):,} tokens)", flush=True)
+        return
+    for spec in todo:
+        recorded = results / group / f"{spec.name}.json"
+        if rerun and recorded.exists():  # a finished run: start again (an interrupted rerun has no result: resumed)
+            for old in (recorded, runs / group / spec.name):
+                if old.exists():
+                    print(f"[{group}] {spec.name}: rerun: the old {old} is kept as {old.name}.replaced", flush=True)
+                    _move_aside(old)
         print(f"[{group}] {spec.name}: training", flush=True)
         r = run_spec(spec, data_dir)
         print(f"[{group}] {spec.name}: {r['eval_split']} {r['eval_bpc']:.4f} after {r['tokens']:,} tokens", flush=True)
+    if todo:
+        out = "" if results == Path("results") else f" --out {results.parent}"
+        print(f"[{group}] done; `python -m lab report{out}` writes the report", flush=True)

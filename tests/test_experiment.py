@@ -10,7 +10,7 @@ import pytest
 from benchmarks import bench
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
-from lab import groups, protocol, records
+from lab import groups, protocol, records, retired
 from lab import runner as experiment
 from lab.writers import results_md as results
 
@@ -25,9 +25,8 @@ def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for module in (protocol, experiment):  # load_results reads protocol's; run_spec writes under experiment's
-        monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")  # every reader and writer reads protocol's
+    monkeypatch.setattr(protocol, "RUNS", tmp_path / "runs")
     return tmp_path
 
 
@@ -49,11 +48,42 @@ def test_best_lr_reads_the_sweep(in_tmp):
 
 
 def test_plans_are_well_formed():
-    names = [s.name for s in groups.plan("screen")]
-    assert len(names) == len(set(names)) and "tf" in names and "ka-default" in names
+    names = [s.name for s in groups.plan("lr")]
+    assert len(names) == len(set(names)) and "tf-1m-lr-0.016" in names
     assert {s.preset for s in groups.plan("lr")} == {"ka-1m", "tf-1m"}
     with pytest.raises(ConfigError, match="unknown experiment group"):
         groups.plan("nonsense")
+
+
+def test_retired_groups_are_named_with_their_commit_and_not_planned():
+    """Every retired group names the commit that runs it and the command there; planning one says so; none is a kept
+    group, and no kept group plans a retired field or value."""
+    assert set(retired.RETIRED).isdisjoint({**groups.GROUPS, **groups.FROZEN})
+    for group, ret in retired.RETIRED.items():
+        assert re.fullmatch(r"[0-9a-f]{7,40}", ret.commit) and ret.what
+        assert retired.rerun_command(group) == f"git checkout {ret.commit} && kuramoto experiment run {group}"
+        with pytest.raises(ConfigError, match=re.escape(f"git checkout {ret.commit} && kuramoto experiment run")):
+            groups.plan(group)
+    assert retired.RETIRED["confirm"].commit == "7d67ce1"
+    for group in (*groups.GROUPS, *groups.FROZEN):
+        try:
+            specs = groups.plan(group)
+        except ConfigError:
+            continue
+        for s in specs:
+            assert not set(s.model) & set(retired.RETIRED_FIELDS), (group, s.name)
+            assert not retired.retired_settings(s.model), (group, s.name)
+
+
+def test_every_results_folder_is_a_kept_or_a_retired_group():
+    root = protocol.COMMITTED
+    if not root.is_dir():
+        pytest.skip("no committed results/")
+    for folder in (p for p in root.iterdir() if p.is_dir() and p.name != bench.ARCHIVE.name):
+        assert folder.name in {**groups.GROUPS, **groups.FROZEN, **retired.RETIRED}, folder.name
+    # the retired groups' results are still read: in the pool twins are found in, and in the notebook
+    assert {r["group"] for r in groups.all_results()} >= {g for g in retired.RETIRED if (root / g).is_dir()} or \
+        protocol.RESULTS != protocol.COMMITTED
 
 
 def test_results_md_is_computed_from_files(in_tmp):
@@ -62,8 +92,15 @@ def test_results_md_is_computed_from_files(in_tmp):
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate(tf)]
     rows += [fake_result("ablation", "ka-no-ff", "ka-1m", 1.95, ff="none")]
     write(in_tmp, rows)
-    path = results.write_results_md(in_tmp / "RESULTS.md")
-    text = path.read_text()
+    summary_path, notebook = results.write_report(in_tmp)
+    assert summary_path == in_tmp / "RESULTS.md" and notebook == in_tmp / "docs" / "notebook.md"
+    text = notebook.read_text()
+    summary = summary_path.read_text()
+    assert "`python -m lab report`" in summary and "(docs/notebook.md)" in summary and "(../RESULTS.md)" in text
+    assert f"**{statistics.mean(ka) - statistics.mean(tf):+.4f}**" in summary and "1.637 ± 0.010" in summary
+    assert "| no-ff | +0.2500 | — | +0.27 |" in summary  # the ablation's Δ beside the paper's
+    assert "![validation curves](results/curves.png)" in summary and "(../results/curves.png)" in text
+    assert "`python -m lab run budget40`" in summary and "`python -m lab run flops`" in summary  # not run: said so
     gap = statistics.mean(ka) - statistics.mean(tf)
     assert f"{gap:+.4f}" in text
     assert f"{statistics.mean(ka):.4f} ± {statistics.stdev(ka):.4f}" in text
@@ -83,7 +120,6 @@ def test_lr_section_states_the_gap_at_the_sweep_budget(in_tmp):
 def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     from lab.studies import dynamics
 
-    monkeypatch.setattr(dynamics, "RESULTS", in_tmp / "results")
     (in_tmp / "results").mkdir(exist_ok=True)
     agree = {"run": "a", "group": "main", "local_order": [0.95, 0.93], "global_order": [0.3, 0.6, 0.4],
              "self_weight": [0.5, 0.2], "median_abs_omega": [0.5, 0.1], "timescale_tokens": [12.6, 62.8],
@@ -106,31 +142,24 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
 
 
 def test_frozen_groups_keep_their_feed_forward(in_tmp):
-    """Groups run while the feed-forward read wrap(θ), raw θ, then ψ(θ) itself stay reproducible after the
-    default moved on (to P ψ(θ))."""
+    """Groups run while the feed-forward read raw θ, then ψ(θ) itself stay reproducible after the default moved on
+    (to P ψ(θ)); the groups on wrap(θ) are retired, and the sweep of theirs that main-raw reads is read from its
+    results."""
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.WRAPPED)])
+    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.RAW, ff_wrap=True)])
     write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.008", "ka-1m", 2.0, lr=8e-3, **groups.UNPROJECTED)])
-    for group in ("screen", "screen2", "lr-wrapped", "main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw",
-                  "main-unprojected", "ablation-unprojected", "pycode-unprojected"):
+    for group in ("main-raw", "ablation-raw", "main-unprojected", "ablation-unprojected", "pycode-unprojected"):
         assert all("ff" in s.model and "ff_hidden" in s.model and "ff_proj" in s.model for s in groups.plan(group)
                    if s.preset.startswith("ka"))
-    assert all(s.model == {**groups.UNPROJECTED, **groups.WRAPPED} for s in groups.plan("main-wrapped"))
     assert all(s.model == {**groups.UNPROJECTED, **groups.RAW} for s in groups.plan("main-raw"))
     assert all(s.model == groups.UNPROJECTED for s in groups.plan("main-unprojected"))
     assert {s.preset for s in groups.plan("main-raw")} == {"ka-1m"}
     assert all(s.model == {} for s in groups.plan("main"))  # current defaults
     # frozen groups keep the lr of the sweep they ran with; the current ones read the current sweep
-    for group in ("main-wrapped", "ablation-wrapped", "main-raw", "ablation-raw"):
+    for group in ("main-raw", "ablation-raw"):
         assert {s.train["lr"] for s in groups.plan(group)} == {4e-3}
     for group in ("main-unprojected", "ablation-unprojected", "pycode-unprojected"):
         assert {s.train["lr"] for s in groups.plan(group)} == {8e-3}
-    assert 8e-3 in {s.train["lr"] for s in groups.plan("confirm")}  # (and multiples of it)
-    confirm = {s.name: s.train for s in groups.plan("confirm")}
-    for name, options in groups.CANDIDATE_TRAIN.items():  # a candidate's own training options reach its runs only
-        assert name in groups.CANDIDATES and all(confirm[f"ka-{name}"][k] == v for k, v in options.items())
-        assert set(options) <= set(groups.TRAIN_DEFAULTS)  # training options only (model fields go in CANDIDATES)
-    assert "phase_lr_mult" not in confirm["ka-ff-proj-shared"]  # the others train at the defaults
     assert {s.train["lr"] for s in groups.plan("lr10m") if s.preset == "ka-1m"} == {4e-3}
     assert {s.train["lr"] for s in groups.plan("main") + groups.plan("ablation")} == {2e-3}
     raw = {s.name: s.model for s in groups.plan("ablation-raw")}
@@ -141,10 +170,9 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     # the full model reads P ψ(θ): ψ(θ) itself and raw θ are both ablations of it now
     assert current["ka-ff-lift"] == groups.UNPROJECTED and current["ka-ff-angles"]["ff_proj"] == "none"
     assert current["ka-no-ff"] == {"ff": "none", "ff_proj": "none"}
-    # every group run before the move keeps ka-1m on ψ(θ) itself (200 units) unless its own overrides say otherwise
-    before = {"screen", "screen2", "screen3", "confirm", "screen4", "budget", "screen5", "screen6", "lr10m",
-              "warmup10m", *groups.FROZEN}
-    assert before == groups.PINNED_UNPROJECTED
+    # every kept group run before the move keeps ka-1m on ψ(θ) itself (200 units) unless its own overrides say otherwise
+    assert {"budget", "lr10m", "warmup10m", *groups.FROZEN} == groups.PINNED_UNPROJECTED
+    assert groups.PINNED_UNPROJECTED | set(retired.RETIRED) == groups.RAN_UNPROJECTED
     raw_specs = {g: fn() for g, fn in {**groups.GROUPS, **groups.FROZEN}.items() if g in groups.PINNED_UNPROJECTED}
     for group, specs in raw_specs.items():
         for raw, s in zip(specs, groups.plan(group), strict=True):
@@ -153,8 +181,8 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
                 assert model["ff_proj"] == "none" and model["ff_hidden"] == raw.model.get("ff_hidden", 200), s.name
     # the groups on the new default are not pinned, and ka-5m's preset did not move (nor its rate's sweep)
     assert not {"lr", "main", "ablation", "pycode", "scale", "scale-variant"} & groups.PINNED_UNPROJECTED
-    ka5 = get_preset("ka-5m")[1]
-    assert (ka5.ff_proj, ka5.ff_hidden) == ("none", 442)
+    ka5 = protocol.config_fields(get_preset("ka-5m")[1])
+    assert (ka5["ff_proj"], ka5["ff_hidden"]) == ("none", 442)
     assert {s.train["lr"] for s in groups.plan("scale") if s.name == "ka-5m"} == {8e-3}  # lr-unprojected's best
 
 
@@ -183,7 +211,7 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
         assert {s.preset for s in specs} == {"ka-1m-tuned"} and {s.train["lr"] for s in specs} == {4e-3}
     assert [s.train["seed"] for s in groups.plan("main-tuned")] == [0, 1, 2, *groups.TUNED_FRESH_SEEDS]
     assert [s.train["corpus"] for s in groups.plan("pycode-tuned")] == ["pycode"]
-    tuned = dataclasses.asdict(get_preset("ka-1m-tuned")[1])
+    tuned = protocol.config_fields(get_preset("ka-1m-tuned")[1])
     ablations = {s.name: s.model for s in groups.plan("ablation-tuned")}
     assert set(ablations) == {f"ka-{k}" for k in groups.TUNED_ABLATIONS}
     for name, change in ablations.items():
@@ -229,9 +257,14 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
 def test_the_tuned_preset_is_its_confirm_candidate():
     """ka-1m-tuned is TUNED_CANDIDATE's model exactly, so confirm's runs of it are main-tuned's seeds 0-2 (twins)."""
     family, base = get_preset("ka-1m")
-    assert apply_overrides(family, base, groups.CANDIDATES[groups.TUNED_CANDIDATE]) == get_preset("ka-1m-tuned")[1]
-    if protocol.load_results("main-tuned") or protocol.load_results("confirm"):  # the committed runs, where present
+    assert apply_overrides(family, base, groups.VARIANTS[groups.TUNED_CANDIDATE]) == get_preset("ka-1m-tuned")[1]
+    with protocol.at_root(protocol.COMMITTED):  # the committed runs, where present
+        present = bool(protocol.load_results("confirm"))
         twins = {r["name"]: r.get("twin") for r in records.with_twins("main-tuned")}
+        main = {r["name"]: r.get("twin") for r in records.with_twins("main")}
+    if present:  # confirm is retired: its records still hold main-tuned's seeds 0-2 and main's ka-1m
+        assert [main[f"ka-1m-seed{s}"] for s in range(3)] == ["confirm/ka-ff-proj-shared"] + [
+            f"confirm/ka-ff-proj-shared-seed{s}" for s in (1, 2)]
         for seed in range(3):
             suffix = f"-seed{seed}" if seed else ""
             assert twins[f"ka-1m-tuned-seed{seed}"] == f"confirm/ka-{groups.TUNED_CANDIDATE}{suffix}"
@@ -257,8 +290,6 @@ def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypat
     from kuramoto_attention.models.presets import apply_overrides, get_preset
     from kuramoto_attention.training import train as train_module
 
-    monkeypatch.setattr(experiment, "RUNS", in_tmp / "runs")
-    monkeypatch.setattr(records, "RUNS", in_tmp / "runs")
     run_dir = in_tmp / "runs" / "main" / "ka-1m-seed0"
     (run_dir / "checkpoint.old").mkdir(parents=True)  # the crash-between-renames copy counts as a checkpoint
     (run_dir / "checkpoint.old" / "trainer_state.pt").write_text("")
@@ -283,11 +314,17 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
     assert "lr=0.004" in records.mismatch(spec, {**fresh, "train": {**fresh["train"], "lr": 4e-3}})
     assert "model overrides" in records.mismatch(spec, {**fresh, "model_overrides": {"ff": "none"}})
     # a record made before a field existed counts at that field's first default, not at today's
-    older = {k: v for k, v in fresh["model"].items() if k != "fp32_attention"}
+    older = {k: v for k, v in fresh["model"].items() if k != "gates_input"}
     assert records.mismatch(spec, {**fresh, "model": older}) is None
     with monkeypatch.context() as m:
-        m.setitem(records.RECORDED_BEFORE, "fp32_attention", True)
-        assert "fp32_attention=True" in records.mismatch(spec, {**fresh, "model": older})
+        m.setitem(records.RECORDED_BEFORE, "gates_input", "ff-proj")
+        assert "gates_input='ff-proj'" in records.mismatch(spec, {**fresh, "model": older})
+    # a retired field recorded at its default is what every model is now; at another value it is another model
+    at_default = {**fresh, "model": {**fresh["model"], **retired.RETIRED_FIELDS},
+                  "model_overrides": {"ff_wrap": False}}
+    assert records.mismatch(spec, at_default) is None
+    assert "ff_wrap=True (retired)" in records.mismatch(spec, {**fresh, "model": {**fresh["model"], "ff_wrap": True}})
+    assert "bound='none'" in records.mismatch(spec, {**fresh, "model": {**fresh["model"], "bound": "none"}})
     write(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])
     experiment.run_group("main", None, only=[spec.name])  # reported, not rerun (nothing to train here)
     assert "STALE (train lr=0.004" in capsys.readouterr().out
@@ -311,13 +348,19 @@ def test_every_planned_spec_builds():
 
 
 def test_committed_results_match_their_specs():
-    """Every results/GROUP/NAME.json records what its group's spec asks for: a moved default or best lr
-    cannot leave an old run standing in for a new spec."""
-    root = protocol.RESULTS
+    """Every results/GROUP/NAME.json of a kept group records what its group's spec asks for: a moved default or best
+    lr cannot leave an old run standing in for a new spec (a retired group's are checked at its commit)."""
+    root = protocol.COMMITTED
     if not root.is_dir():
-        pytest.skip("no results/ here (run from the repository root)")
-    known = {**groups.GROUPS, **groups.FROZEN}
+        pytest.skip("no committed results/")
+    with protocol.at_root(root):  # the plans read the committed sweeps
+        _check_committed(root, {**groups.GROUPS, **groups.FROZEN})
+
+
+def _check_committed(root, known):
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != bench.ARCHIVE.name):  # bench's runs
+        if folder.name in retired.RETIRED:
+            continue
         assert folder.name in known, f"results/{folder.name} is not an experiment group"
         specs = {s.name: s for s in groups.plan(folder.name)}
         for r in protocol.load_results(folder.name):
@@ -327,7 +370,7 @@ def test_committed_results_match_their_specs():
 
 def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.WRAPPED)])
+    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.RAW, ff_wrap=True)])
     twin_spec = next(s for s in groups.plan("main-raw") if s.name == "ka-1m-seed0")
     twin = fake_result("main-raw", "ka-1m-seed0", "ka-1m", 2.4, lr=4e-3, **groups.RAW)
     twin["model"], twin["train"] = records.expected_configs(twin_spec)
@@ -383,7 +426,7 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
                  fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
     rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
              for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
-    lag = groups.CANDIDATES[groups.BUDGET_VARIANT]
+    lag = groups.VARIANTS[groups.BUDGET_VARIANT]
     rows += [fake_result("confirm", f"ka-{groups.BUDGET_VARIANT}", "ka-1m", 2.25, **lag),
              {**fake_result("budget", f"ka-1m-{groups.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
               "tokens": 20_000_000}]
@@ -425,16 +468,16 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
     write(in_tmp, rows)
     assert "not run yet (`python -m lab run scale-variant`" in results.scale_section()
     specs = groups.plan("scale-variant")
-    assert [sp.model for sp in specs] == [{**groups.CANDIDATES[v], **groups.SCALE_WIDTHS.get(v, {})}
+    assert [sp.model for sp in specs] == [{**groups.VARIANTS[v], **groups.SCALE_WIDTHS.get(v, {})}
                                           for v in groups.SCALE_VARIANTS]  # widths re-matched at 5M
     family, cfg = get_preset("ka-5m")
     for v, width in groups.SCALE_WIDTHS.items():  # within 0.1% of the same variant at ka-5m's own width
-        at_5m = {k: x for k, x in groups.CANDIDATES[v].items() if k not in ("ff_hidden", "ff_proj", "ff_proj_dim")}
+        at_5m = {k: x for k, x in groups.VARIANTS[v].items() if k not in ("ff_hidden", "ff_proj")}
         n = [build_model(family, apply_overrides(family, cfg, m)).num_params()
-             for m in (at_5m, {**groups.CANDIDATES[v], **width})]
+             for m in (at_5m, {**groups.VARIANTS[v], **width})]
         assert abs(n[1] - n[0]) < 1e-3 * n[0], (v, n)
     spec = specs[0]
-    assert spec.preset == "ka-5m" and spec.model == groups.CANDIDATES[groups.BEST_VARIANT]
+    assert spec.preset == "ka-5m" and spec.model == groups.VARIANTS[groups.BEST_VARIANT]
     assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)
     write(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
     text = results.scale_section()
@@ -471,7 +514,7 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
             for i in (0, 1) for p, b in (("ka-1m", 2.30), ("tf-1m", 2.10))]
     write(in_tmp, rows)
     assert "best ka-1m measured" not in results.comparison_section("main", "BPC")
-    lag = groups.CANDIDATES[groups.BEST_VARIANT]
+    lag = groups.VARIANTS[groups.BEST_VARIANT]
     write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
                                2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
     assert "best ka-1m measured" not in results.comparison_section("main", "BPC")  # two seeds are not enough
@@ -481,11 +524,12 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     assert (f"over 3+ seeds, outside the SPEC: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False; group "
             "confirm, 3 seeds): 2.2100 ± 0.0100, a gap of **+0.1050**.") in text
     # another candidate with a lower three-seed mean is named first, the base variant after it
-    name = "phase-lag-no-self-coupling-lag"
+    name = "phase-lag-no-self-coupling-lag"  # a retired candidate: its change is read from its recorded overrides
     write(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
-                               **groups.CANDIDATES[name]) for i in (0, 1, 2)])
+                               phase_lag=True, self_coupling=False, coupling_lag=True) for i in (0, 1, 2)])
     text = results.comparison_section("main", "BPC")
-    assert f"outside the SPEC: {name} (" in text and "2.1500 ± 0.0000, a gap of **+0.0450**" in text
+    assert f"outside the SPEC: {name} (phase_lag=True, self_coupling=False, coupling_lag=True;" in text
+    assert "2.1500 ± 0.0000, a gap of **+0.0450**" in text
     assert f"The variant the later groups build on (round 6, budget, scale-variant): {groups.BEST_VARIANT} (" in text
 
 
@@ -495,14 +539,16 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     write(in_tmp, [fake_result("lr", f"{p}-lr-0.004", p, 2.0, lr=4e-3) for p in ("ka-1m", "tf-1m")])
     write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.UNPROJECTED)])
     spec = next(s for s in groups.plan("main") if s.name == "ka-1m-seed0")
-    candidate = next(s for s in groups.plan("confirm") if s.name == "ka-ff-proj-shared")  # pinned, with its own P
-    assert records.expected_configs(candidate) == records.expected_configs(spec)  # the default's own config
-    run = fake_result("confirm", candidate.name, "ka-1m", 2.25, lr=4e-3, **candidate.model)
-    run["model"], run["train"] = records.expected_configs(candidate)
-    write(in_tmp, [run])
+    # confirm (retired) ran it pinned to ψ(θ) with its own P; its record carries the retired fields at their defaults
+    overrides = {**groups.UNPROJECTED, "ff_proj": "shared", "ff_hidden": 312}
+    run = fake_result("confirm", "ka-ff-proj-shared", "ka-1m", 2.25, lr=4e-3, **overrides)
+    model, run["train"] = records.expected_configs(spec)
+    run["model"] = {**model, **retired.RETIRED_FIELDS}
+    other = {**run, "name": "ka-ff-proj-shared-wrapped", "model": {**run["model"], "ff_wrap": True}}  # another model
+    write(in_tmp, [run, other])
     main = {r["name"]: r for r in records.with_twins("main")}
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
-    assert records.run_dir_of(main["ka-1m-seed0"]) == protocol.RUNS / "confirm" / "ka-ff-proj-shared"
+    assert records.run_dir_of(main["ka-1m-seed0"]) == in_tmp / "runs" / "confirm" / "ka-ff-proj-shared"
     assert "ka-1m-seed1" not in main  # not run anywhere
     assert "| ka-1m | 1 | 2.2500 |" in results.comparison_section("main", "BPC")
 
@@ -517,3 +563,149 @@ def test_superseded_section_reads_its_transformer_from_the_matching_group(in_tmp
     assert "2 seeds (2.3000, 2.3100): test BPC 2.3050 ± 0.0071" in text and "(main): +0.1550" in text
     text = results.superseded_section("pycode-unprojected", "on ψ(θ)", "BPB")
     assert "one seed: test BPB 1.8700; gap to the transformer's mean (pycode): +0.2700." in text
+
+
+def _sweep(tmp, groups_=("lr",)):
+    write(tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+
+
+def test_run_says_the_order_and_how_long_and_dry_run_trains_nothing(in_tmp, capsys, monkeypatch):
+    monkeypatch.setattr(experiment, "run_spec", lambda *_a: pytest.fail("a dry run must not train"))
+    _sweep(in_tmp)
+    experiment.run_group("main", None, dry_run=True)
+    out = capsys.readouterr().out
+    assert "order: lr → main" in out and "main: 6 runs, about" in out and "in all" in out
+    assert "6 runs planned, 6 to train" in out and "ka-1m-seed0: would train (10,002,432 tokens)" not in out
+    assert "would train" in out
+    assert groups.order("main-tuned") == ["lr-tuned", "lr10m-tuned", "main-tuned"]
+    assert groups.order("scale-variant")[-2:] == ["scale", "scale-variant"]
+    n, seconds, _ = experiment.estimate("main")  # from the committed runs' wall_s
+    assert n == 6 and seconds > 0
+
+
+def test_run_in_a_fresh_folder_says_to_run_the_sweep_first(tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "main", "--out", "mine"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err
+    assert "`python -m lab run lr --out mine` first" in err and "order: lr → main" in err
+    assert type(protocol.RESULTS)("results") == protocol.RESULTS  # --out lasts one command
+
+
+def test_rerun_trains_recorded_runs_again_and_keeps_the_old(in_tmp, capsys, monkeypatch):
+    _sweep(in_tmp)
+    spec = groups.plan("main")[0]
+    fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
+    fresh["model"], fresh["train"] = records.expected_configs(spec)
+    write(in_tmp, [fresh])
+    (in_tmp / "runs" / "main" / spec.name).mkdir(parents=True)
+    trained = []
+
+    def fake_run_spec(s, _data_dir):
+        trained.append(s.name)
+        write(in_tmp, [{**fresh, "eval_bpc": 1.8}])
+        return {**fresh, "eval_bpc": 1.8}
+
+    monkeypatch.setattr(experiment, "run_spec", fake_run_spec)
+    experiment.run_group("main", None, only=[spec.name])
+    assert trained == [] and f"{spec.name}: done, skipping" in capsys.readouterr().out
+    experiment.run_group("main", None, only=[spec.name], rerun=True)
+    assert trained == [spec.name]
+    assert (in_tmp / "results" / "main" / f"{spec.name}.json.replaced").exists()
+    assert (in_tmp / "runs" / "main" / f"{spec.name}.replaced").is_dir()
+    assert "kept as" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="plans no run nope"):
+        experiment.run_group("main", None, only=["nope"])
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["report"], "no results in results/: nothing to report"),
+    (["report", "--out", "elsewhere"], "no results in elsewhere/results/"),
+    (["run", "screen"], "screen is retired"),
+    (["dynamics", "--rerun"], "--rerun and --dry-run go with run"),
+])
+def test_lab_user_errors_are_one_line(argv, needle, tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and needle in err, err
+    assert not (tmp_path / "RESULTS.md").exists()  # no placeholder
+
+
+def test_studies_without_trained_runs_say_what_to_train(in_tmp, capsys):
+    """A fresh clone has the results, not the models: gap and dynamics say which runs are missing and how to train
+    them, in one line (no traceback, no "pass a run directory" the user did not name)."""
+    from lab.cli import main
+
+    write(in_tmp, [fake_result("main", f"{p}-seed0", p, 2.0) for p in ("ka-1m", "tf-1m")])
+    for argv in (["gap"], ["dynamics", "main"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "\n" not in err and "needs trained models" in err, err
+        assert "python -m lab run main" in err and "pass a run directory" not in err
+    write(in_tmp, [{**fake_result("confirm", "ka-x", "ka-1m", 2.0)}])
+    from lab.studies import missing_runs
+
+    with pytest.raises(ConfigError, match="git checkout 7d67ce1 && kuramoto experiment run confirm"):
+        missing_runs([in_tmp / "runs" / "confirm" / "ka-x"], "probe")
+
+
+def _curve(tokens, start=3.0, end=1.5, overfit_at=None):
+    pts = []
+    for i in range(1, 11):
+        t = tokens * i // 10
+        valid = start + (end - start) * i / 10
+        train = valid - 0.05 if overfit_at and t >= overfit_at else valid + 0.05
+        pts.append({"tokens": t, "elapsed_s": 10.0 * i, "valid_bpc": valid, "train_bpc": train})
+    return pts
+
+
+def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(in_tmp):
+    from lab.writers import compute, summary
+
+    assert "No runs yet" in compute.budget_section()
+    text = compute.flops_section()
+    assert "`python -m lab run flops` trains them" in text and "not run" in text
+    rows = [fake_result("main", f"{p}-seed0", p, b, lr=lr) for p, b, lr in (("ka-1m", 2.2, 4e-3),
+                                                                          ("tf-1m", 2.1, 8e-3))]
+    rows.append(fake_result("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12, lr=4e-3))
+    write(in_tmp, rows)
+    text = compute.budget_section()
+    assert "`python -m lab run budget40`" in text and "| 10M | ka-1m-tuned | main-tuned/ka-1m-tuned-seed0 |" in text
+    assert "| +0.0200 |" in text
+    b40 = [{**fake_result("budget40", f"{p}-40m", p, b), "tokens": 40_001_536, "curve": _curve(40_001_536, end=b,
+                                                                                         overfit_at=20_000_000)}
+           for p, b in (("tf-1m", 1.9), ("ka-1m-tuned", 1.95), ("ka-1m", 2.05))]
+    eq = {**fake_result("flops", "ka-1m-tuned-flops-tf-10m", "ka-1m-tuned", 2.2), "tokens": 6_000_000,
+          "curve": _curve(6_000_000, end=2.2)}
+    write(in_tmp, [*b40, eq])
+    text = compute.budget_section()
+    assert "| 40M | ka-1m-tuned | budget40/ka-1m-tuned-40m | test | 1.9500 | +0.0500 |" in text
+    assert "from 20.0M" in text and "passes" in text and "not run yet" not in text
+    per = groups.flops_per_token("ka-1m-tuned")
+    assert compute.flops_per_token(b40[1]) == per and compute.fmt_flops(per * 40_001_536) in text
+    text = compute.flops_section()
+    assert "| tf-1m at 10M | 2.1000 | ka-1m-tuned |" in text and "| **+0.1000** |" in text  # 2.2 − 2.1
+    assert "| 0.0200 |" not in text and "+0.0200" in text  # the gap at equal tokens beside it
+    plots = compute.plots()
+    assert plots["budget"].stat().st_size > 1000 and plots["compute"].stat().st_size > 1000
+    text = summary.budget_section(plots, lambda p: p.name)
+    assert "1.9500 (+0.050)" in text and "at tf-1m's 10M-token FLOPs (6.0M tokens): gap **+0.1000**" in text
+    assert "(at equal tokens +0.0200)" in text and "![budget](budget.png)" in text
+
+
+def test_the_flop_count_is_the_benchs():
+    from kuramoto_attention.diagnostics.flops import model_flops
+    from lab.writers import compute
+
+    for p in ("ka-1m", "tf-1m", "ka-1m-tuned"):
+        expected = model_flops(build_model(*get_preset(p)), 256)["flops_per_token"]
+        assert groups.flops_per_token(p) == expected
+        assert compute.flops_per_token({"preset": p, "model_overrides": {}, "train": {"context": 256}}) == expected
+    # a record of a model the library no longer builds (a retired field): no count, not a crash
+    assert compute.flops_per_token({"preset": "ka-1m", "model_overrides": {"ff_wrap": True, "ff": "angles"},
+                                    "train": {}}) is None

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kuramoto_attention import KuramotoConfig, KuramotoLM
+from lab import protocol
 from lab.studies import gap
 
 
@@ -38,7 +39,7 @@ def test_bits_per_byte_is_the_cross_entropy_in_bits():
 
 
 def test_write(tmp_path, monkeypatch):
-    monkeypatch.setattr(gap, "RESULTS", tmp_path)
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
     bits = {"ka": torch.full((2, 6), 2.5), "tf": torch.full((2, 6), 2.0)}
     res = {"group": "main", "seeds": [0, 1], "windows_per_seed": 1, "context": 6, "ka": 2.5, "tf": 2.0,
            "variant_name": None, "by_position": gap.by_position(bits), "by_difficulty": gap.by_difficulty(bits)}

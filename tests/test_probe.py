@@ -7,7 +7,7 @@ from kuramoto_attention import KuramotoConfig, KuramotoLM
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import build_model, get_preset
 from kuramoto_attention.ops.torus import lift
-from lab import protocol, records
+from lab import protocol
 from lab.cli import main as lab_main
 from lab.studies import probe
 
@@ -49,13 +49,12 @@ def test_probe_run_shapes_and_offsets():
 
 
 def test_write_and_missing_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(probe, "RESULTS", tmp_path)
-    monkeypatch.setattr(probe, "RUNS", tmp_path / "runs")
     # measure finds a run through its group's results (or an identical run's): none here
     monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(records, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(protocol, "RUNS", tmp_path / "runs")
     with pytest.raises(ConfigError, match="python -m lab run main"):
         probe.measure(None)
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
     res = {"windows": 4, "context": 16, "offsets": [0, 1], "ridge": 1e-3,
            "runs": [{"group": "main", "name": "ka-1m-seed0", "family": "kuramoto", "depth": 1,
                      "accuracy": [[1.0, 0.9], [0.01, 0.4]]},

@@ -19,7 +19,9 @@ import torch
 
 from kuramoto_attention.diagnostics.measure import OFFSETS
 from kuramoto_attention.errors import ConfigError
-from lab.protocol import RESULTS
+from lab import protocol
+from lab.retired import retired_settings
+from lab.studies import missing_runs
 
 LOCAL_NEAR_ONE = 0.9
 
@@ -39,9 +41,10 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
     from lab.records import run_dir_of, with_twins
 
     rows = []
-    for r in with_twins(group):  # main's ka-1m may be another group's identical run
-        if r["family"] != "kuramoto":
-            continue
+    # main's ka-1m may be another group's identical run; a retired group's runs of a retired model are not loadable
+    runs = [r for r in with_twins(group) if r["family"] == "kuramoto" and not retired_settings(r["model"])]
+    missing_runs([run_dir_of(r) for r in runs], f"dynamics {group}")
+    for r in runs:
         d = diagnose_run(run_dir_of(r), batch=batch, data_dir=data_dir)
         local = d.local_order.mean(dim=1).tolist()  # (L,) mean over heads
         glob = d.global_order.mean(dim=1).tolist()  # (L+1,)
@@ -64,7 +67,7 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
             "knockout_ff_bpc": [x if x == x else None for x in d.knockout_bpc[:, 1].tolist()],  # NaN: no ff
         })
     if not rows:
-        raise ConfigError(f"no Kuramoto runs in {RESULTS / group}; run `python -m lab run {group}` first")
+        raise ConfigError(f"no Kuramoto runs in {protocol.RESULTS / group}; run `{protocol.run_command(group)}` first")
     return rows
 
 
@@ -99,7 +102,7 @@ def _offset_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write(rows: list[dict[str, Any]]) -> Path:
-    (RESULTS / "dynamics.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (protocol.RESULTS / "dynamics.json").write_text(json.dumps(rows, indent=1) + "\n")
     groups = " ".join(dict.fromkeys(r["group"] for r in rows))
     lines = [
         "## Dynamics: does the model synchronise locally without collapsing globally?",
@@ -151,6 +154,6 @@ def write(rows: list[dict[str, Any]]) -> Path:
             lines.append(f"| {r['run']} | {_fmt(r['knockout_attn_bpc'], '+.3f')} | "
                          f"{_fmt(r['knockout_ff_bpc'], '+.3f', '—')} |")
     lines.append("")
-    path = RESULTS / "dynamics.md"
+    path = protocol.RESULTS / "dynamics.md"
     path.write_text("\n".join(lines))
     return path

@@ -22,8 +22,10 @@ import torch
 from torch import Tensor
 
 from kuramoto_attention.errors import ConfigError
+from lab import protocol
 from lab.groups import TUNED_CANDIDATE
-from lab.protocol import RESULTS, RUNS, load_results
+from lab.protocol import load_results
+from lab.studies import missing_runs
 
 POSITION_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # bins [a, b) of the position t in the window
 WINDOWS = 64
@@ -76,16 +78,16 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
     seeds = sorted(int(n.rsplit("seed", 1)[1]) for n in names
                    if n.startswith("ka-1m-seed") and n.replace("ka-", "tf-", 1) in names)
     if not seeds:
-        raise ConfigError(f"no seed with both ka-1m and tf-1m in {RESULTS / group}; "
-                          f"run `python -m lab run {group}` first")
+        raise ConfigError(f"no seed with both ka-1m and tf-1m in {protocol.RESULTS / group}; "
+                          f"run `{protocol.run_command(group)}` first")
     confirmed = {r["name"] for r in load_results("confirm")}
-    variant_runs = {s: RUNS / "confirm" / (f"ka-{GAP_VARIANT}" + (f"-seed{s}" if s else "")) for s in seeds}
+    variant_runs = {s: protocol.RUNS / "confirm" / (f"ka-{GAP_VARIANT}" + (f"-seed{s}" if s else "")) for s in seeds}
     with_variant = group == "main" and all(run.name in confirmed for run in variant_runs.values())
     bits: dict[str, list[Tensor]] = {"ka": [], "tf": [], **({"variant": []} if with_variant else {})}
-    for seed in seeds:
-        runs = {"ka": run_dir_of(done[f"ka-1m-seed{seed}"]), "tf": run_dir_of(done[f"tf-1m-seed{seed}"])}
-        if with_variant:
-            runs["variant"] = variant_runs[seed]
+    by_seed = {seed: {"ka": run_dir_of(done[f"ka-1m-seed{seed}"]), "tf": run_dir_of(done[f"tf-1m-seed{seed}"]),
+                      **({"variant": variant_runs[seed]} if with_variant else {})} for seed in seeds}
+    missing_runs([run for runs in by_seed.values() for run in runs.values()], f"gap {group}")
+    for runs in by_seed.values():
         context = json.loads((runs["ka"] / "run.json").read_text())["train"]["context"]
         batch = valid_batch(runs["ka"], windows, context + 1, data_dir)  # every model sees the same windows
         for name, run in runs.items():
@@ -98,7 +100,7 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
 
 
 def write(res: dict[str, Any]) -> Path:
-    (RESULTS / "gap.json").write_text(json.dumps(res, indent=1) + "\n")
+    (protocol.RESULTS / "gap.json").write_text(json.dumps(res, indent=1) + "\n")
     seeds = ", ".join(map(str, res["seeds"]))
     variant = res.get("variant_name")
     models = ["ka", *(["variant"] if variant else []), "tf"]
@@ -130,6 +132,6 @@ def write(res: dict[str, Any]) -> Path:
     names = ("easiest quarter", "second", "third", "hardest quarter")
     for r in res["by_difficulty"]:
         lines.append(f"| {names[r['quartile']]} | {r['bytes']:,} | {cells(r)} |")
-    path = RESULTS / "gap.md"
+    path = protocol.RESULTS / "gap.md"
     path.write_text("\n".join([*lines, ""]))
     return path

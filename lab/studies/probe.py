@@ -22,8 +22,10 @@ from torch import Tensor
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.ops.torus import lift
+from lab import protocol
 from lab.groups import BEST_VARIANT
-from lab.protocol import RESULTS, RUNS, best_result
+from lab.protocol import best_result
+from lab.studies import missing_runs
 
 # (group, run): the main pair's seed 0, ka-1m on ψ(θ) itself (main-unprojected: the model the confirm candidates
 # change), the best variant's (its attention couples to earlier tokens only) and
@@ -104,7 +106,7 @@ def _run_dirs(names: list[tuple[str, str]]) -> list[Path]:
     from lab.records import run_dir_of, with_twins
 
     found = {(g, r["name"]): run_dir_of(r) for g in dict.fromkeys(g for g, _ in names) for r in with_twins(g)}
-    return [found.get((g, n), RUNS / g / n) for g, n in names]
+    return [found.get((g, n), protocol.RUNS / g / n) for g, n in names]
 
 
 def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
@@ -113,10 +115,7 @@ def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
 
     names = probe_runs()
     runs = _run_dirs(names)
-    missing = [str(r) for r in runs if not (r / "run.json").exists()]
-    if missing:
-        raise ConfigError(f"no trained run at {', '.join(missing)}; run `python -m lab run main` and "
-                          "`... run confirm` first")
+    missing_runs(runs, "probe")
     context = json.loads((runs[0] / "run.json").read_text())["train"]["context"]
     batch = valid_batch(runs[0], windows, context, data_dir)  # every run sees the same windows
     rows = []
@@ -129,7 +128,7 @@ def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
 
 
 def write(res: dict[str, Any]) -> Path:
-    (RESULTS / "probe.json").write_text(json.dumps(res, indent=1) + "\n")
+    (protocol.RESULTS / "probe.json").write_text(json.dumps(res, indent=1) + "\n")
     depth = max(r["depth"] for r in res["runs"])
     head = ["run", "byte", "embedding", *(f"after block {i}" for i in range(1, depth + 1))]
     lines = [
@@ -149,7 +148,7 @@ def write(res: dict[str, Any]) -> Path:
             cells = [f"{a:.3f}" for a in accs] + ["—"] * (depth + 1 - len(accs))
             which = "current (j = 0)" if j == 0 else f"j = {j}"
             lines.append(f"| {r['group']}/{r['name']} | {which} | " + " | ".join(cells) + " |")
-    path = RESULTS / "probe.md"
+    path = protocol.RESULTS / "probe.md"
     path.write_text("\n".join([*lines, "", *summary(res), ""]))
     return path
 

@@ -4,7 +4,7 @@ described (its settings, its twin in another group, its bound saturation)."""
 import statistics
 from typing import Any
 
-from lab.groups import BEST_VARIANT, CANDIDATES, PINNED_UNPROJECTED, UNPROJECTED
+from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS
 from lab.protocol import TRAIN_DEFAULTS, load_results
 
 
@@ -21,7 +21,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
     """A run's model overrides, less (``strip_pinned``) the ψ(θ) feed-forward its group is pinned to: within such a
     group that is the base every run shares, not a change."""
-    pinned = UNPROJECTED if strip_pinned and r["group"] in PINNED_UNPROJECTED else {}
+    pinned = UNPROJECTED if strip_pinned and r["group"] in RAN_UNPROJECTED else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
     default_mult = TRAIN_DEFAULTS["phase_lr_mult"]
@@ -35,7 +35,7 @@ def settings(r: dict[str, Any]) -> str:
     m, t = r["model"], r["train"]
     if r["family"] != "kuramoto":
         return "transformer preset"
-    ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m["ff_wrap"] else " raw"))
+    ff = m["ff"] + ("" if m["ff"] != "angles" else (" wrapped" if m.get("ff_wrap") else " raw"))
     ff += " → tangent" if m.get("ff_output") == "tangent" else ""
     ff += (f" through P ({m['ff_proj']}, width {m.get('ff_proj_dim') or m['dim']})"
            if m.get("ff_proj", "none") != "none" and m["ff"] == "lift" else "")
@@ -72,7 +72,16 @@ def saturation(r: dict[str, Any]) -> str:
 
 
 def variant_change(name: str = BEST_VARIANT) -> str:
-    return ", ".join(f"{k}={v}" for k, v in CANDIDATES[name].items())
+    """A confirmed variant's change to ka-1m: its overrides (``groups.VARIANTS``), else those its confirm run
+    recorded (less the ψ(θ) feed-forward confirm was pinned to)."""
+    if name in VARIANTS:
+        change = VARIANTS[name]
+    else:
+        run = next((r for r in load_results("confirm") if r["name"].split("-seed")[0] == f"ka-{name}"), None)
+        if run is None:
+            return "not recorded"
+        change = {k: v for k, v in run["model_overrides"].items() if UNPROJECTED.get(k, object()) != v}
+    return ", ".join(f"{k}={v}" for k, v in change.items())
 
 
 def reference_main() -> list[dict[str, Any]]:

@@ -1,21 +1,26 @@
-"""RESULTS.md and its plot, generated from results/*/*.json only (``python -m lab report``).
+"""The lab notebook (docs/notebook.md: every group, the screening history, the studies) and, through summary.py,
+RESULTS.md (the one-page summary), with their plots, generated from results/*/*.json only (``python -m lab report``).
 
-Nothing in the page is typed by hand: every number comes from a summary file written by
-``python -m lab run``; sections whose runs do not exist yet say so.
+Nothing in either page is typed by hand: every number comes from a summary file written by
+``python -m lab run``; sections whose runs do not exist yet say so, with the command that makes them.
 """
 
 import json
+import os
 import statistics
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import get_preset
-from lab.groups import BEST_VARIANT, CANDIDATES, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, plan
-from lab.protocol import PROTOCOL, RESULTS, TRAIN_DEFAULTS, best_lr, load_results
+from lab import protocol
+from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, plan
+from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, config_fields, load_results
 from lab.records import with_twins
+from lab.retired import RETIRED, rerun_command, retired_settings
+from lab.writers import compute, summary
 from lab.writers.common import fmt, label, overrides, reference_main, saturation, settings, table, variant_change
+from lab.writers.compute import flops_per_token, fmt_flops, fmt_per_token, training_flops
 from lab.writers.scaling import budget_section, scale_section, tuning10m_section, warmup_intro
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
@@ -58,9 +63,8 @@ def screen_section(group: str = "screen") -> str:
     rows = with_twins(group)
     if not rows:
         return f"_No screening runs yet (`python -m lab run {group}`)._"
-    missing = sorted({s.name for s in plan(group)} - {r["name"] for r in rows})
-    note = (f"\n\nPlanned but not run: {', '.join(missing)} (`python -m lab run {group}` runs them)."
-            if missing else "")
+    note = (f"\n\nGroup {group} is retired (its fields left the library): `{rerun_command(group)}` reruns it."
+            if group in RETIRED else "")
     base = next((r for r in rows if r["name"] == "ka-default"), None)
     body = []
     for r in sorted(rows, key=lambda r: r["eval_bpc"]):
@@ -172,9 +176,10 @@ def comparison_section(group: str, unit: str) -> str:
         r0 = next(r for r in rows if r["family"] == family)
         paper = PAPER_1M[family] if ref == "main" else "not reported"
         body.append([r0["preset"], str(len(vals)), ", ".join(fmt(v) for v in vals), fmt(means[family]) + spread,
-                     fmt(statistics.median(vals)), f"{r0['train']['lr']:g}", f"{r0['tokens'] / 1e6:.1f}M", paper])
+                     fmt(statistics.median(vals)), f"{r0['train']['lr']:g}", f"{r0['tokens'] / 1e6:.1f}M",
+                     fmt_per_token(flops_per_token(r0)), fmt_flops(training_flops(r0)), paper])
     text = table(["model", "seeds", f"test {unit} per seed", "mean ± sd", "median", "lr", "tokens",
-                   "paper (enwik8, 1M)" if ref == "main" else "paper (1M)"], body)
+                  "model FLOPs/token", "training FLOPs", "paper (enwik8, 1M)" if ref == "main" else "paper (1M)"], body)
     if ref != group:
         seeds = sorted(r["train"]["seed"] for r in rows if r["family"] == "transformer")
         text += (f"\n\nThe transformer's runs are group {ref}'s (the same protocol; seed{'s' * (len(seeds) > 1)} "
@@ -211,7 +216,7 @@ def _confirm_ranking(min_seeds: int = 3) -> tuple[list[tuple[float, str]], dict[
     for r in load_results("confirm"):
         seeds.setdefault(r["name"].removesuffix(f"-seed{r['train']['seed']}").removeprefix("ka-"), []).append(
             r["eval_bpc"])
-    return sorted((statistics.mean(v), k) for k, v in seeds.items() if len(v) >= min_seeds and k in CANDIDATES), seeds
+    return sorted((statistics.mean(v), k) for k, v in seeds.items() if len(v) >= min_seeds), seeds
 
 
 def _best_variant_gap(tf_mean: float, min_seeds: int = 3) -> str:
@@ -283,12 +288,14 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
     if not rows or not full:
         return f"_No ablations yet (`python -m lab run {group}`, after `{full_group}`)._"
     ref = full[0]["eval_bpc"]
-    body = [[label(r), overrides(r), f"{r['params']:,}", fmt(r["eval_bpc"]), f"{r['eval_bpc'] - ref:+.4f}",
-             PAPER_DELTAS.get(r["name"], "—")] for r in rows]
-    return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, test BPC {fmt(ref)}. An "
+    body = [[label(r), overrides(r), f"{r['params']:,}", fmt_per_token(flops_per_token(r)), fmt(r["eval_bpc"]),
+             f"{r['eval_bpc'] - ref:+.4f}", PAPER_DELTAS.get(r["name"], "—")] for r in rows]
+    return (f"Full model ({full_group}, seed 0): {full[0]['params']:,} parameters, "
+            f"{fmt_per_token(flops_per_token(full[0]))} model FLOPs per token, test BPC {fmt(ref)}; every run "
+            f"{full[0]['tokens'] / 1e6:.1f}M tokens. An "
             "ablation that removes a component also removes its parameters (no re-matching; the paper does not "
             "say whether it re-matched).\n\n"
-            + table(["ablation", "change", "params", "test BPC", "ΔBPC", "paper Δ"], body))
+            + table(["ablation", "change", "params", "model FLOPs/token", "test BPC", "ΔBPC", "paper Δ"], body))
 
 
 def _main_pair() -> tuple[dict[int, float], list[float]]:
@@ -397,7 +404,8 @@ def _screen_delta(run: dict[str, Any]) -> str:
 def _predates_projection(name: str) -> str:
     """A note under an analysis whose main ka-1m rows were measured before ka-1m's feed-forward read P ψ(θ): its
     JSON records the feed-forward of each Kuramoto run since then (``ff_proj``), and lacked it before."""
-    data = json.loads((RESULTS / f"{name}.json").read_text()) if (RESULTS / f"{name}.json").exists() else None
+    source = protocol.RESULTS / f"{name}.json"
+    data = json.loads(source.read_text()) if source.exists() else None
     rows = data if isinstance(data, list) else (data or {}).get("runs", [data] if data else [])
     if not any("ff_proj" not in r and "ka_ff_proj" not in r for r in rows):
         return ""
@@ -409,8 +417,8 @@ def _predates_projection(name: str) -> str:
 def tuned_intro() -> str:
     """What ka-1m-tuned is (read from its preset) and where it came from."""
     cfg = get_preset("ka-1m-tuned")[1]
-    base = asdict(get_preset("ka-1m")[1])
-    changed = ", ".join(f"{k}={v}" for k, v in asdict(cfg).items() if base[k] != v)
+    base = config_fields(get_preset("ka-1m")[1])
+    changed = ", ".join(f"{k}={v}" for k, v in config_fields(cfg).items() if base.get(k) != v)
     ranked, _ = _confirm_ranking()
     rank = next((i for i, (_, name) in enumerate(ranked, 1) if name == TUNED_CANDIDATE), None)
     standing = (f", ranked {rank} of the {len(ranked)} candidates with three or more seeds by mean test BPC" if rank
@@ -445,21 +453,43 @@ def _planned(group: str) -> str:
         return f"not plannable yet ({exc})"
 
 
-def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
-    plot_groups = ["main", "main-tuned"] if with_twins("main") else ["screen"]
-    plot = _curve_plot(plot_groups, RESULTS / "curves.png")
+def retired_section() -> str:
+    """The retired groups (retired.py): what each measured, its runs, the retired settings they used, and the commit
+    and command that rerun it."""
+    body = []
+    for group, ret in RETIRED.items():
+        rows = load_results(group)
+        used = sorted({s for r in rows for s in retired_settings(r["model"])})
+        body.append([group, ret.what, str(len(rows)), ", ".join(used) or "—", f"`{ret.commit}`",
+                     f"`{ret.rerun(group)}`"])
+    return ("Their model fields left the library (issue 23: research dead ends retired), so they are no longer "
+            "planned or run here; their results stay in results/GROUP/ and are reported in this notebook, a planned "
+            "run of a kept group that one of them made identically is still read from them (marked as a twin), and "
+            "each reruns at the commit named.\n\n"
+            + table(["group", "what it measured", "runs", "retired settings its runs used", "commit", "rerun"], body))
+
+
+def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
+    """The full lab notebook: every group's runs, the screening history, the studies (``notebook``: where it goes,
+    for its links to the plots)."""
+    def link(path: Path) -> str:
+        return Path(os.path.relpath(path, notebook.parent)).as_posix()
+
     proto = ", ".join(f"{k}={v}" for k, v in PROTOCOL.items() if k != "progress")
     parts = [
-        "# Results",
+        "# Lab notebook",
         "",
-        "_Generated by `python -m lab report` from `results/*/*.json` (written by "
-        "`python -m lab run GROUP`); do not edit by hand. `python -m lab replicate` reruns everything._",
+        "_Generated by `python -m lab report` from `results/*/*.json` (written by `python -m lab run GROUP`); do not "
+        f"edit by hand. The one-page summary is [RESULTS.md]({link(notebook.parent.parent / 'RESULTS.md')}); "
+        "`python -m lab run GROUP --dry-run` says how to rerun a group and how long it takes._",
         "",
         f"Protocol (groups main/ablation/pycode, and their -tuned groups): {proto}. Test BPC is the sliding-window "
         "bits per byte over "
         "the whole 0.5 MB enwik7 test split (stride = context/2), `kuramoto eval RUN --split test`. "
         "enwik7 is the first 10 MB of enwik8, so the absolute numbers are not the paper's enwik8 numbers "
-        "(less training text, a different test split); the comparison between the two models is the point.",
+        "(less training text, a different test split); the comparison between the two models is the point. "
+        "Model FLOPs per token: `kuramoto_attention.diagnostics.flops.model_flops` (the bench's count); training "
+        "FLOPs: that times the tokens trained.",
         "",
         "## What mattered",
         "",
@@ -542,6 +572,17 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "",
         budget_section(),
         "",
+        "## Budget and compute: each 1M model to 40M tokens, and at equal FLOPs (issue 26)",
+        "",
+        compute.budget_section(),
+        "",
+        *([f"![test BPC against budget]({link(plots['budget'])})", ""] if plots.get("budget") else []),
+        "### The gap at equal training FLOPs",
+        "",
+        compute.flops_section(),
+        "",
+        *([f"![validation BPC against training FLOPs and wall clock]({link(plots['compute'])})", ""]
+          if plots.get("compute") else []),
         "## Does the gap close with size?",
         "",
         scale_section(),
@@ -567,6 +608,10 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         "## Learning-rate sweep (3M tokens, valid BPC)",
         "",
         lr_section(),
+        "",
+        "## Retired groups",
+        "",
+        retired_section(),
         "",
         "## Screening of open choices, round 1 (1.6M tokens each, 30 warmup steps, eager, valid BPC)",
         "",
@@ -643,10 +688,25 @@ def write_results_md(path: Path = Path("RESULTS.md")) -> Path:
         confirm_section(),
         "",
     ]
-    if plot is not None:
-        parts += ["## Validation BPC against tokens", "", f"![validation curves]({plot.as_posix()})", ""]
+    if plots.get("curves") is not None:
+        parts += ["## Validation BPC against tokens", "", f"![validation curves]({link(plots['curves'])})", ""]
     for name in ("gap", "probe", "dynamics"):  # written by `python -m lab gap`, `... probe`, `... dynamics`
-        if (RESULTS / f"{name}.md").exists():
-            parts += [(RESULTS / f"{name}.md").read_text() + _predates_projection(name)]
-    path.write_text("\n".join(parts))
-    return path
+        if (protocol.RESULTS / f"{name}.md").exists():
+            parts += [(protocol.RESULTS / f"{name}.md").read_text() + _predates_projection(name)]
+    return "\n".join(parts)
+
+
+def write_report(root: Path = Path(".")) -> list[Path]:
+    """RESULTS.md (the one-page summary) and docs/notebook.md (the full notebook) under ``root``, and their plots
+    under results/, from results/*/*.json only. Refused where there are no results to report."""
+    if not any(protocol.RESULTS.glob("*/*.json")):
+        raise ConfigError(f"no results in {protocol.RESULTS}/: nothing to report (run `python -m lab run GROUP` first, "
+                          "or report from the repository root, or pass --out DIR where `run --out DIR` wrote them)")
+    plots = {"curves": _curve_plot(["main", "main-tuned"] if with_twins("main") else ["screen"],
+                                   protocol.RESULTS / "curves.png"), **compute.plots()}
+    notebook = root / "docs" / "notebook.md"
+    notebook.parent.mkdir(parents=True, exist_ok=True)
+    notebook.write_text(notebook_text(notebook, plots))
+    summary_path = root / "RESULTS.md"
+    summary_path.write_text(summary.summary_text(summary_path, notebook, plots))
+    return [summary_path, notebook]

@@ -1,0 +1,66 @@
+"""The lab's retired groups (issue 23, point 5): research dead ends whose model fields the library no longer has.
+
+Their runs are not planned or runnable here any more, but nothing measured is lost: their results/GROUP/*.json stay,
+the lab notebook reports them (and RESULTS.md cites them), another group's planned run that one of them made
+identically is still found there (a twin: ``records.same_run``), and each is named with the commit at which it was run
+and can be rerun, with the command of that commit.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+# The model fields removed from the library, at the default every run not about them trained with; a record carries
+# them (results/GROUP/NAME.json, a run's run.json) at these values unless it was made to vary them.
+RETIRED_FIELDS: dict[str, Any] = {
+    "phase_lag_spread": 0.0, "content_lag": False, "coupling_lag": False, "value_lag": False,
+    "clock_log_weight": False, "step_gate": False, "fp32_attention": False, "ff_wrap": False,
+    "ff_output": "increment", "ff_proj_dim": 0, "readout_gain": "none", "readout_gain_init": 1.0,
+    "readout_harmonics": 1, "readout_tied": False, "embed_spread": 1.0,
+}
+# values removed from fields the library keeps
+RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none"), "ff_proj": ("layer",)}
+
+
+@dataclass(frozen=True)
+class Retired:
+    what: str  # what the group measured
+    commit: str = "7d67ce1"  # the last commit whose library and lab plan and run it
+    command: str = "kuramoto experiment run {group}"  # the lab's command at that commit
+
+    def rerun(self, group: str) -> str:
+        return f"git checkout {self.commit} && {self.command.format(group=group)}"
+
+
+RETIRED: dict[str, Retired] = {
+    "screen": Retired("screening round 1 (1.6M tokens): ka-1m variants against the first reading of the SPEC, "
+                      "with the feed-forward on wrap(θ) (ff_wrap)"),
+    "screen2": Retired("screening round 2: ka-1m variants against round 1's winner, feed-forward on wrap(θ)"),
+    "screen3": Retired("screening round 3 (3M tokens): bounds (norm-soft), depth/width splits, shared gates"),
+    "screen4": Retired("screening round 4: group rates, clipping, shared gates, self-coupling, embed_spread, "
+                       "fp32_attention"),
+    "screen5": Retired("screening round 5: positional selection (phase lag, phase_lag_spread, content_lag, "
+                       "ff_output=tangent)"),
+    "screen6": Retired("screening round 6: readout_gain, bound=none, a fifth layer, the optimiser"),
+    "confirm": Retired("the screens' candidates at the main protocol (10M tokens, test BPC), among them the lags, "
+                       "readout gains, harmonics and ties, step gates and per-layer P that were dropped; its runs "
+                       "of the kept variants are twins of later groups' planned runs"),
+    "lr-wrapped": Retired("ka-1m's first learning-rate sweep, feed-forward on wrap(θ) (ff_wrap=True); its best rate "
+                          "is still read by main-raw and ablation-raw"),
+    "main-wrapped": Retired("the main protocol for ka-1m with the feed-forward on wrap(θ) (ff_wrap=True)"),
+    "ablation-wrapped": Retired("the ablations of ka-1m with the feed-forward on wrap(θ) (ff_wrap=True)"),
+}
+
+
+def rerun_command(group: str) -> str:
+    return RETIRED[group].rerun(group)
+
+
+def retired_settings(model: dict[str, Any]) -> list[str]:
+    """The retired fields and values a recorded model config (or a run's overrides) uses, as "field=value"."""
+    return ([f"{k}={v!r}" for k, v in model.items() if k in RETIRED_FIELDS and v != RETIRED_FIELDS[k]]
+            + [f"{k}={v!r}" for k, v in model.items() if v in RETIRED_VALUES.get(k, ())])
+
+
+def without_retired(model: dict[str, Any]) -> dict[str, Any]:
+    """A recorded model config (or overrides) less the retired fields at their defaults, which every model has now."""
+    return {k: v for k, v in model.items() if not (k in RETIRED_FIELDS and v == RETIRED_FIELDS[k])}

@@ -1,0 +1,253 @@
+"""The notebook's and the summary's budget and compute sections (issue 26): test BPC and the gap per token budget
+(3M sweep, 10M main, 20M budget, 40M budget40), where training starts to overfit (the runs' train/valid "curve"),
+each model's model FLOPs per token and training FLOPs, the gap at equal FLOPs (group flops) beside the gap at equal
+tokens, and the plots of test BPC against budget and of validation BPC against training FLOPs and wall-clock."""
+
+import contextlib
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
+from lab import protocol
+from lab.groups import BUDGET_PRESETS, BUDGETS, flop_matched_tokens
+from lab.protocol import PROTOCOL, load_results
+from lab.records import with_twins
+from lab.retired import retired_settings, without_retired
+from lab.writers.common import fmt, table
+
+PAIRS = (("ka-1m", "tf-1m"), ("ka-1m-tuned", "tf-1m"))  # each Kuramoto preset against the transformer
+COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange"}
+REFERENCE = "tf-1m"
+
+
+def _train_bytes() -> int | None:
+    """enwik7's training split (90% of the file: data.py), for the passes a budget makes over it."""
+    with contextlib.suppress(Exception):
+        from kuramoto_attention.training.data import CHECKSUMS
+
+        return int(CHECKSUMS["enwik7"][0] * 0.9)
+    return None
+
+
+@functools.cache
+def _flops_per_token(preset: str, overrides: str, context: int) -> int | None:
+    import torch
+
+    from kuramoto_attention.diagnostics.flops import model_flops
+
+    family, cfg = get_preset(preset)
+    try:
+        with torch.device("meta"):  # shapes only: the count reads parameter sizes
+            model = build_model(family, apply_overrides(family, cfg, json.loads(overrides)))
+        return model_flops(model, context)["flops_per_token"]
+    except Exception:  # a record of a model the library no longer builds (a retired field)
+        return None
+
+
+def flops_per_token(r: dict[str, Any]) -> int | None:
+    """A result's model FLOPs per training token (``diagnostics.flops.model_flops``, the bench's count), or None."""
+    if retired_settings(r.get("model_overrides", {})):  # a model the library no longer builds
+        return None
+    overrides = json.dumps(without_retired(r.get("model_overrides", {})), sort_keys=True)
+    return _flops_per_token(r["preset"], overrides, r["train"].get("context", PROTOCOL["context"]))
+
+
+def training_flops(r: dict[str, Any]) -> int | None:
+    per = flops_per_token(r)
+    return per * r["tokens"] if per is not None else None
+
+
+def fmt_flops(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2e}"
+
+
+def fmt_per_token(x: float | None) -> str:
+    return "—" if x is None else f"{x / 1e6:.2f}M"
+
+
+def overfit(r: dict[str, Any]) -> str:
+    """Where the mean training BPC (since the previous evaluation) first drops below the validation BPC."""
+    curve = [p for p in r.get("curve", []) if p.get("train_bpc") is not None]
+    if not curve:
+        return "—"
+    below = next((p for p in curve if p["train_bpc"] < p["valid_bpc"]), None)
+    if below is None:
+        return f"no (train ≥ valid to {curve[-1]['tokens'] / 1e6:.1f}M)"
+    last = curve[-1]
+    passes = _train_bytes()
+    at = f"{below['tokens'] / 1e6:.1f}M" + (f" ({below['tokens'] / passes:.1f} passes)" if passes else "")
+    return f"from {at}; at the end train {last['train_bpc']:.3f} vs valid {last['valid_bpc']:.3f}"
+
+
+def _seed0(group: str, preset: str) -> dict[str, Any] | None:
+    return next((r for r in with_twins(group) if r["preset"] == preset and r["train"].get("seed", 0) == 0), None)
+
+
+def _best(group: str, preset: str) -> dict[str, Any] | None:
+    return min((r for r in load_results(group) if r["preset"] == preset), key=lambda r: r["eval_bpc"], default=None)
+
+
+def budget_runs() -> dict[str, dict[str, dict[str, Any]]]:
+    """Per budget label, each 1M preset's run there (seed 0, its own full schedule and swept rate)."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {
+        "3M": {p: r for p, g in (("ka-1m", "lr"), ("tf-1m", "lr"), ("ka-1m-tuned", "lr-tuned"))
+               if (r := _best(g, p)) is not None},
+        "10M": {p: r for p, g in (("ka-1m", "main"), ("tf-1m", "main"), ("ka-1m-tuned", "main-tuned"))
+                if (r := _seed0(g, p)) is not None},
+        "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")},
+    }
+    for b in BUDGETS:
+        rows[f"{b // 1_000_000}M"] = {r["preset"]: r for r in with_twins("budget40")
+                                      if r["tokens"] >= 0.9 * b and r["tokens"] <= 1.1 * b}
+    return {k: v for k, v in rows.items() if v}
+
+
+def _model_note(r: dict[str, Any]) -> str:
+    changed = without_retired(r.get("model_overrides", {}))
+    return "" if not changed else " (" + ", ".join(f"{k}={v}" for k, v in changed.items()) + ")"
+
+
+def budget_section() -> str:
+    runs = budget_runs()
+    if not runs:
+        return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget`, `... budget40`)._"
+    last = f"{BUDGETS[-1] // 1_000_000}M"
+    more = "" if last in runs else f"; the {last} runs: not run yet (`python -m lab run budget40`)"
+    body = []
+    for label, by_preset in runs.items():
+        tf = by_preset.get(REFERENCE)
+        for p in BUDGET_PRESETS:
+            r = by_preset.get(p)
+            if r is None:
+                continue
+            gap = f"{r['eval_bpc'] - tf['eval_bpc']:+.4f}" if tf and r is not tf else "—"
+            body.append([label, p + _model_note(r), r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"],
+                         fmt(r["eval_bpc"]), gap, fmt_per_token(flops_per_token(r)), fmt_flops(training_flops(r)),
+                         overfit(r)])
+    return ("Each row a model trained with its own full schedule (warmup, cosine to the budget, its swept rate) to "
+            "that budget, seed 0 (3M: the best rate of the 3M sweep, scored on the validation split); the gap is to "
+            "tf-1m at the same budget. Overfitting: where the mean training BPC since the previous evaluation first "
+            "drops below the validation BPC (recorded by runs made since the budget40 group was added; older runs: —)"
+            + more + ".\n\n"
+            + table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "model FLOPs/token", "training FLOPs",
+                     "train below valid"], body))
+
+
+def flops_section() -> str:
+    """The gap at equal training FLOPs (group flops) beside the gap at equal tokens, per reference budget of tf-1m."""
+    runs = budget_runs()
+    flops = {r["name"]: r for r in with_twins("flops")}
+    body = []
+    for b in (PROTOCOL["tokens"], *BUDGETS):
+        label = f"{b // 1_000_000}M"
+        tf = runs.get(label, {}).get(REFERENCE)
+        for p in ("ka-1m-tuned", "ka-1m"):
+            same_tokens = runs.get(label, {}).get(p)
+            eq = flops.get(f"{p}-flops-tf-{label.lower()}")
+            try:
+                tokens = f"{flop_matched_tokens(p, REFERENCE, b) / 1e6:.2f}M"
+            except Exception:  # a preset the library cannot build here
+                tokens = "—"
+            body.append([f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p, tokens,
+                         fmt(same_tokens["eval_bpc"]) if same_tokens else "—",
+                         f"{same_tokens['eval_bpc'] - tf['eval_bpc']:+.4f}" if same_tokens and tf else "—",
+                         fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(training_flops(eq)) if eq else "—",
+                         f"**{eq['eval_bpc'] - tf['eval_bpc']:+.4f}**" if eq and tf else "—"])
+    note = "" if flops else " None of the equal-FLOP runs exists yet: `python -m lab run flops` trains them."
+    return ("Each Kuramoto preset trained, with its own full schedule, for the token budget at which its training "
+            "FLOPs (model FLOPs per token × tokens) equal tf-1m's at the reference budget (group flops, seed 0), "
+            "beside the same preset at the reference's own tokens (equal tokens; main, main-tuned, budget40), test "
+            "BPC." + note
+            + "\n\n" + table(["reference", "tf-1m test BPC", "model", "tokens at equal FLOPs", "BPC at equal tokens",
+                              "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"],
+                             body))
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def budget_plot(out: Path) -> Path | None:
+    """Test BPC (3M: valid) against the token budget, log scale, one line per 1M preset (seed 0)."""
+    runs = budget_runs()
+    series = {p: sorted((r["tokens"], r["eval_bpc"]) for by in runs.values() if (r := by.get(p)) is not None
+                        and not _model_note(r)) for p in BUDGET_PRESETS}
+    if sum(len(v) for v in series.values()) < 2:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=120)
+    for p, pts in series.items():
+        if pts:
+            ax.plot([t for t, _ in pts], [b for _, b in pts], "o-", color=COLOURS[p], label=p)
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens (log scale)")
+    ax.set_ylabel("enwik7 test BPC (3M: validation)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    ax.set_title("test BPC against the token budget (seed 0, each model's own schedule)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def _curves(p: str) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
+    """Every seed-0 run of preset ``p`` on its own model at the protocol (10M, 40M and the equal-FLOP budgets), with
+    its validation points ({tokens, valid_bpc} and elapsed_s where the run recorded them)."""
+    pool = [r for g in ("main", "main-tuned", "budget40", "flops") for r in with_twins(g)]
+    out = []
+    for r in pool:
+        if r["preset"] != p or r["train"].get("seed", 0) != 0 or _model_note(r):
+            continue
+        pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
+        out.append((r, [x for x in pts if x["tokens"] > 0]))
+    return out
+
+
+def compute_plot(out: Path) -> Path | None:
+    """Validation BPC against training FLOPs and against wall-clock seconds, one row of panels per pair."""
+    if not any(_curves(p) for pair in PAIRS for p in pair):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(len(PAIRS), 2, figsize=(11, 4 * len(PAIRS)), dpi=110, squeeze=False)
+    for row, pair in zip(axes, PAIRS, strict=True):
+        for ax, x in zip(row, ("flops", "elapsed_s"), strict=True):
+            drawn = False
+            for p in pair:
+                for r, pts in _curves(p):
+                    per = flops_per_token(r)
+                    xs = [q["tokens"] * per if x == "flops" and per else q.get("elapsed_s") for q in pts]
+                    keep = [(a, q["valid_bpc"]) for a, q in zip(xs, pts, strict=True) if a]
+                    if keep:
+                        ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
+                                label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
+                        drawn = True
+            ax.set_xscale("log")
+            ax.set_xlabel("training FLOPs" if x == "flops" else "wall-clock seconds of training")
+            ax.set_ylabel("validation BPC (estimate)")
+            ax.set_ylim(top=3.2)
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(f"{pair[0]} vs {pair[1]}")
+            if drawn:
+                ax.legend(fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "no recorded wall clock yet\n(`python -m lab run budget40`)", ha="center",
+                        va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plots() -> dict[str, Path | None]:
+    return {"budget": budget_plot(protocol.RESULTS / "budget.png"),
+            "compute": compute_plot(protocol.RESULTS / "compute.png")}
