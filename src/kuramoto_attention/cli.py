@@ -6,8 +6,10 @@ User mistakes (unknown preset, missing data, corrupt checkpoint, bad values) end
 
 import argparse
 import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +17,13 @@ from kuramoto_attention.diagnostics import report
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import PRESETS
 from kuramoto_attention.training.allocator import keep_freed_memory
-from kuramoto_attention.training.checkpoint import CheckpointError
+from kuramoto_attention.training.checkpoint import CheckpointError, check_directory
 from kuramoto_attention.training.data import VALID_SPECS, DataError
+from kuramoto_attention.training.train import RESUMABLE, TrainConfig, TrainingInterrupted
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError)
+DESCRIPTION = ("kuramoto: train, evaluate, sample and report on byte-level Kuramoto-attention and transformer "
+               "language models. A user mistake ends in one 'error:' line and exit status 2.")
 
 
 def _key_values(pairs: Sequence[str]) -> dict[str, str]:
@@ -45,14 +50,15 @@ def cmd_params(args: argparse.Namespace) -> None:
               f"{r['heads']:>5} {r['ff_hidden']:>5}")
 
 
-TRAIN_FLAGS: dict[str, tuple[type, str]] = {
+BUDGET = "; give at least one of --steps, --tokens, --minutes"
+TRAIN_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "corpus": (str, f"corpus spec, one of: {VALID_SPECS} (default stdlib: offline)"),
     "data_dir": (str, "folder holding the corpora (default: $KURAMOTO_DATA)"),
     "batch_size": (int, "sequences per step (per process)"),
-    "context": (int, "sequence length (default: the preset's)"),
-    "steps": (int, "budget in optimizer steps"),
-    "tokens": (int, "budget in training tokens"),
-    "minutes": (float, "budget in minutes of training"),
+    "context": (int, "sequence length, >= 1 (default: the preset's)"),
+    "steps": (int, "budget in optimizer steps (default: none" + BUDGET + ")"),
+    "tokens": (int, "budget in training tokens (default: none" + BUDGET + ")"),
+    "minutes": (float, "budget in minutes of training (default: none" + BUDGET + ")"),
     "lr": (float, "peak learning rate"),
     "phase_lr_mult": (float, "learning-rate multiplier for phase parameters (embedding phases, ω)"),
     "omega_lr_mult": (float, "learning-rate multiplier for ω alone (default: --phase-lr-mult)"),
@@ -69,6 +75,13 @@ TRAIN_FLAGS: dict[str, tuple[type, str]] = {
 }
 
 
+def _with_default(name: str, text: str) -> str:
+    """The help text, with TrainConfig's default appended unless the text already states it."""
+    if "default" in text:
+        return text
+    return f"{text} (default {getattr(TrainConfig, name)})"
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from kuramoto_attention.training.train import load_run, prepare_run, train
 
@@ -77,48 +90,58 @@ def cmd_train(args: argparse.Namespace) -> None:
         overrides["compile"] = True
     if args.no_progress:
         overrides["progress"] = False
+    if args.context is not None and args.context < 1:
+        raise ConfigError("--context must be >= 1 (leave it out for the preset's)")
     if args.resume:
         if args.preset or args.config or args.model or args.run_dir:
             raise ConfigError("--resume continues a run with its saved config in its own directory; drop "
                               "--preset/--config/--model/--run-dir")
-        # these change which batches are drawn or how they are shaped: the run would no longer be the one saved
-        fixed = [f"--{k.replace('_', '-')}" for k in ("seed", "context", "batch_size", "corpus") if k in overrides]
+        # anything but the budget and bookkeeping would make the run another one than its record (the batches drawn,
+        # the schedule, the optimizer): refused even at the saved value, so a command line never seems to change it
+        fixed = [f"--{k.replace('_', '-')}" for k in overrides if k not in RESUMABLE]
         if fixed:
-            raise ConfigError(f"--resume cannot change {', '.join(fixed)} (the saved run would not continue "
-                              "exactly); start a new run instead")
+            raise ConfigError(f"--resume cannot change {', '.join(fixed)} (the saved run would not continue as "
+                              "recorded); start a new run instead")
         run = load_run(args.resume, overrides)
     else:
         run = prepare_run(args.preset, args.config, _key_values(args.model), overrides, args.run_dir)
     summary = train(run, resume=bool(args.resume))
-    if summary is not None:
-        print(f"done: {summary['step']} steps, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
-              f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {run.train_cfg.eval_batches} batches; "
-              f"full split: kuramoto eval {run.run_dir} --split valid)")
-        print(f"run dir: {run.run_dir}")
+    # under torchrun every rank returns the summary; one line per run, not per process
+    if summary.get("nothing_to_do") or int(os.environ.get("RANK", "0")) != 0:
+        return
+    print(f"done: {summary['step']} steps, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
+          f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {run.train_cfg.eval_batches} batches; "
+          f"full split: kuramoto eval {run.run_dir} --split valid)")
+    print(f"run dir: {run.run_dir}")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
     import torch
 
     from kuramoto_attention.training.checkpoint import load_model
-    from kuramoto_attention.training.data import load_corpus
+    from kuramoto_attention.training.data import corpus_checksum, load_corpus
     from kuramoto_attention.training.evaluate import evaluate_bpc
     from kuramoto_attention.training.train import load_run, resolve_device
 
-    for flag in ("batch_size", "context", "stride"):
+    for flag in ("batch_size", "context", "stride", "max_bytes"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
+            hint = " (leave it out for the run's)" if flag == "context" else ""
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1{hint}")
     run = load_run(args.run_dir, {})
     device = resolve_device(args.device)
     model, _ = load_model(Path(args.run_dir), map_location=device)
     corpus_spec = args.corpus or run.train_cfg.corpus
     corpus = load_corpus(corpus_spec, args.data_dir or run.train_cfg.data_dir)
+    recorded = run.record.get("corpus_sha256")
+    if args.corpus is None and recorded is not None and corpus_checksum(corpus_spec) != recorded:
+        raise DataError(f"corpus {corpus_spec} changed since {args.run_dir} was trained on it (its SHA-256 differs "
+                        "from the one recorded in run.json): restore the file, or name another with --corpus")
     context = args.context if args.context is not None else run.train_cfg.context
     stride = context if args.non_overlapping else args.stride
     with torch.inference_mode():
         result = evaluate_bpc(model, corpus.splits[args.split], context, stride=stride, batch_size=args.batch_size,
                               device=device, precision=args.precision, max_bytes=args.max_bytes,
-                              progress=not args.json)
+                              progress=not (args.json or args.no_progress))
     result.update(run_dir=str(args.run_dir), split=args.split, corpus=corpus.name)
     if args.json:
         print(json.dumps(result))
@@ -137,17 +160,30 @@ def cmd_sample(args: argparse.Namespace) -> None:
         raise ConfigError("--length must be >= 1")
     if args.top_k is not None and args.top_k < 1:
         raise ConfigError("--top-k must be >= 1")
-    if not args.temperature >= 0:
-        raise ConfigError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
+    if not (args.temperature >= 0 and math.isfinite(args.temperature)):
+        raise ConfigError(f"--temperature must be >= 0 and finite (0: greedy), got {args.temperature}")
+    if not args.prompt:
+        raise ConfigError("--prompt must not be empty: the model continues at least one byte (the default is a "
+                          "newline, --prompt $'\\n')")
+    # the bytes as given: os.fsencode undoes the surrogate escapes of undecodable bytes in argv (UTF-8 otherwise)
+    prompt_bytes = os.fsencode(args.prompt)
     device = resolve_device(args.device)
     model, _ = load_model(Path(args.run_dir), map_location=device)
     model.eval()
-    prompt_bytes = args.prompt.encode("utf-8") or b"\n"
     prompt = torch.tensor([list(prompt_bytes)], dtype=torch.long, device=device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen,
                          compile=args.compile)
-    sys.stdout.write(bytes(out[0].tolist()).decode("utf-8", errors="replace") + "\n")
+    data = bytes(out[0].tolist())
+    if args.raw:  # exactly the bytes, no newline: for files and pipes
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    # text: invalid UTF-8 as U+FFFD, then what the terminal's encoding cannot show as "?" (else UnicodeEncodeError)
+    encoding = sys.stdout.encoding or "utf-8"
+    text = data.decode("utf-8", errors="replace")
+    sys.stdout.write(text.encode(encoding, errors="replace").decode(encoding) + "\n")
 
 
 def cmd_data(args: argparse.Namespace) -> None:
@@ -161,60 +197,85 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kuramoto", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="kuramoto", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("params", help="parameter count, depth, width and heads of every preset")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the table as JSON (default: a text table)")
     p.set_defaults(func=cmd_params)
 
     p = sub.add_parser("train", help="train a model (preset or TOML config plus flag overrides)")
     p.add_argument("--preset", help=f"one of {', '.join(PRESETS)} (default ka-1m)")
-    p.add_argument("--config", help="TOML file with preset = ..., [model] and [train] tables")
-    p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE", help="model field override")
+    p.add_argument("--config", help="TOML file with preset = ..., [model] and [train] tables (default: none)")
+    p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE",
+                   help="model field override, repeatable, e.g. --model heads=8 (default: the preset's fields)")
     p.add_argument("--run-dir", help="where to write logs and checkpoints (default runs/PRESET-TIME)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run exactly from its last checkpoint")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run exactly from its last checkpoint; only the budget (--steps/--tokens/--minutes) "
+                        "and bookkeeping flags may change, and run.json records each change")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
     for name, (typ, help_text) in TRAIN_FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), type=typ, help=help_text)
+        p.add_argument("--" + name.replace("_", "-"), type=typ, help=_with_default(name, help_text))
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="bits per byte of a trained run over a whole split")
-    p.add_argument("run_dir")
-    p.add_argument("--split", choices=["train", "valid", "test"], default="valid")
+    p.add_argument("run_dir", help="a run directory written by `kuramoto train`")
+    p.add_argument("--split", choices=["train", "valid", "test"], default="valid",
+                   help="which split to score (default valid)")
     p.add_argument("--stride", type=int, help="sliding-window stride (default context/2)")
-    p.add_argument("--non-overlapping", action="store_true", help="stride = context")
-    p.add_argument("--context", type=int, help="window length (default: the run's)")
-    p.add_argument("--corpus", help="evaluate on another corpus than the run's")
-    p.add_argument("--data-dir")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-bytes", type=int, help="only the first N bytes of the split")
-    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--non-overlapping", action="store_true", help="stride = context (default: context/2)")
+    p.add_argument("--context", type=int, help="window length, >= 1 (default: the run's)")
+    p.add_argument("--corpus", help="evaluate on another corpus than the run's (default: the run's)")
+    p.add_argument("--data-dir", help="folder holding the corpora (default: the run's, then $KURAMOTO_DATA)")
+    p.add_argument("--batch-size", type=int, default=32, help="windows per forward pass (default 32)")
+    p.add_argument("--max-bytes", type=int, help="only the first N bytes of the split (default: all)")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="bf16 autocast or fp32 (default bf16)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
+    p.add_argument("--json", action="store_true", help="print one JSON object, no progress bar (default: one line)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sample", help="generate text from a trained run")
-    p.add_argument("run_dir")
-    p.add_argument("--prompt", default="\n")
-    p.add_argument("--length", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
+    p.add_argument("run_dir", help="a run directory written by `kuramoto train`")
+    p.add_argument("--prompt", default="\n",
+                   help="text to continue, at least one byte; printed before the continuation (default: a newline)")
+    p.add_argument("--length", type=int, default=200, help="bytes to generate (default 200)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="sampling temperature, >= 0; 0 is greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, help="sample among the k likeliest bytes only (default: all 256)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
+    p.add_argument("--raw", action="store_true",
+                   help="write the bytes exactly, without a newline (default: text, invalid UTF-8 shown as U+FFFD)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the forward (a one-time compile first; worth it for long samples)")
+                   help="torch.compile the forward (a one-time compile first; worth it for long samples; "
+                        "default: eager)")
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("data", help="fetch or describe a corpus")
-    p.add_argument("action", choices=["fetch", "info"])
+    p.add_argument("action", choices=["fetch", "info"], help="fetch: download and verify; info: describe the splits")
     p.add_argument("name", help="fetch: enwik8; info: any corpus spec")
-    p.add_argument("--data-dir")
+    p.add_argument("--data-dir", help="folder holding the corpora (default: $KURAMOTO_DATA)")
     p.set_defaults(func=cmd_data)
 
     report.add_subcommand(sub)  # the report's options live beside its code
+    report_parser = sub.choices["report"]
+    report_parser.set_defaults(func=_checked_report(report_parser.get_default("func")))
     return parser
+
+
+def _checked_report(func: Callable[[argparse.Namespace], None]) -> Callable[[argparse.Namespace], None]:
+    """The report command with its paths checked first: a file given as the run or the output folder is one
+    ``error:`` line, not a traceback from deep inside ``mkdir``."""
+
+    def run(args: argparse.Namespace) -> None:
+        check_directory(args.run_dir, "run directory")
+        if args.out is not None:
+            check_directory(args.out, "--out")
+        func(args)
+
+    return run
 
 
 def run_main(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
@@ -227,8 +288,12 @@ def run_main(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as exc:  # a checkpoint of the last whole step was written
+        if exc.rank == 0:
+            print(f"interrupted: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        print("interrupted: the last checkpoint is intact; continue with --resume RUN_DIR", file=sys.stderr)
+        print("interrupted", file=sys.stderr)
         return 130
     return 0
 

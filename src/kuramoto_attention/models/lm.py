@@ -4,16 +4,26 @@ A subclass provides ``embed(idx) -> h``, ``blocks`` (each ``block(h, cache=...)`
 ``readout(h) -> logits``; this base class supplies forward, incremental generation,
 parameter counting, the weight-decay split and ``save_pretrained``/``from_pretrained``
 (huggingface_hub's ``PyTorchModelHubMixin``, safetensors + config.json, local use).
+
+Loading is strict: ``config.json`` records the family, and a checkpoint of the other family, or one whose
+tensors do not match the config (missing, unexpected, another shape), raises a ``ConfigError`` naming what is
+wrong instead of returning a model with randomly initialised weights.
 """
 
+import json
+import os
+import typing
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import PyTorchModelHubMixin
+from huggingface_hub import PyTorchModelHubMixin, constants, hf_hub_download
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.ops.attention import KVCache
 
 VOCAB_SIZE = 256  # bytes
@@ -51,6 +61,95 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
     def config_dict(self) -> dict[str, Any]:
         """The config as checkpoints and run.json record it: the family, then every field."""
         return {"family": self.family, **asdict(self.config)}
+
+    # ------------------------------------------------------------------ save_pretrained / from_pretrained
+    def _save_pretrained(self, save_directory: Path) -> None:
+        super()._save_pretrained(save_directory)
+        # config.json with the family (the mixin would write the bare dataclass): from_pretrained refuses a
+        # checkpoint of the other family by it (the mixin keeps a config.json written here)
+        (Path(save_directory) / constants.CONFIG_NAME).write_text(json.dumps(self.config_dict(), sort_keys=True,
+                                                                              indent=2))
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None,
+        cache_dir: str | Path | None,
+        force_download: bool,
+        local_files_only: bool,
+        token: str | bool | None,
+        map_location: str = "cpu",
+        strict: bool = True,
+        **model_kwargs: Any,
+    ) -> "ByteLM":
+        """The mixin's loader made strict (its default, ``strict=False``, loads whatever names match: none, for
+        the other family). ``strict=False`` must be asked for, and still refuses another family's config."""
+
+        def fetch(filename: str) -> str:
+            if os.path.isdir(model_id):
+                return os.path.join(model_id, filename)
+            return hf_hub_download(repo_id=model_id, filename=filename, revision=revision, cache_dir=cache_dir,
+                                   force_download=force_download, token=token, local_files_only=local_files_only)
+
+        config = model_kwargs.get("config")
+        if config is None:
+            raise ConfigError(f"{model_id} has no {constants.CONFIG_NAME}: not a save_pretrained directory")
+        # the class from the resolved hint: under postponed annotations the mixin sees a string and passes the dict
+        config_cls = typing.get_type_hints(cls.__init__)["config"]
+        with open(fetch(constants.CONFIG_NAME), encoding="utf-8") as fh:
+            raw = json.load(fh)
+        cls._check_config(raw, config_cls, source=model_id)
+        if isinstance(config, dict):
+            from kuramoto_attention.models.presets import config_from_dict  # here: presets imports this module
+
+            model_kwargs["config"] = config_from_dict({**raw, "family": cls.family})[1]
+        model = cls(**model_kwargs)
+        state = load_file(fetch(constants.SAFETENSORS_SINGLE_FILE), device=str(map_location))
+        if strict:
+            model.load_checked(state, source=model_id)
+        else:
+            model.load_state_dict(state, strict=False)
+        return model.eval()
+
+    @classmethod
+    def _check_config(cls, raw: dict[str, Any], config_cls: type, source: str) -> None:
+        """Refuse a config.json of another family: by its recorded family or, in a file written before the
+        family was recorded, by fields this family's config does not have (the mixin would drop them). An
+        upgrade of an older config's fields belongs before this check."""
+        family = raw.get("family")
+        if family is not None and family != cls.family:
+            raise ConfigError(f"{source} holds a {family} model, not a {cls.family} one: load it with the "
+                              f"{family} class (or kuramoto_attention.training.checkpoint.load_model)")
+        unknown = sorted(set(raw) - {f.name for f in fields(config_cls)} - {"family"})
+        if unknown:
+            raise ConfigError(f"{source}: its config has fields a {cls.family} model does not have "
+                              f"({', '.join(unknown[:5])}{', ...' if len(unknown) > 5 else ''}); "
+                              "is it a checkpoint of another family?")
+
+    def load_checked(self, state: dict[str, Tensor], source: str) -> None:
+        """Load ``state`` strictly: refused, naming what differs, unless it holds exactly this model's tensors."""
+        # an upgrade of an older checkpoint layout to today's names belongs here, before the comparison
+        self._check_state(state, source)
+        self.load_state_dict(state, strict=True)
+
+    def _check_state(self, state: dict[str, Tensor], source: str) -> None:
+        own = self.state_dict()
+        missing = sorted(own.keys() - state.keys())
+        unexpected = sorted(state.keys() - own.keys())
+        shapes = [f"{k} is {tuple(state[k].shape)}, expected {tuple(own[k].shape)}"
+                  for k in sorted(own.keys() & state.keys()) if state[k].shape != own[k].shape]
+
+        def some(names: list[str]) -> str:
+            return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+        problems = [f"{len(missing)} missing tensor(s) ({some(missing)})" if missing else "",
+                    f"{len(unexpected)} unexpected tensor(s) ({some(unexpected)})" if unexpected else "",
+                    f"{len(shapes)} of another shape ({some(shapes)})" if shapes else ""]
+        if any(problems):
+            raise ConfigError(f"{source} does not fit this {self.family} model: "
+                              f"{'; '.join(p for p in problems if p)}")
 
     def num_params(self) -> int:
         """Every parameter, embeddings included (shared modules counted once)."""

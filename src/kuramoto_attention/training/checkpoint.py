@@ -30,8 +30,24 @@ class CheckpointError(ValueError):
 
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())  # the rename must not publish a file whose bytes are still only in the page cache
     os.replace(tmp, path)
+
+
+def check_directory(path: str | Path, what: str) -> Path:
+    """``path`` as a Path, refused with one line when it, or a folder above it, is a file.
+
+    Without this, such a path fails deep inside ``mkdir`` or ``open`` with a traceback (exit status 1).
+    """
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            what_is = "is a file, not a directory" if p == path else f"cannot be a directory: {p} is a file"
+            raise ConfigError(f"{what} {path} {what_is}; give a folder")
+    return path
 
 
 def save_checkpoint(run_dir: Path, model: ByteLM, model_config: dict, state: dict[str, Any]) -> Path:
@@ -69,6 +85,7 @@ def load_model(path: Path, map_location: str | torch.device = "cpu") -> tuple[By
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path} does not exist: pass a run directory written by `kuramoto train`")
+    check_directory(path, "run directory")
     if not (path / "model_config.json").exists():
         path = find_checkpoint(path)
     try:
@@ -76,14 +93,12 @@ def load_model(path: Path, map_location: str | torch.device = "cpu") -> tuple[By
         family, cfg = config_from_dict(model_config)
         model = build_model(family, cfg)
         weights = load_file(path / "model.safetensors", device=str(map_location))
-        missing, unexpected = model.load_state_dict(weights, strict=False)
     except (OSError, json.JSONDecodeError, ConfigError, RuntimeError, ValueError, SafetensorError) as exc:
         raise CheckpointError(f"corrupt checkpoint in {path}: {str(exc).splitlines()[0]}") from None
-    if missing or unexpected:
-        raise CheckpointError(
-            f"checkpoint {path} does not match its config (missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}): it was written by a different model"
-        )
+    try:  # the same strict check as from_pretrained: every tensor present, none extra, every shape right
+        model.load_checked(weights, source=f"checkpoint {path}")
+    except ValueError as exc:
+        raise CheckpointError(f"{exc} (it was written by a different model than its config describes)") from None
     return model.to(map_location), model_config
 
 

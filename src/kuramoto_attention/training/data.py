@@ -124,6 +124,32 @@ def load_corpus(spec: str, data_dir: str | os.PathLike | None = None) -> Corpus:
     raise DataError(f"unknown corpus {spec!r}; valid corpora: {VALID_SPECS}")
 
 
+def canonical_spec(spec: str) -> str:
+    """``spec`` as a run records it: a ``text:PATH`` corpus by its absolute path (a relative one would be found
+    only from the directory the run was started in)."""
+    if spec.startswith("text:"):
+        return "text:" + str(Path(spec[5:]).expanduser().resolve())
+    return spec
+
+
+def corpus_checksum(spec: str) -> str | None:
+    """SHA-256 of a ``text:PATH`` corpus file, recorded with a run so that a changed file is noticed; None for
+    the named corpora (their bytes are checked against known checksums or rebuilt from a stamped source).
+    Hashed once per (path, size, mtime), remembered in a stamp."""
+    if not spec.startswith("text:"):
+        return None
+    path = Path(spec[5:]).expanduser()
+    if not path.is_file():
+        raise DataError(f"text corpus {path} is not a file; give text:PATH with an existing file")
+    ident = _file_ident(path)
+    key = "text-" + hashlib.sha256(ident["path"].encode()).hexdigest()[:16]
+    info = _stamp_get(key, ident)
+    if info is None or "sha256" not in info:
+        info = {"sha256": _sha256_file(path)}
+        _stamp_put(key, ident, info)
+    return info["sha256"]
+
+
 def fetch(name: str, data_dir: str | os.PathLike | None, *, progress: bool = True) -> Path:
     """Download enwik8.zip into the data folder, check its size and the SHA-256 of its 10^8 bytes.
 

@@ -4,16 +4,28 @@ checkpoints with exact resume, and DistributedDataParallel under ``torchrun``.
 
 Batches are a pure function of (seed, rank, step): resuming at step s draws exactly the
 batches an uninterrupted run would have drawn, with no generator state to carry.
+
+A run directory belongs to one training process at a time (an advisory lock, ``train.lock``, that the
+operating system releases when the process ends, however it ends), and to one run: a fresh run refuses a
+directory that holds another run's record. A resumed run keeps its settings; only the budget and
+bookkeeping (device, intervals, progress display) may change, and each change is recorded in ``run.json``
+with the step from which it applies. SIGINT and SIGTERM end training after the current step with a
+checkpoint of it.
 """
 
 import contextlib
 import json
 import math
 import os
+import shlex
+import signal
+import sys
+import threading
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from types import FrameType
+from typing import IO, Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -24,19 +36,38 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.lm import ByteLM
 from kuramoto_attention.models.presets import apply_overrides, build_model, config_from_dict, get_preset
 from kuramoto_attention.training.checkpoint import (
+    CKPT,
+    OLD,
+    check_directory,
     find_checkpoint,
     load_model,
     load_state,
     save_checkpoint,
     write_json_atomic,
 )
-from kuramoto_attention.training.data import Corpus, load_corpus, sample_windows
+from kuramoto_attention.training.data import Corpus, canonical_spec, corpus_checksum, load_corpus, sample_windows
+from kuramoto_attention.training.memory import check_step_memory
 
 LN2 = math.log(2.0)
+LOCK_FILE = "train.lock"
+# what --resume may change: the budget, and what does not change the computation's meaning (where the data lives,
+# which device, how often to evaluate or save, the progress bar); everything else would no longer be the saved run
+RESUMABLE = frozenset({"steps", "tokens", "minutes", "data_dir", "device", "compile", "progress", "eval_every",
+                       "eval_batches", "ckpt_every"})
+UNRECORDED = frozenset({"data_dir", "progress"})  # not part of what was trained (run.json's "changes" omit them)
 
 
 class TrainingDiverged(ConfigError):
     """The loss became NaN or inf: a setting to change (lr, clipping), reported as one line."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM ended training after a step, with a checkpoint of that step (the CLI exits 128 + signal)."""
+
+    def __init__(self, message: str, signum: int, rank: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.rank = rank
 
 
 @dataclass
@@ -75,6 +106,8 @@ class TrainConfig:
             kind = type(default) if default is not None else (float if f.name == "omega_lr_mult" else str)
             if not (value is None and default is None) and not _has_type(value, kind):
                 raise ConfigError(f"training option {f.name} must be of type {kind.__name__}, got {value!r}")
+            if kind is float and value is not None and not math.isfinite(value):  # inf passes every >= 0 check
+                raise ConfigError(f"training option {f.name} must be a finite number, got {value}")
         checks = [
             (self.batch_size > 0, "batch_size must be > 0"),
             (self.context >= 0, "context must be >= 0"),
@@ -192,6 +225,8 @@ class Run:
     model_cfg: Any
     train_cfg: TrainConfig
     run_dir: Path
+    record: dict[str, Any] = field(default_factory=dict)  # the run.json a resumed run was loaded from
+    changes: dict[str, list[Any]] = field(default_factory=dict)  # training options a resume changes: [old, new]
 
 
 def prepare_run(
@@ -202,39 +237,71 @@ def prepare_run(
     run_dir: str | None,
 ) -> Run:
     """Merge preset < TOML file < flags into a Run (file: ``preset``, ``[model]``, ``[train]``)."""
-    file_data: dict[str, Any] = {}
-    if config_file:
-        import tomllib
-
-        try:
-            file_data = tomllib.loads(Path(config_file).read_text())
-        except OSError:
-            raise ConfigError(f"cannot read config file {config_file}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    file_data = _read_config_file(config_file) if config_file else {}
     preset = preset or file_data.get("preset") or "ka-1m"
     family, model_cfg = get_preset(preset)
     model_cfg = apply_overrides(family, model_cfg, {**file_data.get("model", {}), **model_overrides})
-    train_cfg = train_config_from({**file_data.get("train", {}), **train_overrides})
+    options = {**file_data.get("train", {}), **train_overrides}
+    # one rule with `kuramoto eval`: a context, when given, is a length; the model's is the one left out
+    if "context" in options and not (isinstance(options["context"], int) and options["context"] >= 1):
+        raise ConfigError(f"context must be >= 1, got {options['context']!r} (leave it out for the preset's)")
+    train_cfg = train_config_from(options)
     if train_cfg.context == 0:
         train_cfg = replace(train_cfg, context=model_cfg.context)
+    # a text:PATH corpus by its absolute path: the run is evaluated and resumed from other directories too
+    train_cfg = replace(train_cfg, corpus=canonical_spec(train_cfg.corpus))
     model_cfg = replace(model_cfg, context=train_cfg.context)
     name = run_dir or os.path.join("runs", f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}")
-    return Run(family, model_cfg, train_cfg, Path(name))
+    return Run(family, model_cfg, train_cfg, check_directory(name, "run directory"))
+
+
+CONFIG_KEYS = {"preset": str, "model": dict, "train": dict}
+
+
+def _read_config_file(config_file: str) -> dict[str, Any]:
+    """A TOML config: ``preset = "..."``, a ``[model]`` and a ``[train]`` table, nothing else (a misspelt table
+    would otherwise be ignored and the defaults trained)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(config_file).read_text())
+    except (OSError, UnicodeDecodeError):
+        raise ConfigError(f"cannot read config file {config_file}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(f"config file {config_file}: unknown key(s) or table(s) {', '.join(unknown)}; a config "
+                          'holds preset = "...", a [model] table and a [train] table')
+    for key, kind in CONFIG_KEYS.items():
+        if key in data and not isinstance(data[key], kind):
+            what = "a string" if kind is str else f"a table [{key}]"
+            raise ConfigError(f"config file {config_file}: {key} must be {what}, got {data[key]!r}")
+    return data
 
 
 def load_run(run_dir: str | Path, train_overrides: dict[str, Any]) -> Run:
-    """The Run stored in an existing run directory (for --resume); flags may extend the budget."""
-    run_dir = Path(run_dir)
+    """The Run stored in an existing run directory (for --resume and evaluation).
+
+    ``train_overrides`` may change only what ``RESUMABLE`` names (the budget, bookkeeping); a value equal to
+    the saved one is no change. The changes are returned in ``Run.changes``; ``train`` records them.
+    """
+    run_dir = check_directory(run_dir, "run directory")
     try:
         saved = json.loads((run_dir / "run.json").read_text())
     except FileNotFoundError:
         raise ConfigError(f"{run_dir} is not a run directory (no run.json); start it with `kuramoto train`") from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(f"{run_dir / 'run.json'} is corrupt; start a new run") from None
     family, model_cfg = config_from_dict(saved["model"])
+    before = train_config_from(saved["train"])
     train_cfg = train_config_from({**saved["train"], **train_overrides})
-    return Run(family, model_cfg, train_cfg, run_dir)
+    changes = {k: [getattr(before, k), v] for k, v in train_overrides.items() if getattr(before, k) != v}
+    fixed = [f"{k} ({old!r} -> {new!r})" for k, (old, new) in changes.items() if k not in RESUMABLE]
+    if fixed:
+        raise ConfigError(f"resuming {run_dir} cannot change {', '.join(fixed)}: the run would no longer be the one "
+                          "recorded; start a new run instead")
+    return Run(family, model_cfg, train_cfg, run_dir, record=saved, changes=changes)
 
 
 class MetricsLog:
@@ -285,23 +352,39 @@ def _budget_steps(cfg: TrainConfig, world: int) -> int | None:
 
 
 def train(run: Run, resume: bool = False) -> dict[str, Any]:
-    """Train ``run``; returns the final summary (also written to run_dir/summary.json)."""
+    """Train ``run``; returns the final summary (also written to run_dir/summary.json).
+
+    ``resume``: continue from the run directory's checkpoint (from step 0 when the run never wrote one).
+    The summary has ``"nothing_to_do": True`` when a resumed run had already reached its budget.
+    """
     rank, world = _distributed()
+    # rank 0 owns the directory (it alone writes there); the other ranks only read the checkpoint
+    with RunLock(run.run_dir) if rank == 0 else contextlib.nullcontext(), StopRequest() as stop:
+        return _train(run, resume, rank, world, stop)
+
+
+def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -> dict[str, Any]:
     cfg = run.train_cfg
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    has_ckpt = any((run.run_dir / name).exists() for name in (CKPT, OLD))
+    if not resume and rank == 0:
+        _refuse_other_run(run, has_ckpt)
     corpus: Corpus = load_corpus(cfg.corpus, cfg.data_dir)
+    checksum = corpus_checksum(cfg.corpus)
+    recorded = run.record.get("corpus_sha256")
+    if resume and recorded is not None and checksum != recorded:
+        raise ConfigError(f"corpus {cfg.corpus} changed since {run.run_dir} was trained on it (SHA-256 {checksum}, "
+                          f"recorded {recorded}): restore the file, or start a new run")
     train_data, valid_data = corpus.splits["train"], corpus.splits["valid"]
     if len(train_data) <= cfg.context + 1 or len(valid_data) <= cfg.context + 1:
         raise ConfigError(f"corpus {corpus.name} is too small for context {cfg.context}; use a shorter --context")
 
-    if not resume and any((run.run_dir / name).exists() for name in ("checkpoint", "checkpoint.old")):
-        raise ConfigError(f"{run.run_dir} already holds a checkpoint; continue it with --resume {run.run_dir} "
-                          "or choose another --run-dir")
     torch.manual_seed(cfg.seed)
     state: dict[str, Any] = {"step": 0, "tokens": 0, "elapsed": 0.0}
-    if resume:
+    from_checkpoint = resume and has_ckpt  # a resumed run that never saved one starts at step 0, as it first did
+    if from_checkpoint:
         ckpt = find_checkpoint(run.run_dir)
         model, _ = load_model(ckpt)
         state = load_state(ckpt)
@@ -309,26 +392,41 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
         model = build_model(run.family, run.model_cfg)
     model.to(device)
     optimizer = make_optimizer(model, cfg)
-    if resume:
+    if from_checkpoint:
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
+    total_steps = _budget_steps(cfg, world)
+    step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
+    valid_bpc = state.get("valid_bpc", float("nan"))
+    finished = _done(cfg, step, total_steps, elapsed)
     if rank == 0:
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run.run_dir / "run.json", {"model": model.config_dict(), "train": asdict(cfg)})
-        print(f"corpus: {corpus.describe()}", flush=True)
-        print(f"model: {run.family}, {model.num_params():,} parameters; run dir: {run.run_dir}", flush=True)
-    log = MetricsLog(run.run_dir, state["step"] if resume else None) if rank == 0 else None
-    if rank == 0 and not resume and log is not None and log.path.exists():
-        log.path.unlink()
+        if resume and finished:
+            print(f"nothing to do: run finished at step {step} (extend its budget with --steps, --tokens or "
+                  "--minutes)", flush=True)
+        else:
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(run.run_dir / "run.json", _record(run, model, resume, step, checksum))
+            print(f"corpus: {corpus.describe()}", flush=True)
+            print(f"model: {run.family}, {model.num_params():,} parameters; run dir: {run.run_dir}", flush=True)
+            if resume:
+                changed = "".join(f"; {k} {old!r} -> {new!r}" for k, (old, new) in run.changes.items())
+                print(f"resuming from step {step}" + (" (no checkpoint yet)" if not from_checkpoint else "")
+                      + changed, flush=True)
+    if not finished:
+        # before the first step: a step that cannot fit would otherwise grow until the machine runs out of memory
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if device.type == "cpu" else 1
+        check_step_memory(model, cfg.batch_size, cfg.context, device, cfg.precision, processes=local)
+    log = None
+    if rank == 0 and not finished:
+        log = MetricsLog(run.run_dir, state["step"] if from_checkpoint else None)
+        if not from_checkpoint and log.path.exists():
+            log.path.unlink()
 
     net: nn.Module = model
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_fn = torch.compile(net) if cfg.compile else net
-    total_steps = _budget_steps(cfg, world)
-    step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
-    valid_bpc = state.get("valid_bpc", float("nan"))
-    bar = _progress(cfg.progress and rank == 0, total_steps, step)
+    bar = _progress(cfg.progress and rank == 0 and not finished, total_steps, step)
     t_last, tok_last = elapsed, tokens
 
     def save() -> None:
@@ -340,6 +438,12 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
 
     model.train()
     while not _done(cfg, step, total_steps, elapsed):
+        if stop.agreed(world, device):  # between steps: the checkpoint holds a whole step, and every rank stops
+            save()
+            if bar is not None:
+                bar.close()
+            raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {step}: checkpoint saved; "
+                                      f"continue with: {resume_command(run.run_dir, world)}", stop.signum, rank)
         t0 = time.perf_counter()
         progress = step / total_steps if total_steps else elapsed / (cfg.minutes * 60)
         lr = lr_at(cfg, progress, step)
@@ -394,12 +498,150 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
         gathered = [torch.zeros_like(fingerprint) for _ in range(world)]
         dist.all_gather(gathered, fingerprint)
         summary["rank_weight_checksums"] = [g.item() for g in gathered]
-    if rank == 0:
+    if rank == 0 and not finished:
         write_json_atomic(run.run_dir / "summary.json", summary)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
-    return summary
+    return {**summary, "nothing_to_do": True} if finished else summary
+
+
+def _refuse_other_run(run: Run, has_ckpt: bool) -> None:
+    """A fresh run may not write over another run's record: only a restart of the very same settings, in a
+    directory that never saved a checkpoint, starts it again from step 0 (nothing of it survives to mix with)."""
+    if has_ckpt:
+        raise ConfigError(f"{run.run_dir} already holds a checkpoint; continue it with --resume {run.run_dir} "
+                          "or choose another --run-dir")
+    try:
+        saved = json.loads((run.run_dir / "run.json").read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        saved = {}
+    mine = {"model": asdict(run.model_cfg), "train": asdict(run.train_cfg)}
+    differ = [f"{part}.{k}" for part in ("model", "train")
+              for k in sorted(set(mine[part]) | set(saved.get(part, {})))
+              if k not in UNRECORDED and k != "family" and mine[part].get(k) != saved.get(part, {}).get(k)]
+    if differ:
+        raise ConfigError(f"{run.run_dir} already holds another run (its settings differ in "
+                          f"{', '.join(differ[:4])}{', ...' if len(differ) > 4 else ''}); continue it with "
+                          f"--resume {run.run_dir}, or choose another --run-dir")
+
+
+def _record(run: Run, model: ByteLM, resume: bool, step: int, checksum: str | None) -> dict[str, Any]:
+    """run.json: the model and training settings now in force and, per resume that changed any, the step from
+    which each change applies (so the record never disagrees with what was trained)."""
+    record = dict(run.record) if resume else {}
+    record.update(model=model.config_dict(), train=asdict(run.train_cfg))
+    changes = {k: v for k, v in run.changes.items() if k not in UNRECORDED}
+    if resume and changes:
+        record["changes"] = [*record.get("changes", []), {"step": step, "changed": changes}]
+    if checksum is not None:
+        record["corpus_sha256"] = checksum
+    return record
+
+
+def resume_command(run_dir: Path, world: int) -> str:
+    """The command that continues ``run_dir``, as it must be typed (quoted; under torchrun when distributed)."""
+    if world > 1:
+        per_node = os.environ.get("LOCAL_WORLD_SIZE", str(world))
+        return (f"torchrun --nproc_per_node={per_node} -m kuramoto_attention.cli train --resume "
+                f"{shlex.quote(str(run_dir))}")
+    return f"kuramoto train --resume {shlex.quote(str(run_dir))}"
+
+
+class RunLock:
+    """An exclusive advisory lock on ``run_dir/train.lock`` for one training process.
+
+    ``flock`` locks belong to the open file: the kernel drops them when the process ends, even by SIGKILL, so a
+    killed run's directory can be resumed at once, while a second live process is refused with one line.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.fh: IO[str] | None = None
+
+    def __enter__(self) -> "RunLock":
+        check_directory(self.run_dir, "run directory")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            fh = open(self.run_dir / LOCK_FILE, "a+")  # held open until __exit__: the lock lives on the open file
+        except OSError as exc:
+            raise ConfigError(f"cannot use run directory {self.run_dir}: {exc.strerror}") from None
+        if not _try_lock(fh):
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise ConfigError(f"{self.run_dir} is in use by another training process ({holder}); wait for it to "
+                              "finish or choose another --run-dir")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        self.fh = fh
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fh is not None:
+            self.fh.close()  # closing the file releases the lock
+            self.fh = None
+
+
+def _try_lock(fh: IO[str]) -> bool:
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+class StopRequest:
+    """SIGINT/SIGTERM handlers that ask training to stop after the current step (instead of losing the steps
+    since the last checkpoint). A second signal gets the default behaviour: stop now.
+
+    Installed only in the main thread (Python delivers signals there); elsewhere training runs without them.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        for sig, handler in self.previous.items():  # a second Ctrl-C interrupts at once
+            signal.signal(sig, handler)
+
+    def agreed(self, world: int, device: torch.device) -> bool:
+        """Whether any rank was asked to stop (every rank must stop at the same step, or the others hang)."""
+        if world == 1:
+            return bool(self.signum)
+        flag = torch.tensor([float(self.signum)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.signum = int(flag.item())
+        return bool(self.signum)
 
 
 def _done(cfg: TrainConfig, step: int, total_steps: int | None, elapsed: float) -> bool:
