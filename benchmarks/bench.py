@@ -316,7 +316,7 @@ def bench_memory(plan: Plan) -> list[dict[str, Any]]:
     """
     ka_cfg, tf_cfg = get_preset("ka-1m")[1], get_preset("tf-1m")[1]
     torch.manual_seed(0)
-    ka, tf = KuramotoAttention(ka_cfg.dim, ka_cfg.heads, **ka_cfg.layer_fields()), SelfAttention(tf_cfg)
+    ka, tf = KuramotoAttention(ka_cfg.dim, ka_cfg.heads, ka_cfg.attention), SelfAttention(tf_cfg)
     subjects: dict[str, tuple[nn.Module, dict[str, str], int]] = {  # layer, forward kwargs, analytic bytes/T²/4
         "kuramoto-fused": (ka, {"path": "fused"}, 4 * ka_cfg.heads),
         "kuramoto-reference": (ka, {"path": "reference"}, 8 * ka_cfg.dim), "transformer": (tf, {}, 4 * tf_cfg.heads)}

@@ -1,5 +1,8 @@
 """The lab's record of what was run: the full configs a spec trains with, whether a recorded result still matches
-its spec (a changed default makes it stale), and runs that another group already made identically (twins)."""
+its spec (a changed default makes it stale), and runs that another group already made identically (twins).
+
+A record made before the retired fields left the library (retired.py) carries them: at their defaults they are what
+every model is now and are ignored; at any other value the record is of another model."""
 
 import contextlib
 from dataclasses import asdict
@@ -7,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import flat_fields, flat_record
 from kuramoto_attention.models.presets import FAMILIES, apply_overrides, get_preset
 from kuramoto_attention.training.train import train_config_from
+from lab import protocol
 from lab.groups import all_results, plan
-from lab.protocol import RUNS, TRAIN_DEFAULTS, Spec, load_results
+from lab.protocol import TRAIN_DEFAULTS, Spec, load_results
+from lab.retired import RETIRED_FIELDS, retired_settings, without_retired
 
 # where a run's data came from and how it reported progress: not part of what was trained
 _NOT_SETTINGS = ("data_dir", "progress", "device", "family")
@@ -19,32 +25,31 @@ _NOT_SETTINGS = ("data_dir", "progress", "device", "family")
 def expected_configs(spec: Spec) -> tuple[dict[str, Any], dict[str, Any]]:
     """The full model and training configs a spec trains with (the preset and defaults filled in)."""
     family, preset_cfg = get_preset(spec.preset)
-    return asdict(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
+    return flat_fields(apply_overrides(family, preset_cfg, spec.model)), asdict(train_config_from(dict(spec.train)))
 
 
 # What a record made before a model field existed ran with (the field's first default), so that a later
 # change of that default makes such records stale instead of silently matching. A missing training field
 # counts at today's TrainConfig default: changing a training default needs an entry of its own here.
-RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "embed_spread": 1.0, "fp32_attention": False,
-                                   "phase_lag": False, "phase_lag_spread": 0.0, "content_lag": False,
-                                   "ff_output": "increment", "coupling_lag": False, "value_lag": False,
-                                   "readout_gain": "none", "readout_gain_init": 1.0, "clock": 0,
-                                   "clock_init": 0.0, "clock_log_weight": False, "readout_harmonics": 1,
-                                   "readout_tied": False, "ff_proj": "none", "ff_proj_dim": 0,
-                                   "step_gate": False, "value_gate_input": "lift",
-                                   "gates_input": "lift"}
+# (The retired fields' first defaults were their last: a record without one counts at ``RETIRED_FIELDS``.)
+RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "phase_lag": False, "clock": 0, "clock_init": 0.0,
+                                   "ff_proj": "none", "value_gate_input": "lift", "gates_input": "lift"}
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
     """How recorded model and training configs (a run.json's or a result's) differ from the spec's.
-    A field the record lacks was added later: it counts at ``RECORDED_BEFORE`` or the config's default."""
+    A field the record lacks was added later: it counts at ``RECORDED_BEFORE`` or the config's default. A retired
+    field the record has counts only away from its default (retired.py)."""
     expected = dict(zip(("model", "train"), expected_configs(spec), strict=True))
-    defaults = {"model": {**asdict(FAMILIES[get_preset(spec.preset)[0]][0]()), **RECORDED_BEFORE},
+    expected["model"] = {k: v for k, v in expected["model"].items() if k not in RETIRED_FIELDS}
+    model = flat_record(model)
+    defaults = {"model": {**flat_fields(FAMILIES[get_preset(spec.preset)[0]][0]()), **RECORDED_BEFORE},
                 "train": TRAIN_DEFAULTS}
     return [f"{part} {k}={recorded.get(k, defaults[part][k])!r} (spec {v!r})"
             for part, recorded in (("model", model), ("train", train_cfg))
             for k, v in expected[part].items()
-            if k not in _NOT_SETTINGS and recorded.get(k, defaults[part][k]) != v]
+            if k not in _NOT_SETTINGS and recorded.get(k, defaults[part][k]) != v] \
+        + [f"model {s} (retired)" for s in retired_settings({k: v for k, v in model.items() if k in RETIRED_FIELDS})]
 
 
 def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
@@ -52,7 +57,7 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
     default, an override or a best learning rate that moved makes a finished run stale; it is reported,
     never silently reused."""
     diffs = _config_diffs(spec, result["model"], result["train"])
-    if result["model_overrides"] != spec.model:
+    if without_retired(result["model_overrides"]) != spec.model:
         diffs.append(f"model overrides {result['model_overrides']} (spec {spec.model})")
     return ", ".join(diffs) or None
 
@@ -86,4 +91,4 @@ def with_twins(group: str) -> list[dict[str, Any]]:
 
 def run_dir_of(result: dict[str, Any]) -> Path:
     """Where a result's model was trained (a twin's: the other group's run)."""
-    return RUNS / result["twin"] if "twin" in result else RUNS / result["group"] / result["name"]
+    return protocol.RUNS / (result["twin"] if "twin" in result else f"{result['group']}/{result['name']}")

@@ -22,8 +22,10 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
     else:
         n_mm += sum((uses - 1) * m.weight.numel() for m, uses in shared_uses(model))
         n_mm += model.phase_embedding.numel() * 2 if model.prototypes is None else 0  # tied readout: ψ(E) as weights
-        d_qk = 2 * cfg.dim + 2 * cfg.clock * cfg.heads  # ψ(φ) features, then each head's clock features
-        d_v = 2 * cfg.dim if cfg.value == "circular" else cfg.dim
+        att, c = cfg.attention, model.geometry.components
+        d_qk = c * cfg.dim + 2 * att.clock * cfg.heads  # φ's features, then each head's clock features
+        # the values' useful width (the kernel pads narrower values with zeros to d_qk: ops/attention.py sdpa)
+        d_v = c * cfg.dim if att.value == "circular" else cfg.dim * model.geometry.tangent
     attn = 6 * cfg.depth * context * (d_qk + d_v)
     return {"matmul_params": n_mm, "d_qk": d_qk, "d_v": d_v, "flops_per_token": 6 * n_mm + attn}
 
@@ -35,9 +37,9 @@ def shared_uses(model: nn.Module) -> list[tuple[nn.Linear, int]]:
     P ψ(θ) when both read it: layer.py ``_shared_read``)."""
     out = []
     if model.shared_gates is not None:
-        out.append((model.shared_gates.proj, sum(b.attn._gate_module() is model.shared_gates for b in model.blocks)))
+        out.append((model.shared_gates.proj, sum(b.attn.gate_module is model.shared_gates for b in model.blocks)))
     p = model.shared_ff_proj
     if p is not None:
-        by_ff = sum(b.ff is not None and b.ff._input_proj[0] is p for b in model.blocks)
+        by_ff = sum(b.ff is not None and b.ff.source.module is p for b in model.blocks)
         out.append((p, by_ff + sum(m is p for b in model.blocks for m in b.attn.input_maps())))
     return out

@@ -36,7 +36,8 @@ from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
 from kuramoto_attention.models.kuramoto import KuramotoLM
 from kuramoto_attention.ops.attention import split_heads
-from kuramoto_attention.ops.torus import circular_mean, lift
+from kuramoto_attention.layers.naive import circular_mean
+from kuramoto_attention.ops.torus import lift
 
 SATURATION_LEVEL = 0.95  # an increment "saturates" the bound when its size is ≥ 95% of the radius
 HIST_BINS = 41
@@ -303,7 +304,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         layer_timescale=omega_timescale(med_layer),
         attn_saturation=torch.tensor(rows["attn_sat"]),
         ff_saturation=torch.tensor(rows["ff_sat"]),
-        bound=model.config.bound,
+        bound=model.config.attention.bound,
         knockout_bpc=knockout(model, idx),
         tokens=idx.cpu(),
         states=[s.cpu() for s in states],

@@ -4,12 +4,15 @@ Widths are chosen so that every parameter (embeddings included) sums to within �
 the nominal size; ``kuramoto params`` prints the exact counts.
 """
 
-from dataclasses import asdict, fields, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.layers.kuramoto_attention import AttentionConfig
+from kuramoto_attention.models.config import apply_overrides as apply_overrides  # re-exported for preset users
+from kuramoto_attention.models.config import config_from_dict as read_config
 from kuramoto_attention.models.kuramoto import KuramotoConfig, KuramotoLM
 from kuramoto_attention.models.lm import ByteLM
 from kuramoto_attention.models.transformer import TransformerConfig, TransformerLM
@@ -30,10 +33,10 @@ PRESETS: dict[str, tuple[str, Any]] = {
     # the best 1M variant at the protocol's 10M tokens (issue 4, RESULTS.md), outside the SPEC's score: no self term,
     # a learned phase lag, 8 clock oscillators per head; k = 160 paid for by one pair of metric gates for all layers
     # and by the value and metric gates reading the feed-forward's shared P ψ(θ) (k wide) instead of ψ(θ) (2k)
-    "ka-1m-tuned": ("kuramoto", KuramotoConfig(dim=160, depth=4, heads=4, ff_hidden=350, ff_proj="shared",
-                                               self_coupling=False, phase_lag=True, clock=8, clock_init=4.0,
-                                               shared_gates=True, value_gate_input="ff-proj",
-                                               gates_input="ff-proj")),
+    "ka-1m-tuned": ("kuramoto", KuramotoConfig(
+        dim=160, depth=4, heads=4, ff_hidden=350, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
+        gates_input="ff-proj",
+        attention=AttentionConfig(self_coupling=False, phase_lag=True, clock=8, clock_init=4.0))),
     "ka-5m": ("kuramoto", KuramotoConfig(dim=256, depth=5, heads=8, ff_hidden=442)),
     "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
 }
@@ -48,31 +51,6 @@ def get_preset(name: str) -> tuple[str, Any]:
     return family, replace(cfg)
 
 
-def apply_overrides(family: str, cfg: Any, overrides: dict[str, Any]) -> Any:
-    """Return cfg with fields replaced, converting strings to the field's type."""
-    known = {f.name: f for f in fields(cfg)}
-    current = asdict(cfg)
-    out = {}
-    for key, value in overrides.items():
-        if key not in known:
-            raise ConfigError(f"{family} model has no field {key!r}; fields: {', '.join(known)}")
-        out[key] = _coerce(key, value, current[key])
-    return replace(cfg, **out)
-
-
-def _coerce(key: str, value: Any, like: Any) -> Any:
-    if not isinstance(value, str) or isinstance(like, str):
-        return value
-    try:
-        if isinstance(like, bool):
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return value.lower() in ("true", "1")
-        return type(like)(value)
-    except ValueError:
-        raise ConfigError(f"field {key!r} expects a {type(like).__name__}, got {value!r}") from None
-
-
 def build_model(family: str, cfg: Any) -> ByteLM:
     if family not in FAMILIES:
         raise ConfigError(f"unknown model family {family!r}; choose one of: {', '.join(FAMILIES)}")
@@ -83,12 +61,12 @@ def build_model(family: str, cfg: Any) -> ByteLM:
 
 
 def config_from_dict(data: dict[str, Any]) -> tuple[str, Any]:
+    """(family, config) from a saved config (a checkpoint's or run.json's: the family, then the fields)."""
     data = dict(data)
     family = data.pop("family", None)
     if family not in FAMILIES:
         raise ConfigError(f"config has unknown family {family!r}; expected one of {', '.join(FAMILIES)}")
-    cfg_cls = FAMILIES[family][0]
-    return family, apply_overrides(family, cfg_cls(), data)
+    return family, read_config(family, FAMILIES[family][0], data)
 
 
 def preset_table() -> list[dict[str, Any]]:

@@ -27,6 +27,18 @@ class TransformerConfig:
     init_std: float = 0.02
     context: int = 256
 
+    def __post_init__(self) -> None:
+        for name in ("dim", "depth", "heads", "ff_hidden", "context"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dim % self.heads or (self.dim // self.heads) % 2:
+            raise ValueError(f"dim={self.dim} must split into heads={self.heads} heads of even size")
+        for name, low in (("rope_base", 1.0), ("init_std", 0.0)):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not low < value < float("inf"):
+                raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
+
 
 class SelfAttention(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:

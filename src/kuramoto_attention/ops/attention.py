@@ -60,6 +60,19 @@ def causal_mask(t: int, s: int, device: torch.device, exclude_self: bool = False
     return mask
 
 
+def sdpa(q: Tensor, k: Tensor, v: Tensor, **kw: object) -> Tensor:
+    """``scaled_dot_product_attention`` on the flash kernel even when the values' width differs from the queries':
+    the fused CPU kernels need equal widths and would otherwise fall back to the math path, which materialises the
+    T×S scores. The narrower side is padded with zeros (zero query/key features add nothing to a score; zero value
+    features come out as zeros and are cut off)."""
+    dq, dv = q.shape[-1], v.shape[-1]
+    if dq == dv:
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+    if dv < dq:
+        return F.scaled_dot_product_attention(q, k, F.pad(v, (0, dq - dv)), **kw)[..., :dv]
+    return F.scaled_dot_product_attention(F.pad(q, (0, dv - dq)), F.pad(k, (0, dv - dq)), v, **kw)
+
+
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self: bool = False) -> Tensor:
     """Causal scaled dot-product attention where the T queries are the last T of S keys.
 
@@ -74,14 +87,13 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self
         first = v[..., :1, :]  # token 0 has only itself: its row is its own value (see ``causal_mask``)
         if t == 1:
             return first
-        rest = F.scaled_dot_product_attention(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :], is_causal=True,
-                                              scale=scale)
+        rest = sdpa(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :], is_causal=True, scale=scale)
         return torch.cat((first, rest), dim=-2)
     if t == s:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return sdpa(q, k, v, is_causal=True, scale=scale)
     if t == 1:  # one new token attends to everything cached
-        return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(t, s, q.device), scale=scale)
+        return sdpa(q, k, v, scale=scale)
+    return sdpa(q, k, v, attn_mask=causal_mask(t, s, q.device), scale=scale)
 
 
 class KVCache:

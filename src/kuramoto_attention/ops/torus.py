@@ -1,8 +1,7 @@
-"""Primitives on the torus T^k = R^k / 2πZ^k (paper section 2, SPEC §2).
+"""Fast primitives on the torus T^k = R^k / 2πZ^k: the lift, the tangent projection and the norm bound.
 
-Every function here is elementwise or reduces over the last (coordinate) axis, so it
-works for any leading shape ``(...)``. These are the only places where the geometry is
-written down; the layer and the models call them.
+Each is the fast form of a formula written out literally in ``layers/naive.py`` (and tested against it).
+Every function here is elementwise or reduces over the last (coordinate) axis, so it works for any leading shape.
 """
 
 from __future__ import annotations
@@ -64,22 +63,9 @@ def wrap(theta: Tensor) -> Tensor:
     return torch.remainder(theta + math.pi, TWO_PI) - math.pi
 
 
-def circular_mean(weights: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
-    """G_{t,j} = Σ_u A_{t,u} e^{iθ_{u,j}}: the A-weighted resultant of the phases.
-
-    weights: (..., T, S) rows of A;  theta: (..., S, k)  ->  (Re G, Im G), each (..., T, k).
-    |G| ≤ 1 whenever the rows of A are probability vectors.
-    """
-    return weights @ torch.cos(theta), weights @ torch.sin(theta)
-
-
 def tangent_projection(cos_theta: Tensor, sin_theta: Tensor, re_g: Tensor, im_g: Tensor) -> Tensor:
-    """a_{t,j} = -sin θ_{t,j} Re G_{t,j} + cos θ_{t,j} Im G_{t,j} = Im(conj(e^{iθ}) G).
-
-    The component of the resultant G along the unit tangent of the circle at θ; by
-    Proposition 1 this equals Σ_u A_{t,u} sin(θ_u − θ_t). Takes cos θ and sin θ (already
-    computed for the lift) rather than θ. All inputs (..., k).
-    """
+    """a = Im(conj(e^{iθ}) G) from cos θ and sin θ (already computed for the lift), in one pass: the fast form of
+    ``naive.tangent_increment``. All inputs (..., k)."""
     return torch.addcmul(cos_theta * im_g, sin_theta, re_g, value=-1.0)
 
 

@@ -1,0 +1,111 @@
+"""The score's learned parts outside the geometry: the metric gates and the positional clocks.
+
+    g^q_t = ρ(W_q φ(x_t) + b_q),  g^k_t = ρ(W_k φ(x_t) + b_k)       ρ = softplus, then ÷ its mean over the head
+    clock term  Σ_c w_c cos(ω_c (t − u) + β_c)                        (per head, added to the coupling sum)
+
+φ is the geometry's lift (ψ(θ) on the torus), or a map P of it that a model shares between layers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from kuramoto_attention.ops.attention import rotary_angles
+
+
+class Borrowed:
+    """A module this one applies but does not own (a model's shared P or shared gates): held by reference, so it is
+    not registered twice. Its owner registers it once; a standalone layer's parameters() and state_dict() leave it
+    out."""
+
+    def __init__(self, module: nn.Module | None) -> None:
+        self.module = module
+
+    def __call__(self, x: Tensor) -> Tensor:
+        assert self.module is not None
+        return self.module(x)
+
+
+def read(source: Borrowed, lifted: Tensor, mapped: Tensor | None) -> Tensor:
+    """What a gate reads: the lift itself (no source), or P applied to it, computed here unless the caller has it."""
+    if source.module is None:
+        if mapped is not None:
+            raise ValueError("got P φ(x) for a gate that reads the lift itself")
+        return lifted
+    return source(lifted) if mapped is None else mapped
+
+
+def metric_gates(z: Tensor, heads: int, q_scale: Tensor | None = None) -> Tensor:
+    """ρ of the stacked logits z (B, T, 2n): g^q, g^k as (2, B, H, T, n/H), in z's dtype.
+
+    softplus, then divided by the mean over each head's oscillators, so the gates are a positive diagonal metric of
+    mean 1. ``q_scale`` (H,) multiplies g^q in the same pass (the fused path folds the temperature τ in here).
+    """
+    b, t, _ = z.shape
+    g = F.softplus(z).view(b, t, 2, heads, -1)
+    scale = g.mean(dim=-1, keepdim=True).reciprocal()  # (B, T, 2, H, 1): cheap
+    if q_scale is not None:
+        scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, heads, 1)
+    return (g * scale.to(g.dtype)).to(z.dtype).permute(2, 0, 3, 1, 4)  # (2, B, H, T, n/H)
+
+
+class PhaseGates(nn.Module):
+    """The gate logits W φ(x) + b for the query and the key gates (W_q and W_k stacked: 2n outputs).
+
+    One per layer, or one that all layers share (the model passes it in). With ``read_through(P)`` they read P φ(x),
+    P a map its owner holds (the feed-forward's shared P): then ``input_dim`` is P's output width.
+    """
+
+    def __init__(self, lift_dim: int, oscillators: int, input_dim: int = 0) -> None:
+        super().__init__()
+        self.source = Borrowed(None)
+        self.proj = nn.Linear(input_dim or lift_dim, 2 * oscillators)
+        nn.init.normal_(self.proj.weight, std=0.02)
+        nn.init.zeros_(self.proj.bias)
+
+    def read_through(self, source: nn.Linear) -> None:
+        """Read P φ(x) from now on (P is built after these gates, so that building them draws the same numbers)."""
+        if source.out_features != self.proj.in_features:
+            raise ValueError(f"the gates read {self.proj.in_features} inputs, P gives {source.out_features}")
+        self.source = Borrowed(source)
+
+    def forward(self, lifted: Tensor, mapped: Tensor | None = None) -> Tensor:
+        """(B, T, 2n) logits; ``mapped``: P φ(x), when the caller has computed it already."""
+        return self.proj(read(self.source, lifted, mapped))
+
+
+class PositionalClock(nn.Module):
+    """``count`` clock oscillators per head whose phase is the position alone (outside the paper's score).
+
+    They add Σ_c w_c cos(ω_c (t − u) + β_c) to each head's coupling sum: a content-free positional preference that
+    can peak at any offset, without spending state oscillators whose phase would have to be the same for every
+    byte. As features: the query gets τ w_c (cos(ω_c t + β_c), sin(ω_c t + β_c)), the key (cos ω_c u, sin ω_c u).
+    ω: RoPE's geometric frequencies; β: spread over the circle (the clocks start peaked at different offsets);
+    w = ``init`` (0: the paper's score at init), a decayed (H, count) matrix.
+    """
+
+    def __init__(self, heads: int, count: int, base: float, init: float = 0.0) -> None:
+        super().__init__()
+        self.omega = nn.Parameter(rotary_angles(count, base).float().repeat(heads, 1))  # (H, c)
+        self.lag = nn.Parameter(torch.empty(heads, count).uniform_(-torch.pi, torch.pi))
+        self.weight = nn.Parameter(torch.full((heads, count), float(init)))
+
+    def angles(self) -> list[nn.Parameter]:
+        """The parameters that are angles (the optimizer's phase group)."""
+        return [self.omega, self.lag]
+
+    def features(self, pos: Tensor, tau: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """(query, key) features (1, H, T, 2c) for positions pos (T,); tau (H,) the heads' temperatures."""
+        angle = self.omega[:, None, :] * pos[:, None].to(self.omega.dtype)  # (H, T, c): ω_c t
+        q_angle = angle + self.lag[:, None, :]
+        amp = (tau[:, None] * self.weight)[:, None, :]  # (H, 1, c)
+        q = torch.cat((amp * torch.cos(q_angle), amp * torch.sin(q_angle)), dim=-1)
+        k = torch.cat((torch.cos(angle), torch.sin(angle)), dim=-1)
+        return q.unsqueeze(0).to(dtype), k.unsqueeze(0).to(dtype)
+
+    def score(self, offset: Tensor) -> Tensor:
+        """Σ_c w_c cos(ω_c Δ + β_c) for offsets Δ (T, T)  ->  (H, T, T) (the reference path's term)."""
+        angle = self.omega[:, None, None, :] * offset[..., None].to(self.omega.dtype) + self.lag[:, None, None, :]
+        return (self.weight[:, None, None, :] * torch.cos(angle)).sum(-1)
