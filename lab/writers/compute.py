@@ -191,7 +191,7 @@ def budget_plot(out: Path) -> Path | None:
     ax.set_ylabel("enwik7 test BPC (3M: validation)")
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    ax.set_title("test BPC against the token budget (seed 0, each model's own schedule)")
+    ax.set_title("test BPC against the budget (seed 0, own schedule)")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
@@ -230,13 +230,13 @@ def compute_plot(out: Path) -> Path | None:
                         ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
                                 label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
                         drawn = True
-            ax.set_xscale("log")
             ax.set_xlabel("training FLOPs" if x == "flops" else "wall-clock seconds of training")
             ax.set_ylabel("validation BPC (estimate)")
             ax.set_ylim(top=3.2)
             ax.grid(alpha=0.3, which="both")
             ax.set_title(f"{pair[0]} vs {pair[1]}")
             if drawn:
+                ax.set_xscale("log")
                 ax.legend(fontsize=7)
             else:
                 ax.text(0.5, 0.5, "no recorded wall clock yet\n(`python -m lab run budget40`)", ha="center",

@@ -546,7 +546,8 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "three seeds (confirm: ff-proj-shared), and P ψ(θ) became ka-1m's default (ka-5m's preset still reads "
         "ψ(θ) itself). The runs made with the earlier defaults are kept (groups main-unprojected, "
         "ablation-unprojected, pycode-unprojected, lr-unprojected, main-raw, ablation-raw, main-wrapped, "
-        "ablation-wrapped; `python -m lab run GROUP` reproduces them).",
+        "ablation-wrapped; `python -m lab run GROUP` reproduces the first six; the wrap(θ) groups are retired, "
+        "see Retired groups).",
         "",
         "### ψ(θ) itself (ff_hidden 200)",
         "",

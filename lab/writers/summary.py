@@ -141,7 +141,7 @@ def size_section() -> str:
                      " / ".join(compute.fmt_per_token(compute.flops_per_token(one[p][0])) for p in one)])
     if all(best.values()):
         ka, tf = best["ka-5m"], best["tf-5m"]
-        rows.append([f"5M (scale, seed 0, best of {len(scale)} rates)", fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]),
+        rows.append(["5M (scale, seed 0, the best rate tried)", fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]),
                      f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", f"{PAPER_5M[0]} / {PAPER_5M[1]}, {PAPER_5M[2]}",
                      " / ".join(compute.fmt_per_token(compute.flops_per_token(r)) for r in (ka, tf))])
     if not rows:
@@ -169,13 +169,18 @@ def dynamics_section() -> str:
                   f"of {n}: {'holds' if local == n and falls == n else 'does not hold'} on these runs.",
                   f"- Early layers faster (paper claim 2): median |ω| strictly decreasing with depth in {omega} of "
                   f"{n}: {'holds' if omega == n else 'does not hold'}."]
+        if any("ff_proj" not in r or r["ff_proj"] is None for r in judged):
+            lines[-1] += (" (Measured on ka-1m with the feed-forward on ψ(θ) itself, before P ψ(θ) became its "
+                          "default; `python -m lab dynamics` measures the current one from its trained runs.)")
     gap_path = protocol.RESULTS / "gap.json"
     if gap_path.exists():
         g = json.loads(gap_path.read_text())
         q = {r["quartile"]: r for r in g["by_difficulty"]}
         lines.append(f"- Where ka-1m loses (group {g['group']}, seeds {', '.join(map(str, g['seeds']))}): pooled gap "
                      f"{g['ka'] - g['tf']:+.3f} bits per byte, {q[0]['ka_gap']:+.3f} on the bytes the transformer "
-                     f"finds easiest and {q[3]['ka_gap']:+.3f} on the hardest quarter.")
+                     f"finds easiest and {q[3]['ka_gap']:+.3f} on the hardest quarter"
+                     + (" (ka-1m with the feed-forward on ψ(θ) itself, measured before P ψ(θ))."
+                        if g.get("ka_ff_proj") in (None, "none") else "."))
     if not lines:
         return "_Not measured yet (`python -m lab dynamics`, `python -m lab gap`: they need trained runs)._"
     return "\n".join(lines) + "\n\nMeasured by `python -m lab dynamics` and `python -m lab gap` (details, with the " \
