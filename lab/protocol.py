@@ -25,7 +25,6 @@ COMMITTED = Path(__file__).resolve().parents[1] / "results"
 PROTOCOL: dict[str, Any] = dict(corpus="enwik7", batch_size=32, context=256, tokens=10_000_000, warmup=100,
                                 min_lr_ratio=0.1, eval_every=100, eval_batches=8, ckpt_every=200, precision="bf16",
                                 compile=True, progress=False)
-SCREEN: dict[str, Any] = {**PROTOCOL, "tokens": 1_638_400, "warmup": 30, "compile": False, "eval_every": 50}
 SWEEP: dict[str, Any] = {**PROTOCOL, "tokens": 3_000_000}
 LRS = (2e-3, 4e-3, 8e-3)
 
