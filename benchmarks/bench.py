@@ -14,13 +14,14 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
 import tempfile
 import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from functools import partial
 from itertools import accumulate, product
@@ -287,7 +288,7 @@ def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
         step = _train_step(build_model(*get_preset(name)).train(), TrainConfig().precision, compiled=False)
         for _ in range(plan.warmup):
             step(x, y)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with quiet_profiler(), profile(activities=[ProfilerActivity.CPU]) as prof:
             step(x, y)
         ops = [e for e in prof.key_averages() if not e.key.startswith(("autograd::", "Optimizer."))]
         total = sum(e.self_cpu_time_total for e in ops)
@@ -297,12 +298,41 @@ def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+# Kineto's own log lines ("USDT:2026-01-01 12:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start")
+PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ \w+\.cpp:\d+\]")
+
+
+@contextlib.contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """Keep Kineto's log lines (one per profiler start, stop and stage) off the terminal.
+
+    They are written from C++ straight to file descriptor 2, where no Python or environment setting of this
+    torch build reaches, so fd 2 goes to a temporary file meanwhile; every other line in it is passed on.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines = tmp.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not PROFILER_LOG.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
+
+
 def peak_bytes(fn: Callable[[], None]) -> int:
     """Peak of (bytes allocated − bytes freed) during fn, replaying the profiler's allocator events in
     time order (why this and not RSS: ``MEMORY_METHOD``)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     return max(accumulate(nbytes for _, nbytes in events), default=0)
