@@ -86,10 +86,30 @@ class Geometry(ABC):
         """The attention step's move: bound(v ⊙ increment), applied on the manifold. ``value`` (B, T, n), one signed
         gate per oscillator (shared by its tangent coordinates)."""
         inc = self.increment(x, lifted, mean)
-        gate = value.to(inc.dtype)
-        if self.tangent > 1:
-            gate = gate.repeat_interleave(self.tangent, dim=-1)
-        return self.move(x, gate * inc, bound)
+        return self.move(x, self.tangent_gate(value.to(inc.dtype)) * inc, bound)
+
+    def tangent_gate(self, value: Tensor) -> Tensor:
+        """One gate per oscillator (B, T, n) spread over its tangent coordinates: (B, T, n·tangent), oscillator-major.
+        A scalar per oscillator commutes with every rotation of its tangent space, so on a non-abelian group the
+        step stays equivariant under the right action (a per-axis gate would not)."""
+        return value if self.tangent == 1 else value.repeat_interleave(self.tangent, dim=-1)
+
+    def tangent_view(self, increment: Tensor) -> Tensor:
+        """An increment (B, T, n·tangent) as the API shows it: (B, T, n) on the torus, (B, T, n, tangent) otherwise."""
+        return increment if self.tangent == 1 else increment.unflatten(-1, (-1, self.tangent))
+
+    # ------------------------------------------------------------------ for diagnostics
+    def coordinates(self, x: Tensor) -> tuple[Tensor, ...]:
+        """Each oscillator as a unit vector of R^c, one (B, T, n) tensor per coordinate (torus: cos θ, sin θ): the
+        order parameters |Σ_u A_{t,u} x_u| and |mean_t x_t| are norms of means of these points on every group.
+        This default reads a component-major lift (the torus's [cos θ, sin θ]); a group whose lift is laid out
+        otherwise overrides it."""
+        return self.lift(x).unflatten(-1, (self.components, -1)).unbind(-2)
+
+    def drift_rate(self, drift: Tensor) -> Tensor:
+        """The drift's angle per token for each oscillator, (n,): the drift itself when it is one rate per oscillator
+        (the torus's signed ω); a group whose drift is a vector per oscillator overrides it (SU(2): |Ω_j|)."""
+        return drift
 
     # ------------------------------------------------------------------ the literal reference
     @abstractmethod

@@ -25,11 +25,12 @@ from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates, PositionalClock, metric_gates, read
 from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.su2 import SU2
 from kuramoto_attention.layers.torus import Torus
 from kuramoto_attention.ops.attention import KVCache, causal_attention, compute_dtype, merge_heads, split_heads
 
 Path = Literal["fused", "reference"]
-GEOMETRIES: dict[str, type[Geometry]] = {"torus": Torus}
+GEOMETRIES: dict[str, type[Geometry]] = {"torus": Torus, "su2": SU2}
 
 
 @dataclass
@@ -95,7 +96,8 @@ def _got(cfg: AttentionConfig, message: str) -> str:
 
 
 class KuramotoAttention(nn.Module):
-    """The attention step on a batch of states (B, T, n) on the torus (``group`` says which manifold).
+    """The attention step on a batch of states: (B, T, n) phases on the torus, (B, T, n, 4) unit quaternions on SU(2)
+    (``group`` says which manifold).
 
     ``KuramotoAttention(dim, heads, **fields)``: ``dim`` = n oscillators, ``heads`` H (contiguous groups of n/H), the
     keyword fields fill an ``AttentionConfig`` (or pass ``config=``). Modules a model shares between layers are passed
@@ -210,7 +212,7 @@ class KuramotoAttention(nn.Module):
                                 exclude_self=not self.config.self_coupling)
         value = self.value(lifted_mm, mapped)
         if self.value_proj is not None:  # the ablation: A · W_v φ(x) is the increment itself
-            return geo.move(x, value.to(x.dtype) * merge_heads(mean).to(x.dtype), self.bound)
+            return geo.move(x, geo.tangent_gate(value.to(x.dtype)) * merge_heads(mean).to(x.dtype), self.bound)
         return geo.step(x, lifted, mean, value, self.bound)
 
     def _reference(self, x: Tensor, lifted: Tensor) -> tuple[Tensor, Tensor]:
@@ -233,10 +235,12 @@ class KuramotoAttention(nn.Module):
 
     # ----------------------------------------------------------------- API
     def coupling(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The raw increment (B, T, n·tangent) before value gate and bound, and the coupling matrix A (B, H, T, T),
-        from the reference path. With ``value="projection"`` (the ablation) the first output is A · W_v φ(x)."""
+        """The raw increment before value gate and bound, (B, T, n) on the torus, (B, T, n, tangent) on SU(2), and
+        the coupling matrix A (B, H, T, T), from the reference path. With ``value="projection"`` (the ablation) the
+        first output is A · W_v φ(x)."""
         self.geometry.check_state(x, self.dim)
-        return self._reference(x, self.geometry.lift(x))
+        inc, attn = self._reference(x, self.geometry.lift(x))
+        return self.geometry.tangent_view(inc), attn
 
     def forward(self, x: Tensor, *, return_attention: bool = False, path: Path = "fused",
                 cache: KVCache | None = None) -> Tensor | tuple[Tensor, Tensor]:
@@ -250,9 +254,7 @@ class KuramotoAttention(nn.Module):
                 raise ValueError("the reference path does not take a cache; use path='fused'")
             lifted = self.geometry.lift(x)
             inc, attn = self._reference(x, lifted)
-            value = self.value(lifted).to(x.dtype)
-            if self.geometry.tangent > 1:
-                value = value.repeat_interleave(self.geometry.tangent, dim=-1)
+            value = self.geometry.tangent_gate(self.value(lifted).to(x.dtype))
             new = self.geometry.move(x, value * inc, self.bound)
             return (new, attn) if return_attention else new
         return self._fused(x, cache)

@@ -37,11 +37,17 @@ PRESETS: dict[str, tuple[str, Any]] = {
         dim=160, depth=4, heads=4, ff_hidden=350, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
         gates_input="ff-proj",
         attention=AttentionConfig(self_coupling=False, phase_lag=True, clock=8, clock_init=4.0))),
+    # SU(2) (issue 25): 64 unit quaternions per token, so the lift φ (4·64 = 256 wide) and with it the attention's
+    # query/key and value widths are ka-1m's (2·128); ka-1m's layout otherwise (shared P 4n -> n before the
+    # feed-forward, which emits a 3n-wide su(2) increment), the feed-forward's width filling the budget
+    "ka-su2-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=524, ff_proj="shared",
+                                             attention=AttentionConfig(group="su2"))),
     "ka-5m": ("kuramoto", KuramotoConfig(dim=256, depth=5, heads=8, ff_hidden=442)),
     "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
 }
 
-NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "tf-1m": 1_000_000, "ka-5m": 5_000_000, "tf-5m": 5_000_000}
+NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000,
+           "tf-1m": 1_000_000, "ka-5m": 5_000_000, "tf-5m": 5_000_000}
 
 
 def get_preset(name: str) -> tuple[str, Any]:

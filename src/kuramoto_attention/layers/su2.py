@@ -1,0 +1,204 @@
+"""SU(2), the unit quaternions S³: the smallest non-abelian compact group, with closed forms for everything the layer
+needs (docs/su2.md says why each choice below is what it is).
+
+State q (B, T, n, 4): n unit quaternions per token, real part first (w, x, y, z). With ⟨p, q⟩ the Euclidean dot
+product of quaternions as 4-vectors, conj the conjugate, Im the vector part and exp(w) = cos|w| + (w/|w|) sin|w| for
+a pure quaternion w ∈ su(2) ≅ R³:
+
+    φ(q)       = the 4n real components, oscillator-major (q_0.w, q_0.x, q_0.y, q_0.z, q_1.w, …)   the lift
+    s_{t,u}    = τ/√d Σ_j g^q_{t,j} g^k_{u,j} ⟨exp(tΩ_j) q_{t,j}, exp(uΩ_j) q_{u,j}⟩                   the score
+               = τ/√d Σ_j g^q g^k ⟨q_{t,j}, exp((u − t)Ω_j) q_{u,j}⟩     (left multiplication is orthogonal)
+    G_{t,j}    = Σ_u A_{t,u} q_{u,j}                                    the attention output for values q_u
+    ξ_{t,j}    = Im(conj(q_{t,j}) G_{t,j}) = Σ_u A_{t,u} Im(conj(q_{t,j}) q_{u,j})     the Lohe coupling, in R³
+    q_t       ← q_t exp(bound(v(q_t) ⊙ ξ_t))                            v one signed gate per oscillator
+
+For q = cos θ + i sin θ (the U(1) subgroup) every line is the torus layer's: ⟨·,·⟩ = cos(θ_t − θ_u + ω(t − u)) when
+Ω = ω i, ξ = sin(θ_u − θ_t) i, and q exp(a i) = e^{i(θ + a)}. The literal T × T reference is ``naive_su2.py``.
+
+Why one value gate per oscillator (not per axis): under the right action q ↦ q h every increment rotates,
+ξ ↦ conj(h) ξ h; a scalar gate and the norm bound commute with that rotation, a per-axis gate would not, so the step
+stays right-equivariant whenever what the gates read is invariant (``Geometry.step`` shares the gate over the axes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kuramoto_attention.layers import naive_su2
+from kuramoto_attention.layers.bound import Bound
+from kuramoto_attention.layers.gates import metric_gates
+from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.ops.attention import rotary_angles
+
+_SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
+
+
+# --------------------------------------------------------------------------- quaternion primitives
+def cross(a: Tensor, b: Tensor) -> Tensor:
+    """a × b of (..., 3) vectors, broadcasting (``torch.linalg.cross`` wants equal ranks)."""
+    a1, a2, a3 = a.unbind(-1)
+    b1, b2, b3 = b.unbind(-1)
+    return torch.stack((a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1), dim=-1)
+
+
+def qmul(p: Tensor, q: Tensor) -> Tensor:
+    """The Hamilton product pq of (..., 4) quaternions (broadcasting), real part first:
+    (p₀q₀ − p⃗·q⃗, p₀q⃗ + q₀p⃗ + p⃗ × q⃗)."""
+    p0, pv = p[..., :1], p[..., 1:]
+    q0, qv = q[..., :1], q[..., 1:]
+    real = p0 * q0 - (pv * qv).sum(-1, keepdim=True)
+    return torch.cat((real, p0 * qv + q0 * pv + cross(pv, qv)), dim=-1)
+
+
+def conj(q: Tensor) -> Tensor:
+    """conj(q) = (q₀, −q⃗): the inverse of a unit quaternion."""
+    return torch.cat((q[..., :1], -q[..., 1:]), dim=-1)
+
+
+def im_conj_mul(q: Tensor, g: Tensor) -> Tensor:
+    """Im(conj(q) g) = q₀ g⃗ − g₀ q⃗ − q⃗ × g⃗ (..., 3): the vector part of conj(q) g without forming its real part."""
+    q0, qv = q[..., :1], q[..., 1:]
+    g0, gv = g[..., :1], g[..., 1:]
+    return q0 * gv - g0 * qv - cross(qv, gv)
+
+
+def exp_pure(w: Tensor) -> Tensor:
+    """exp(w) = (cos|w|, sinc|w| · w) for pure quaternions w (..., 3) -> unit quaternions (..., 4).
+
+    Smooth at w = 0 with exact gradients: below |w|² = 1e-2 both cos and sin(a)/a are their Taylor series in |w|²
+    to the a⁸ term (a = |w|), so neither 0/0 nor the cancellation in d(sin a / a) = (a cos a − sin a)/a² … is ever
+    evaluated; above it the closed form, whose square root sees only |w|² ≥ 1e-2 (the ``where`` is double-guarded so
+    that the unused branch cannot send a NaN gradient back).
+    """
+    a2 = (w * w).sum(-1, keepdim=True)
+    small = a2 < _SERIES
+    a = torch.sqrt(torch.where(small, torch.ones_like(a2), a2))
+    cos = torch.where(small, 1 - a2 / 2 * (1 - a2 / 12 * (1 - a2 / 30 * (1 - a2 / 56))), torch.cos(a))
+    sinc = torch.where(small, 1 - a2 / 6 * (1 - a2 / 20 * (1 - a2 / 42 * (1 - a2 / 72))), torch.sin(a) / a)
+    return torch.cat((cos, sinc * w), dim=-1)
+
+
+def log_unit(q: Tensor) -> Tensor:
+    """The principal logarithm of unit quaternions (..., 4) -> rotation vectors w (..., 3), |w| ∈ [0, π], with
+    exp_pure(log_unit(q)) = q. Used to draw the embedding's initial parameters (not differentiated)."""
+    vec = q[..., 1:]
+    n = torch.linalg.vector_norm(vec, dim=-1, keepdim=True)
+    angle = torch.atan2(n, q[..., :1])
+    return vec * torch.where(n > 0, angle / n.clamp_min(torch.finfo(q.dtype).tiny), torch.ones_like(n))
+
+
+def lift(q: Tensor) -> Tensor:
+    """φ(q): (B, T, n, 4) -> (B, T, 4n), oscillator-major (each quaternion's 4 components side by side)."""
+    return q.flatten(-2)
+
+
+def spread_axes(count: int) -> Tensor:
+    """``count`` unit vectors (count, 3) spread evenly over the sphere (the golden-angle spiral): deterministic, so
+    that building the drift draws no random numbers, and no direction of su(2) is preferred by every oscillator."""
+    i = torch.arange(count, dtype=torch.float64) + 0.5
+    z = 1 - 2 * i / count
+    r = torch.sqrt(1 - z * z)
+    phi = math.pi * (3 - math.sqrt(5)) * i
+    return torch.stack((r * torch.cos(phi), r * torch.sin(phi), z), dim=-1)
+
+
+# --------------------------------------------------------------------------- the geometry
+class SU2(Geometry):
+    """SU(2) ≅ S³ through the layer's interface: states (B, T, n, 4), increments (B, T, 3n) oscillator-major.
+
+    Drift Ω (n, 3): a pure quaternion per oscillator, acting by left multiplication exp(tΩ_j) q_{t,j}; |Ω_j| is the
+    angle per token (⟨exp(tΩ)q, exp(uΩ)q⟩ = cos(|Ω|(t − u)), as cos(ω(t − u)) on the torus), initialised to RoPE's
+    geometric magnitudes within each head (as the torus's ω) along axes spread over the sphere. Embedding: a rotation
+    vector w per byte and oscillator (256, n, 3), read as exp(w): the exact analogue of the torus's angles (θ i ↦
+    e^{iθ}), so it joins the optimiser's phase group as they do; drawn so that exp(w) is uniform (Haar) on S³.
+    """
+
+    name = "su2"
+    components = 4
+    tangent = 3
+    angle_embedding = True  # rotation vectors: angles in radians along an axis, of the scale π the phase group expects
+
+    def init_embedding(self, vocab: int, oscillators: int) -> Tensor:
+        q = F.normalize(torch.randn(vocab, oscillators, 4, dtype=torch.float64), dim=-1)  # Haar-uniform on S³
+        return log_unit(q).float()
+
+    def embed(self, table: Tensor, idx: Tensor) -> Tensor:
+        vocab, n, _ = table.shape
+        return exp_pure(F.embedding(idx, table.view(vocab, 3 * n)).unflatten(-1, (n, 3)))  # (B, T, n, 4)
+
+    def state_shape(self, oscillators: int) -> tuple[int, ...]:
+        return (oscillators, 4)
+
+    def check_state(self, x: Tensor, oscillators: int) -> None:
+        if x.dim() != 4 or x.shape[-2:] != (oscillators, 4) or not x.is_floating_point():
+            raise ValueError(f"expected unit quaternions q of shape (B, T, {oscillators}, 4) (float, real part "
+                             f"first), got {x.dtype} {tuple(x.shape)}")
+
+    def lift(self, x: Tensor) -> Tensor:
+        return lift(x)
+
+    def init_drift(self, oscillators: int, heads: int, base: float) -> Tensor:
+        d = oscillators // heads
+        rates = rotary_angles(d, base).repeat(heads)  # (n,): RoPE's magnitudes within each head
+        return (rates[:, None] * spread_axes(d).repeat(heads, 1)).float()  # (n, 3)
+
+    def zero_drift(self, oscillators: int) -> Tensor:
+        return torch.zeros(oscillators, 3)
+
+    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Tensor:
+        """exp(tΩ_j) q_{t,j}: (B, T, n, 4), pos (T,), drift (n, 3)."""
+        rot = exp_pure(pos[:, None, None] * drift.to(x.dtype))  # (T, n, 4)
+        return qmul(rot, x)
+
+    def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
+                  dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if lag is not None:
+            raise ValueError("phase_lag is defined on the torus only")
+        b, t, n, _ = x.shape
+        d = n // heads
+        feat = self.drifted(x, pos, drift).view(b, t, heads, d, 4).transpose(1, 2).to(dtype)  # (B, H, T, d, 4)
+        if logits is None:
+            return (feat * tau.to(dtype).view(heads, 1, 1, 1)).flatten(-2), feat.flatten(-2)
+        g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
+        q, k = (feat * g.unsqueeze(-1)).flatten(-2).unbind(0)  # one gate per oscillator, over its 4 components
+        return q, k
+
+    def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
+        b, t, _ = lifted.shape  # the head's oscillators are contiguous in the oscillator-major lift
+        return lifted.view(b, t, heads, -1).transpose(1, 2)
+
+    def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
+        b, t, n, _ = x.shape
+        g = mean.transpose(1, 2).reshape(b, t, n, 4).to(x.dtype)  # G_{t,j}
+        return im_conj_mul(x, g).flatten(-2)  # ξ = Im(conj(q) G): (B, T, 3n)
+
+    def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
+        """q exp(bound(step)), the norm bound over the token's whole 3n increment. The product of unit quaternions is
+        a unit quaternion: the division only undoes rounding (tests/test_su2.py checks it stays at that level), so
+        that many layers in low precision never drift off S³."""
+        w = bound(step).to(x.dtype).unflatten(-1, (-1, 3))
+        new = qmul(x, exp_pure(w))
+        return new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
+
+    def tangent_view(self, increment: Tensor) -> Tensor:
+        return increment.unflatten(-1, (-1, 3))
+
+    def coordinates(self, x: Tensor) -> tuple[Tensor, ...]:
+        return x.unbind(-1)
+
+    def drift_rate(self, drift: Tensor) -> Tensor:
+        return torch.linalg.vector_norm(drift, dim=-1)
+
+    # ------------------------------------------------------------------ the literal reference
+    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None) -> Tensor:
+        if lag is not None:
+            raise ValueError("phase_lag is defined on the torus only")
+        d = x.shape[-2] // heads
+        return naive_su2.kernel(naive_su2.heads(x, heads), drift.view(heads, d, 3).to(x.dtype))
+
+    def reference_increment(self, x: Tensor, attn: Tensor) -> Tensor:
+        return naive_su2.merge(naive_su2.lohe_sum(attn, naive_su2.heads(x, attn.shape[1])))
