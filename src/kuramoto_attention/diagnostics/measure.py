@@ -33,11 +33,11 @@ from torch import Tensor
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.bound import Bound
+from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
+from kuramoto_attention.layers.torus import Torus
 from kuramoto_attention.models.kuramoto import KuramotoLM
 from kuramoto_attention.ops.attention import split_heads
-from kuramoto_attention.layers.naive import circular_mean
-from kuramoto_attention.ops.torus import lift
 
 SATURATION_LEVEL = 0.95  # an increment "saturates" the bound when its size is ≥ 95% of the radius
 HIST_BINS = 41
@@ -49,8 +49,11 @@ class Diagnostics:
     """Per-layer (L) and per-head (H) measurements on one batch (B, T).
 
     Summary fields (written to JSON):
-      local_order      (L, H)    mean |G_{t,j}|, G = Σ_u A_{t,u} e^{iθ_u}: coherence with the attended tokens.
-      global_order     (L+1, H)  mean_j |mean_t e^{iθ_{t,j}}| of the state before layer 0 (row 0) and after
+      group            str       the compact group of the states ("torus", "su2").
+      local_order      (L, H)    mean |G_{t,j}|, G = Σ_u A_{t,u} x_{u,j}: coherence with the attended tokens. x_{u,j}
+                                 is the oscillator as a unit vector (e^{iθ} on the torus, the quaternion itself on
+                                 SU(2)), |·| its Euclidean norm, so both lie in [0, 1] and mean the same thing.
+      global_order     (L+1, H)  mean_j |mean_t x_{t,j}| of the state before layer 0 (row 0) and after
                                  each layer (row i+1): coherence over the whole sequence.
       entropy          (L, H)    −Σ_u A_{t,u} log A_{t,u} in nats, averaged over queries (log(t+1) if uniform).
       distance         (L, H)    Σ_u A_{t,u} (t − u), averaged over queries: how far back a head looks.
@@ -63,7 +66,8 @@ class Diagnostics:
       sync_fraction    (L, H)    fraction of value gates v > 0 (pull toward the attended mean).
       repel_fraction   (L, H)    fraction of value gates v < 0 (push away); with sync_fraction sums to 1
                                  unless some v are exactly 0.
-      omega            (L, H, k/H) the learned drift rates ω (radians per token).
+      omega            (L, H, k/H) the learned drift rates ω (radians per token; on SU(2) |Ω_j|, the angle per
+                                 token of the left rotation exp(tΩ_j)).
       median_abs_omega (L, H)    median |ω| per head (torch.median: the lower middle value).
       timescale        (L, H)    2π / median |ω| in tokens: one full turn of the typical drift (inf if 0).
       layer_median_abs_omega, layer_timescale (L,): the same over all of a layer's coordinates.
@@ -75,10 +79,11 @@ class Diagnostics:
                                  step (column 0) or feed-forward step (column 1) replaced by the identity,
                                  minus the intact model's (NaN without feed-forward): what each step is worth.
     Raw fields (for plots, not written to JSON; on the CPU):
-      tokens (B, T); states: L+1 tensors (B, T, k); attention: L tensors (B, H, T, T);
+      tokens (B, T); states: L+1 tensors (B, T, k) (SU(2): (B, T, k, 4)); attention: L tensors (B, H, T, T);
       value_gates: L tensors (B, T, k), summarised in JSON as a histogram.
     """
 
+    group: str
     local_order: Tensor
     global_order: Tensor
     entropy: Tensor
@@ -146,17 +151,25 @@ def _json_safe(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- measurements
-def local_order(attn: Tensor, theta: Tensor) -> Tensor:
-    """mean |G| per head; attn (B, H, T, T), theta (B, T, k) the layer input -> (H,)."""
-    th = split_heads(theta, attn.shape[1])
-    re_g, im_g = circular_mean(attn, th)
-    return torch.sqrt(re_g**2 + im_g**2).mean(dim=(0, 2, 3))
+def _norm(parts: list[Tensor]) -> Tensor:
+    """√(Σ_c x_c²) of a vector given by its coordinates, summed in order (on the torus exactly √(Re² + Im²))."""
+    sq = parts[0] ** 2
+    for p in parts[1:]:
+        sq = sq + p**2
+    return torch.sqrt(sq)
 
 
-def global_order(theta: Tensor, heads: int) -> Tensor:
-    """|mean_t e^{iθ_{t,j}}| averaged over a head's coordinates and the batch; theta (B, T, k) -> (H,)."""
-    th = split_heads(theta, heads)
-    r = torch.sqrt(torch.cos(th).mean(dim=2) ** 2 + torch.sin(th).mean(dim=2) ** 2)  # (B, H, k/H)
+def local_order(attn: Tensor, x: Tensor, geometry: Geometry | None = None) -> Tensor:
+    """mean |G| per head, G_{t,j} = Σ_u A_{t,u} x_{u,j} (the oscillators as unit vectors); attn (B, H, T, T), x the
+    layer input (B, T, k, …) -> (H,). ``geometry`` defaults to the torus (x the phases θ)."""
+    coords = (geometry or Torus()).coordinates(x)  # c tensors (B, T, k)
+    return _norm([attn @ split_heads(c, attn.shape[1]) for c in coords]).mean(dim=(0, 2, 3))
+
+
+def global_order(x: Tensor, heads: int, geometry: Geometry | None = None) -> Tensor:
+    """|mean_t x_{t,j}| averaged over a head's oscillators and the batch; x (B, T, k, …) -> (H,)."""
+    coords = (geometry or Torus()).coordinates(x)
+    r = _norm([split_heads(c, heads).mean(dim=2) for c in coords])  # (B, H, k/H)
     return r.mean(dim=(0, 2))
 
 
@@ -238,8 +251,8 @@ def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     """All diagnostics of ``model`` on the byte batch ``idx`` (B, T) int64, in float32, no gradients.
 
     The states come from ``model.phases``; A and the attention increment from the layer's
-    reference path at each layer's input; the mid-block state for the feed-forward is
-    θ + bound(v ⊙ a). Results are on the CPU.
+    reference path at each layer's input; the mid-block state for the feed-forward is the input moved by
+    bound(v ⊙ a) (θ + bound(v ⊙ a) on the torus). Results are on the CPU.
     """
     model = _float32_model(model)
     if idx.dtype != torch.long or idx.dim() != 2:
@@ -257,17 +270,19 @@ def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
 
 def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     states = model.phases(idx)
-    heads = model.config.heads
+    heads, geo = model.config.heads, model.geometry
     keys = ("local", "entropy", "distance", "offsets", "self", "sync", "repel", "attn_sat", "ff_sat", "attention",
             "value_gates")
     rows: dict[str, list[Any]] = {k: [] for k in keys}
     for block, theta in zip(model.blocks, states[:-1], strict=True):
         layer: KuramotoAttention = block.attn
         a, attn = layer.coupling(theta)
-        v = layer.value(lift(theta))
-        step = layer.bound(v * a)
-        ff_step = None if block.ff is None else block.ff.increment(theta + step)
-        rows["local"].append(local_order(attn, theta))
+        v = layer.value(geo.lift(theta))
+        raw = geo.tangent_gate(v) * a.flatten(2)  # v ⊙ increment (B, T, k·tangent)
+        step = layer.bound(raw)
+        mid = geo.move(theta, raw, layer.bound)  # the state after the attention step (θ + step on the torus)
+        ff_step = None if block.ff is None else block.ff.increment(mid)
+        rows["local"].append(local_order(attn, theta, geo))
         rows["entropy"].append(attention_entropy(attn))
         rows["distance"].append(attention_distance(attn))
         rows["offsets"].append(offset_profile(attn, min(OFFSETS, attn.shape[-1] - 1)))
@@ -279,7 +294,8 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         rows["ff_sat"].append(math.nan if ff_step is None else saturation(ff_step, block.ff.bound))
         rows["attention"].append(attn.cpu())
         rows["value_gates"].append(v.cpu())
-    omega = torch.stack([blk.attn.omega.detach().float().view(heads, -1) for blk in model.blocks]).cpu()
+    omega = torch.stack([geo.drift_rate(blk.attn.omega.detach().float()).view(heads, -1)
+                         for blk in model.blocks]).cpu()
     med_head = omega.abs().median(dim=-1).values
     med_layer = omega.abs().flatten(1).median(dim=-1).values
 
@@ -288,8 +304,9 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
 
     offsets = stack("offsets")
     return Diagnostics(
+        group=geo.name,
         local_order=stack("local"),
-        global_order=torch.stack([global_order(s, heads) for s in states]).cpu(),
+        global_order=torch.stack([global_order(s, heads, geo) for s in states]).cpu(),
         entropy=stack("entropy"),
         distance=stack("distance"),
         offset_profile=offsets,

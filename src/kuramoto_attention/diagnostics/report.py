@@ -3,7 +3,7 @@
 The page answers "did it train, and does it behave as the paper says?" without a notebook:
 training/validation curves (any run), and for Kuramoto runs the dynamics of
 ``diagnostics.py``: local vs global order parameter against depth, learned ω against depth,
-attention maps, phase portraits and the sign of the value gates. Every image is a PNG
+attention maps, phase portraits (quaternion portraits on SU(2)) and the sign of the value gates. Every image is a PNG
 embedded as a base64 data URI (the page works offline, sent as one file, with no JS); the
 PNGs and ``diagnostics.json`` are also written next to it for other uses.
 
@@ -208,6 +208,39 @@ def fig_phases(d: Diagnostics) -> Figure:
     return fig
 
 
+def fig_quaternions(d: Diagnostics) -> Figure:
+    """The SU(2) analogue of the phase portraits: each oscillator's T unit quaternions seen in the plane of their mean
+    direction m̂ (x axis: ⟨q, m̂⟩) and of the leading direction of what is left (y axis), so every point lies in the
+    unit disc, a synchronised cluster sits near (1, 0), and the arrow, (|mean_t q_t|, 0), is that oscillator's order
+    parameter."""
+    import numpy as np
+
+    k = d.states[0].shape[-2]
+    coords = sorted({round(i * (k - 1) / max(PORTRAIT_COORDS - 1, 1)) for i in range(PORTRAIT_COORDS)})
+    cols = sorted({round(i * d.depth / 3) for i in range(4)})
+    fig = _figure(2.1 * len(cols) + 0.8, 2.1 * len(coords))
+    axes = fig.subplots(len(coords), len(cols), squeeze=False)
+    circle = np.linspace(0, 2 * math.pi, 200)
+    t = d.tokens.shape[1]
+    for r, j in enumerate(coords):
+        for c, s in enumerate(cols):
+            ax = axes[r][c]
+            q = d.states[s][0, :, j].double().numpy()  # (T, 4)
+            mean = q.mean(axis=0)
+            size = float(np.linalg.norm(mean))
+            m_hat = mean / size if size > 1e-12 else np.eye(4)[0]
+            along = q @ m_hat
+            rest = q - along[:, None] * m_hat
+            lead = np.linalg.svd(rest, full_matrices=False)[2][0] if t > 1 else np.eye(4)[1]
+            ax.plot(np.cos(circle), np.sin(circle), color="0.8", lw=0.8)
+            sc = ax.scatter(along, rest @ lead, c=np.arange(t), cmap="plasma", s=10, vmin=0, vmax=max(t - 1, 1))
+            ax.annotate("", (size, 0.0), (0, 0), arrowprops=dict(arrowstyle="->", color="k", lw=1.2))
+            ax.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal", xticks=[], yticks=[])
+            ax.set_title(f"quaternion {j}, {'embedding' if s == 0 else f'after layer {s}'}", fontsize=8)
+    fig.colorbar(sc, ax=axes, shrink=0.6, label="token position")
+    return fig
+
+
 def fig_value_gates(d: Diagnostics) -> Figure:
     fig = _figure(7, 3.4)
     ax = fig.add_subplot()
@@ -235,6 +268,9 @@ CAPTIONS = {
                  "look for local diagonals early and sparse long-range links later (· = space).",
     "phases": "Each dot is one token's oscillator e^{iθ} (colour = position), the arrow the mean; look for "
               "clusters (partial synchrony) rather than one point (collapse) or a uniform ring (no order).",
+    "quaternions": "Each dot is one token's unit quaternion (colour = position) in the plane of the oscillator's "
+                   "mean direction (x) and the leading direction of the rest (y); the arrow is |mean|. Look for "
+                   "clusters (partial synchrony) rather than one point (collapse) or an even spread (no order).",
     "value_gates": "Look for: mostly positive gates (synchronising coupling); a negative tail shows coordinates "
                    "the model uses to repel, i.e. to keep tokens apart.",
 }
@@ -296,7 +332,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, data_dir
         d = diagnose_run(run_dir, batch=batch, context=context, data_dir=data_dir)
         d.to_json(out / "diagnostics.json")
         figures += [("order", fig_order(d)), ("omega", fig_omega(d)), ("attention", fig_attention(d)),
-                    ("phases", fig_phases(d)), ("value_gates", fig_value_gates(d))]
+                    ("phases", fig_phases(d)) if d.group == "torus" else ("quaternions", fig_quaternions(d)),
+                    ("value_gates", fig_value_gates(d))]
         b, t = d.tokens.shape
         tables.append(f"<h2>Dynamics per layer</h2><p>Means over heads, on {b} validation sequences of {t} bytes "
                       f"(bound: {html.escape(d.bound)}; saturated: increment ≥ 95% of the radius). "
