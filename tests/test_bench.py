@@ -20,7 +20,7 @@ import torch
 
 from benchmarks import bench
 from kuramoto_attention.diagnostics import flops
-from kuramoto_attention.models.presets import build_model, get_preset
+from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 
 SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## The attention kernel alone",
             "## Profile of one eager training step",
@@ -208,11 +208,19 @@ def test_model_flops_counted_analytically() -> None:
     n_mm = 2 * (32 * 32 + 32 * 16 + 2 * 32 * 32 + 32 * 16) + 32 * 256
     assert flops.model_flops(ka, 32) == {"matmul_params": n_mm, "d_qk": 32, "d_v": 32,
                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (32 + 32)}
-    # a shared P (2k -> k) before ff 16→32→k counts in each of the 2 layers; a tied readout's ψ(E) counts as weights
+    # a shared P (2k -> k) before ff 16→32→k counts in each of the 2 layers
     family, cfg = get_preset("ka-tiny")
-    variant = build_model(family, replace(cfg, ff_proj="shared", readout_tied=True, readout_gain="scalar"))
+    variant = build_model(family, replace(cfg, ff_proj="shared"))
     n_mm = 2 * (32 * 32 + 32 * 16 + 32 * 16 + 3 * 16 * 32) + 32 * 256
     assert flops.model_flops(variant, 32)["matmul_params"] == n_mm
+    # SU(2), n=16 quaternions: φ is 4n = 64 wide; gates 4n→2n, value gate 4n→n, ff 4n→32 (×2)→3n, readout 4n→256;
+    # the attention reads 4n query/key features (+ 2 per clock and head) and averages the 4n values
+    su2 = build_model(family, apply_overrides(family, cfg, {"group": "su2"}))
+    n_mm = 2 * (64 * 32 + 64 * 16 + 2 * 64 * 32 + 32 * 48) + 64 * 256
+    assert flops.model_flops(su2, 32) == {"matmul_params": n_mm, "d_qk": 64, "d_v": 64,
+                                          "flops_per_token": 6 * n_mm + 6 * 2 * 32 * (64 + 64)}
+    clocked = build_model(family, apply_overrides(family, cfg, {"group": "su2", "clock": 3}))
+    assert flops.model_flops(clocked, 32)["d_qk"] == 64 + 2 * 3 * 2
 
 
 @pytest.mark.parametrize("fields", [
@@ -222,29 +230,35 @@ def test_model_flops_counted_analytically() -> None:
     {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj"},  # per-layer gates read P too
     {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj", "gates": False},
     {"ff_proj": "shared", "value_gate_input": "ff-proj", "ff": "none"}, {"value": "projection"},
+    {"group": "su2"}, {"group": "su2", "ff_proj": "shared"}, {"group": "su2", "value": "projection"},
+    {"group": "su2", "ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj",
+     "shared_gates": True, "clock": 3, "self_coupling": False},
 ])
 def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """N_mm is every nn.Linear weight times the calls one forward pass makes (a shared P read by the feed-forward
     and, once, by the gates: twice per layer), and d_qk, d_v the widths the attention calls receive (clocks widen
-    the queries and keys): counted by hooks on a real forward pass of ka-tiny variants, not by the formula."""
+    the queries and keys): counted by hooks on a real forward pass of ka-tiny variants (torus and SU(2)), not by the
+    formula. The widths are the useful ones, as the attention is asked for them (``ops.attention.sdpa``, before it
+    pads the narrower side with zeros for the fused kernel)."""
     import torch
-    import torch.nn.functional as F
+
+    from kuramoto_attention.ops import attention
 
     family, cfg = get_preset("ka-tiny")
-    model = build_model(family, replace(cfg, **fields))
+    model = build_model(family, apply_overrides(family, cfg, fields))
     calls: list[int] = []
     for m in model.modules():
         if isinstance(m, torch.nn.Linear):
             m.register_forward_hook(lambda mod, *_: calls.append(mod.weight.numel()))
     widths: list[tuple[int, int]] = []
-    sdpa = F.scaled_dot_product_attention
+    sdpa = attention.sdpa
 
     def recording(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> torch.Tensor:
         widths.append((q.shape[1] * q.shape[-1], v.shape[1] * v.shape[-1]))
         return sdpa(q, k, v, **kw)
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    monkeypatch.setattr(attention, "sdpa", recording)
     counted = flops.model_flops(model, 8)
     for grad in (True, False):  # the training path (hand-fused), whose calls the benchmark times, and the plain one
         calls.clear()

@@ -21,10 +21,11 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
         d_qk = d_v = cfg.dim
     else:
         n_mm += sum((uses - 1) * m.weight.numel() for m, uses in shared_uses(model))
-        n_mm += model.phase_embedding.numel() * 2 if model.prototypes is None else 0  # tied readout: ψ(E) as weights
-        att, c = cfg.attention, model.geometry.components
+        # the embedding is a lookup (then ψ or exp, elementwise), not a matmul; the readout is an nn.Linear of φ
+        att, c = cfg.attention, model.geometry.components  # c real features per oscillator: torus 2, SU(2) 4
         d_qk = c * cfg.dim + 2 * att.clock * cfg.heads  # φ's features, then each head's clock features
-        # the values' useful width (the kernel pads narrower values with zeros to d_qk: ops/attention.py sdpa)
+        # the values' useful width (the kernel pads narrower values with zeros to d_qk: ops/attention.py sdpa): the
+        # c·n lift for the Kuramoto step, the n·tangent increment for the projection ablation
         d_v = c * cfg.dim if att.value == "circular" else cfg.dim * model.geometry.tangent
     attn = 6 * cfg.depth * context * (d_qk + d_v)
     return {"matmul_params": n_mm, "d_qk": d_qk, "d_v": d_v, "flops_per_token": 6 * n_mm + attn}
@@ -34,7 +35,7 @@ def shared_uses(model: nn.Module) -> list[tuple[nn.Linear, int]]:
     """The Kuramoto model's modules that several layers apply, each with how often one forward pass applies it,
     read off the built blocks: the shared gates once per layer that has gates; the shared P once per layer whose
     feed-forward reads it, and once more per layer whose metric gates or value gate read it (the two compute one
-    P ψ(θ) when both read it: layer.py ``_shared_read``)."""
+    P φ(x) when both read it: ``KuramotoAttention._mapped``)."""
     out = []
     if model.shared_gates is not None:
         out.append((model.shared_gates.proj, sum(b.attn.gate_module is model.shared_gates for b in model.blocks)))
