@@ -19,12 +19,14 @@ from kuramoto_attention.diagnostics.measure import (
 )
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.bound import Bound
+from kuramoto_attention.models.config import apply_overrides
 
 T = 10
 
 
 def tiny(**fields) -> KuramotoLM:
-    return KuramotoLM(KuramotoConfig(**{"dim": 8, "depth": 2, "heads": 2, "ff_hidden": 16, **fields}))
+    """A 2-layer model; ``fields`` by name, the attention's too (``bound="elementwise"``, ``group="su2"``)."""
+    return KuramotoLM(apply_overrides("kuramoto", KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=16), fields))
 
 
 def causal_uniform(t: int) -> torch.Tensor:
@@ -132,8 +134,6 @@ def test_saturation_function():
     assert saturation(big, norm) == 1.0 and saturation(small, norm) == 0.0
     elem = Bound(2, "elementwise", radius_init=0.5)
     assert saturation(elem(torch.tensor([[100.0, 0.0]])), elem) == 0.5
-    none = Bound(4, "none")
-    assert saturation(none(torch.full((3, 4), 100.0)), none) == 0.0
 
 
 class Constant(torch.nn.Module):
@@ -147,17 +147,19 @@ class Constant(torch.nn.Module):
         return x.new_full((*x.shape[:-1], self.dim), self.value)
 
 
-@pytest.mark.parametrize("bound", ["norm", "norm-soft", "elementwise"])
-def test_forced_large_increments_saturate(bound):
-    model = tiny(bound=bound)
+@pytest.mark.parametrize("bound,group", [("norm", "torus"), ("elementwise", "torus"), ("norm", "su2"),
+                                         ("elementwise", "su2")])
+def test_forced_large_increments_saturate(bound, group):
+    model = tiny(bound=bound, group=group)
     for block in model.blocks:
         block.attn.value_gate.bias.data.fill_(1e6)  # v ⊙ a huge wherever a ≠ 0
-        block.ff.mlp = Constant(1e3, model.config.dim)  # the SwiGLU output is +1000 on every coordinate
+        # the SwiGLU output is +1000 on every coordinate of the increment (n·tangent wide)
+        block.ff.mlp = Constant(1e3, model.config.dim * model.geometry.tangent)
     d = diagnose(model, torch.randint(0, 256, (2, T)))
     assert (d.ff_saturation == 1).all()
-    # the first token attends only to itself, so its increment a = sin(0) = 0 can never saturate
+    # the first token attends only to itself, so its increment (sin 0, Im(conj(q) q)) = 0 can never saturate; on
+    # SU(2) with the elementwise bound each of the 3 axes counts on its own, and all are ≠ 0 for a later token
     assert (d.attn_saturation >= 1 - 1 / T - 1e-6).all()
-    assert (diagnose(tiny(bound="none"), torch.randint(0, 256, (1, 4))).attn_saturation == 0).all()
 
 
 def test_transformer_is_rejected():
@@ -205,3 +207,29 @@ def test_knockout_measures_what_each_step_is_worth():
     no_ff = knockout(tiny(ff="none").eval(), idx)
     assert no_ff[:, 1].isnan().all() and no_ff[:, 0].isfinite().all()
     assert diagnose(model, idx).knockout_bpc.shape == (2, 2)
+
+
+def test_su2_diagnostics_are_defined_as_on_the_torus():
+    """On SU(2) the order parameters are norms of A-weighted / sequence means of the unit quaternions (in [0, 1]; 1
+    for identical states), |Ω_j| is the drift rate, and the JSON names the group."""
+    from kuramoto_attention.diagnostics.measure import global_order, local_order
+    from kuramoto_attention.layers.su2 import SU2
+
+    model = tiny(group="su2")
+    d = diagnose(model, torch.randint(0, 256, (3, T)))
+    assert d.group == "su2" and json.loads(json.dumps(d.to_dict()))["group"] == "su2"
+    assert d.states[0].shape == (3, T, 8, 4) and d.omega.shape == (2, 2, 4)
+    assert torch.allclose(d.omega, torch.linalg.vector_norm(model.blocks[0].attn.omega.detach(), dim=-1).view(2, 4)
+                          .expand(2, 2, 4))
+    for order in (d.local_order, d.global_order):
+        assert ((order >= 0) & (order <= 1 + 1e-6)).all()
+    same = diagnose(tiny(group="su2", omega="zero"), torch.full((2, T), 65))
+    assert torch.allclose(same.global_order, torch.ones(3, 2), atol=1e-5)
+    # the definitions, written out: |Σ_u A_{t,u} q_u| and |mean_t q_t| per oscillator
+    q, attn = d.states[1], d.attention[1]
+    qh = q.view(3, T, 2, 4, 4).transpose(1, 2)
+    want_local = torch.linalg.vector_norm(torch.einsum("bhtu,bhujc->bhtjc", attn, qh), dim=-1).mean(dim=(0, 2, 3))
+    assert torch.allclose(local_order(attn, q, SU2()), want_local, atol=1e-6)
+    want_global = torch.linalg.vector_norm(qh.mean(dim=2), dim=-1).mean(dim=(0, 2))
+    assert torch.allclose(global_order(q, 2, SU2()), want_global, atol=1e-6)
+    assert torch.allclose(d.local_order[1], want_local, atol=1e-6)

@@ -73,8 +73,7 @@ class Diagnostics:
       layer_median_abs_omega, layer_timescale (L,): the same over all of a layer's coordinates.
       attn_saturation  (L,)      fraction of attention increments at ≥ 95% of the bound radius.
       ff_saturation    (L,)      the same for feed-forward increments (NaN without feed-forward).
-      bound            str       "norm" | "norm-soft" | "elementwise" | "none": what saturation counts
-                                 (see ``saturation``).
+      bound            str       "norm" | "elementwise": what saturation counts (see ``saturation``).
       knockout_bpc     (L, 2)    bits per byte of predicting the batch's next bytes with layer i's attention
                                  step (column 0) or feed-forward step (column 1) replaced by the identity,
                                  minus the intact model's (NaN without feed-forward): what each step is worth.
@@ -226,14 +225,11 @@ def omega_timescale(abs_omega: Tensor) -> Tensor:
 def saturation(increment: Tensor, bound: Bound) -> float:
     """Fraction of bounded increments within 5% of the radius.
 
-    norm, norm-soft: per token, ‖y‖ ≥ 0.95 r; elementwise: per coordinate, |y_j| ≥ 0.95 r_j;
-    none: 0 (nothing to saturate).
-    A saturated increment means the layer wanted a larger step than the bound allows.
+    norm: per token, ‖y‖ ≥ 0.95 r over its whole increment (n·tangent); elementwise: per coordinate,
+    |y_j| ≥ 0.95 r_j. A saturated increment means the layer wanted a larger step than the bound allows.
     """
-    if bound.kind == "none":
-        return 0.0
     r = bound.radius.to(increment.dtype)
-    if bound.kind in ("norm", "norm-soft"):
+    if bound.kind == "norm":
         return (increment.norm(dim=-1) >= SATURATION_LEVEL * r).float().mean().item()
     return (increment.abs() >= SATURATION_LEVEL * r).float().mean().item()
 
