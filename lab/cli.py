@@ -81,10 +81,13 @@ def _action(args: Any) -> None:
             raise ConfigError("probe takes no GROUP (it probes main's seed-0 pair and the best variant)")
         print(f"wrote {probe.write(probe.measure(args.data_dir))}")
     if args.action in ("report", "replicate"):
+        from lab.writers import readme
         from lab.writers.results_md import write_report
 
         for path in write_report(protocol.RESULTS.parent):
             print(f"wrote {path}")
+        if (written := readme.update(protocol.RESULTS.parent / "README.md")) is not None:
+            print(f"wrote {written} (its headline table)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,8 +3,10 @@ import math
 import pytest
 import torch
 
+from kuramoto_attention.layers import naive
+from kuramoto_attention.layers.naive import circular_mean
 from kuramoto_attention.ops import torus
-from kuramoto_attention.ops.torus import bound_elementwise, bound_norm, circular_mean, lift, tangent_projection, wrap
+from kuramoto_attention.ops.torus import bound_elementwise, bound_norm, lift, tangent_projection, wrap
 
 
 def test_lift_is_on_unit_circle_and_periodic():
@@ -65,18 +67,6 @@ def test_bound_norm_of_a_zero_increment_is_zero_in_every_dtype(dtype):
     assert torch.equal(bound_norm(x, torch.tensor(3.0, dtype=dtype)), x)
 
 
-def test_bound_norm_soft_is_identity_for_small_and_capped_for_large_increments():
-    from kuramoto_attention.layers.bound import Bound
-
-    bound = Bound(5, "norm-soft", radius_init=3.0).double()
-    small = torch.randn(4, 5, dtype=torch.float64) * 1e-4
-    torch.testing.assert_close(bound(small), small, rtol=1e-7, atol=0)  # gain 1 at 0 (norm's gain is r)
-    big = torch.randn(4, 5, dtype=torch.float64) * 1e3
-    y = bound(big)
-    torch.testing.assert_close(y.norm(dim=-1), bound.radius.expand(4))  # tanh(‖x‖/r) = 1: on the radius
-    torch.testing.assert_close(y / y.norm(dim=-1, keepdim=True), big / big.norm(dim=-1, keepdim=True))
-
-
 def test_bound_elementwise():
     r = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
     x = torch.randn(20, 3, dtype=torch.float64) * 100
@@ -116,3 +106,15 @@ def test_lift_does_not_break_a_compiled_graph():
 
     explanation = torch._dynamo.explain(lambda x: lift(x) * 2)(torch.randn(4, 6))
     assert explanation.graph_break_count == 0
+
+
+def test_fast_primitives_equal_the_paper_in_one_file():
+    """Each fast primitive is the literal formula of ``naive.py``: lift, tangent projection, both bounds."""
+    theta = torch.randn(3, 5, 8, dtype=torch.float64) * 4
+    torch.testing.assert_close(lift(theta), naive.psi(theta), rtol=0, atol=0)
+    re, im = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    torch.testing.assert_close(tangent_projection(theta.cos(), theta.sin(), re, im),
+                               naive.tangent_increment(theta, re, im), rtol=0, atol=1e-15)
+    x, r = torch.randn(3, 5, 8, dtype=torch.float64) * 3, torch.tensor(2.5, dtype=torch.float64)
+    torch.testing.assert_close(bound_norm(x, r), naive.bound_norm(x, r), rtol=1e-13, atol=1e-14)
+    torch.testing.assert_close(bound_elementwise(x, r), naive.bound_elementwise(x, r), rtol=0, atol=0)

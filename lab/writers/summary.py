@@ -21,8 +21,8 @@ PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's
 PAPER_GAP_1M = "+0.021"
 PAPER_DELTAS = {"value-projection": "+0.25", "no-ff": "+0.27", "no-gates": "+0.09"}
 PAPER_5M = ("1.448", "1.452", "−0.004 (medians)")
-WHAT = {"tf-1m": "the transformer", "ka-1m": "Kuramoto attention, the SPEC's reading",
-        "ka-1m-tuned": "Kuramoto attention, the best variant (outside the SPEC's score)"}
+WHAT = {"tf-1m": "the transformer", "ka-1m": "Kuramoto attention, the paper's layer (our reading)",
+        "ka-1m-tuned": "Kuramoto attention, the best variant (outside the paper's score)"}
 
 
 def _runs(group: str, preset: str) -> list[dict[str, Any]]:

@@ -1,0 +1,41 @@
+"""README.md's headline table: the 1M comparison on enwik7 beside the paper's numbers, written between two markers so
+that the README's figures, like RESULTS.md's, come from results/ through ``python -m lab report``."""
+
+import re
+import statistics
+from pathlib import Path
+
+from lab.writers.common import fmt, table
+from lab.writers.summary import PAPER_1M, _mean_sd, _runs
+
+START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /headline -->"
+ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
+        ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration"))
+
+
+def headline() -> str:
+    runs = {p: _runs(g, p) for p, g, _ in ROWS}
+    if not runs["tf-1m"]:
+        return "_No main runs yet: `python -m lab run lr`, then `python -m lab run main`._"
+    tf = statistics.mean(r["eval_bpc"] for r in runs["tf-1m"])
+    body = []
+    for p, _, what in ROWS:
+        vals = [r["eval_bpc"] for r in runs[p]]
+        gap = "—" if p == "tf-1m" or not vals else f"{statistics.mean(vals) - tf:+.4f}"
+        paper = PAPER_1M.get(p, "—")
+        paper_gap = "—" if p != "ka-1m" else f"{float(paper.split()[0]) - float(PAPER_1M['tf-1m'].split()[0]):+.3f}"
+        body.append([f"`{p}`", what, str(len(vals)), _mean_sd(vals) if vals else "not run", gap, paper, paper_gap])
+    return table(["preset", "", "seeds", "enwik7 test BPC", "gap", "paper (enwik8)", "paper gap"], body) + (
+        f"\n\n10M training tokens each, at each model's own swept learning rate (the transformer's mean {fmt(tf)}).")
+
+
+def update(readme: Path = Path("README.md")) -> Path | None:
+    """Rewrite the table between the markers; None (and nothing written) when the README has no markers."""
+    if not readme.exists():
+        return None
+    text = readme.read_text()
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        return None
+    readme.write_text(pattern.sub(lambda _: f"{START}\n{headline()}\n{END}", text))
+    return readme
