@@ -71,7 +71,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tuple[str, ...] = ("ka-1m", "tf-1m"),
         ) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
-    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "tf-1m": (*LRS, 1.6e-2)}
+    # at 5M both families preferred rates below their 1M best (scale): the 5M sweep starts one step lower
+    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "tf-1m": (*LRS, 1.6e-2),
+            "ka-5m-tuned": tuple(lr / 4 for lr in LRS)}
     return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {}, {**SWEEP, "lr": lr},
                  "valid") for p in presets for lr in grid[p]]
 
@@ -183,6 +185,25 @@ def _warmup10m() -> list[Spec]:
 TUNED_FRESH_SEEDS = (3, 4, 5)
 
 
+def _second_stage(group: str, sweep: str, preset: str) -> list[Spec]:
+    """A sweep's second stage: its two best 3M rates at the main protocol, seed 0, scored on valid."""
+    ranked = sorted((r for r in load_results(sweep) if r["preset"] == preset), key=lambda r: r["eval_bpc"])
+    planned = len(_lr(sweep, presets=(preset,)))
+    if len(ranked) < planned:
+        raise ConfigError(f"the 3M sweep of {preset} has {len(ranked)} of its {planned} rates in results/{sweep}; "
+                          f"run `python -m lab run {sweep}`")
+    return [Spec(group, f"{preset}-lr-{r['train']['lr']:g}", preset, {},
+                 {**PROTOCOL, "seed": 0, "lr": r["train"]["lr"]}, "valid") for r in ranked[:2]]
+
+
+def _main_5m() -> list[Spec]:
+    """Issue 26's size axis: ka-5m-tuned (its rate from lr-5m-tuned) against tf-5m (its best rate in scale), 3 seeds
+    each at the main protocol."""
+    rates = {"ka-5m-tuned": best_lr("ka-5m-tuned", "lr-5m-tuned"), "tf-5m": best_lr("tf-5m", "scale")}
+    return [Spec("main-5m", f"{p}-seed{s}", p, {}, {**PROTOCOL, "seed": s, "lr": lr})
+            for p, lr in rates.items() for s in (0, 1, 2)]
+
+
 def _lr10m_tuned() -> list[Spec]:
     """The tuned sweep's second stage: the two best rates of lr-tuned (3M tokens) at the main protocol, seed 0, scored
     on the validation split. Its 3M sweep left 4e-3 and 8e-3 0.002 apart, and at 10M the 8-clock variant had lost
@@ -240,6 +261,12 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
     "budget40": _budget40, "flops": _flops,
+    # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
+    "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
+    # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds
+    "lr-su2": lambda: _lr("lr-su2", presets=("ka-su2-1m",)),
+    "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
+    "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
 }
 # `python -m lab dynamics` without groups: main (the claims' verdicts) and ka-1m on ψ(θ) itself, then the variants
 # whose offset profiles the notebook discusses (confirm's, round 5's and 6's: their runs on kept fields), and the 5M

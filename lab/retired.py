@@ -9,22 +9,21 @@ and can be rerun, with the command of that commit.
 from dataclasses import dataclass
 from typing import Any
 
-# The model fields removed from the library, at the default every run not about them trained with; a record carries
-# them (results/GROUP/NAME.json, a run's run.json) at these values unless it was made to vary them.
-RETIRED_FIELDS: dict[str, Any] = {
-    "phase_lag_spread": 0.0, "content_lag": False, "coupling_lag": False, "value_lag": False,
-    "clock_log_weight": False, "step_gate": False, "fp32_attention": False, "ff_wrap": False,
-    "ff_output": "increment", "ff_proj_dim": 0, "readout_gain": "none", "readout_gain_init": 1.0,
-    "readout_harmonics": 1, "readout_tied": False, "embed_spread": 1.0,
-}
-# values removed from fields the library keeps
-RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none"), "ff_proj": ("layer",)}
+from kuramoto_attention.models.config import RETIRED as RETIRED_AT_DEFAULTS
+from kuramoto_attention.models.config import RETIRED_AT
+from kuramoto_attention.models.config import RETIRED_VALUES as LIBRARY_RETIRED_VALUES
+
+# The model fields removed from the library, at the default every run not about them trained with (a record carries
+# them at these values unless it was made to vary them), and the values removed from fields it keeps: the library's
+# own record of them (``models/config.py``), so that both read one list
+RETIRED_FIELDS: dict[str, Any] = RETIRED_AT_DEFAULTS
+RETIRED_VALUES: dict[str, tuple[Any, ...]] = LIBRARY_RETIRED_VALUES
 
 
 @dataclass(frozen=True)
 class Retired:
     what: str  # what the group measured
-    commit: str = "7d67ce1"  # the last commit whose library and lab plan and run it
+    commit: str = RETIRED_AT  # the last commit whose library and lab plan and run it
     command: str = "kuramoto experiment run {group}"  # the lab's command at that commit
 
     def rerun(self, group: str) -> str:

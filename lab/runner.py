@@ -24,6 +24,7 @@ import torch
 from kuramoto_attention.diagnostics.measure import diagnose, valid_batch
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
+from kuramoto_attention.models.presets import PRESETS
 
 # Everything a run needs is imported here, not lazily inside functions: a group runs for hours, and a
 # module first imported mid-group would be the edited file on disk, not the one the group started with.
@@ -32,7 +33,7 @@ from kuramoto_attention.training.data import load_corpus
 from kuramoto_attention.training.evaluate import evaluate_bpc
 from kuramoto_attention.training.train import load_run, prepare_run, train
 from lab import protocol
-from lab.groups import all_results, order, plan
+from lab.groups import all_results, flops_per_token, order, plan
 from lab.protocol import Spec, load_results
 from lab.records import _config_diffs, mismatch, same_run
 
@@ -128,8 +129,14 @@ def estimate(group: str) -> tuple[int, float, int] | None:
             if r is not None and "wall_s" in r:
                 seconds += r["wall_s"]
                 continue
+            tokens = spec.train.get("tokens", protocol.PROTOCOL["tokens"])
             rates = sorted(p["wall_s"] / p["tokens"] for p in pool if p["preset"] == spec.preset and "wall_s" in p)
-            seconds += rates[len(rates) // 2] * spec.train.get("tokens", protocol.PROTOCOL["tokens"]) if rates else 0
+            if rates:
+                seconds += rates[len(rates) // 2] * tokens
+            else:  # a preset never run here: the median seconds per model FLOP of every run, times its FLOPs
+                per_flop = sorted(p["wall_s"] / p["tokens"] / flops_per_token(p["preset"]) for p in pool
+                                  if "wall_s" in p and p["preset"] in PRESETS)
+                seconds += per_flop[len(per_flop) // 2] * flops_per_token(spec.preset) * tokens if per_flop else 0
             scaled += 1
     return len(specs), seconds, scaled
 

@@ -23,22 +23,15 @@ import math
 import torch
 from torch import Tensor
 
+from kuramoto_attention.ops.attention import merge_heads, split_heads
+
+# head h owns oscillators h·d … (h+1)·d − 1: (B, T, k) <-> (B, H, T, d)
+heads, merge = split_heads, merge_heads
+
 
 def psi(theta: Tensor) -> Tensor:
     """ψ(θ) = (cos θ, sin θ): (..., k) -> (..., 2k), cosines first."""
     return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
-
-
-def heads(x: Tensor, n_heads: int) -> Tensor:
-    """(B, T, k) -> (B, H, T, d): head h owns oscillators h·d … (h+1)·d − 1."""
-    b, t, k = x.shape
-    return x.view(b, t, n_heads, k // n_heads).transpose(1, 2)
-
-
-def merge(x: Tensor) -> Tensor:
-    """(B, H, T, d) -> (B, T, H·d)."""
-    b, h, t, d = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * d)
 
 
 def causal(t: int, device: torch.device, self_coupling: bool = True) -> Tensor:

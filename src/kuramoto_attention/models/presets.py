@@ -42,12 +42,18 @@ PRESETS: dict[str, tuple[str, Any]] = {
     # feed-forward, which emits a 3n-wide su(2) increment), the feed-forward's width filling the budget
     "ka-su2-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=524, ff_proj="shared",
                                              attention=AttentionConfig(group="su2"))),
+    # the tuned recipe carried to 5M (issue 26): the same ingredients, k = 320 in 8 heads of 40 (ka-1m-tuned's head
+    # width), 5 layers as ka-5m
+    "ka-5m-tuned": ("kuramoto", KuramotoConfig(
+        dim=320, depth=5, heads=8, ff_hidden=800, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
+        gates_input="ff-proj",
+        attention=AttentionConfig(self_coupling=False, phase_lag=True, clock=8, clock_init=4.0))),
     "ka-5m": ("kuramoto", KuramotoConfig(dim=256, depth=5, heads=8, ff_hidden=442)),
     "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
 }
 
 NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000,
-           "tf-1m": 1_000_000, "ka-5m": 5_000_000, "tf-5m": 5_000_000}
+           "tf-1m": 1_000_000, "ka-5m": 5_000_000, "ka-5m-tuned": 5_000_000, "tf-5m": 5_000_000}
 
 
 def get_preset(name: str) -> tuple[str, Any]:
