@@ -218,6 +218,7 @@ def test_distributed_two_cpu_processes_keep_weights_identical(tmp_path, corpus):
     assert a == b
     assert summary["tokens"] == 6 * 4 * 16 * 2  # two ranks, different batches
     assert len(metrics(run)) == 6  # rank 0 alone writes logs
+    assert proc.stdout.count("done:") == 1 and proc.stdout.count("run dir:") == 2  # and prints the summary (issue 24)
 
 
 def test_readme_main_command_defaults_work(tmp_path, capsys):
@@ -264,17 +265,16 @@ def test_resume_drops_a_metrics_line_cut_by_a_kill(tmp_path, corpus):
 
 
 def test_optimizer_groups_phases_and_omega():
-    from kuramoto_attention import KuramotoConfig, KuramotoLM
+    from kuramoto_attention import AttentionConfig, KuramotoConfig, KuramotoLM
     from kuramoto_attention.training.train import make_optimizer
 
-    model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8, phase_lag=True, coupling_lag=True,
-                                      clock=2))
+    model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8,
+                                      attention=AttentionConfig(phase_lag=True, clock=2)))
     groups = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=20.0, omega_lr_mult=1.0)).param_groups
     ids = {id(p): g for g in groups for p in g["params"]}
     assert ids[id(model.phase_embedding)]["lr_mult"] == 20.0 and ids[id(model.phase_embedding)]["weight_decay"] == 0
     assert ids[id(model.blocks[0].attn.lag)]["lr_mult"] == 20.0  # the lag β is an angle too
-    assert ids[id(model.blocks[0].attn.coupling_lag)]["lr_mult"] == 20.0  # and so is γ
-    assert ids[id(model.blocks[0].attn.coupling_lag)]["weight_decay"] == 0
+    assert ids[id(model.blocks[0].attn.lag)]["weight_decay"] == 0
     assert ids[id(model.blocks[0].attn.omega)]["lr_mult"] == 1.0
     clock = model.blocks[0].attn.clock  # the clock's ω and β are angles as well; its weights a decayed matrix
     assert ids[id(clock.omega)]["lr_mult"] == 1.0 and ids[id(clock.lag)]["lr_mult"] == 20.0
@@ -282,12 +282,6 @@ def test_optimizer_groups_phases_and_omega():
     assert ids[id(model.prototypes.weight)]["weight_decay"] > 0 and ids[id(model.prototypes.bias)]["weight_decay"] == 0
     same = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=5.0)).param_groups
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}
-    # log-weights are not decayed (decay would pull w toward 1) and move at the base rate
-    logw = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8, clock=2, clock_init=4.0,
-                                     clock_log_weight=True))
-    groups = make_optimizer(logw, TrainConfig(steps=1, phase_lr_mult=20.0)).param_groups
-    group = next(g for g in groups for p in g["params"] if p is logw.blocks[1].attn.clock.log_weight)
-    assert group["weight_decay"] == 0 and group["lr_mult"] == 1.0
 
 
 def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):

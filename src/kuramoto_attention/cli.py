@@ -211,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model field override, repeatable, e.g. --model heads=8 (default: the preset's fields)")
     p.add_argument("--run-dir", help="where to write logs and checkpoints (default runs/PRESET-TIME)")
     p.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue a run exactly from its last checkpoint; only the budget (--steps/--tokens/--minutes) "
-                        "and bookkeeping flags may change, and run.json records each change")
+                   help="continue a run exactly from its last checkpoint (default: start a new run); it may change "
+                        "only " + ", ".join(f"--{k.replace('_', '-')}" for k in sorted(RESUMABLE) if k != "progress")
+                        + ", --no-progress, and run.json records each change with its step")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
     for name, (typ, help_text) in TRAIN_FLAGS.items():

@@ -12,9 +12,8 @@ wrong instead of returning a model with randomly initialised weights.
 
 import json
 import os
-import typing
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import config_from_dict as read_config
 from kuramoto_attention.ops.attention import KVCache
 
 VOCAB_SIZE = 256  # bytes
@@ -34,6 +34,7 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
 
     blocks: nn.ModuleList
     family: str  # the registry name (presets.FAMILIES) a checkpoint's config records
+    config_class: type  # the family's config dataclass
     config: Any  # the family's dataclass config
 
     def embed(self, idx: Tensor) -> Tensor:
@@ -48,6 +49,10 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
 
     def phase_parameter_names(self) -> set[str]:
         """Names of parameters that are angles (own learning-rate multiplier, never decayed)."""
+        return set()
+
+    def omega_parameter_names(self) -> set[str]:
+        """The angles that are drift rates (``omega_lr_mult``, when set, is theirs): a subset of the phase names."""
         return set()
 
     def forward(self, idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
@@ -96,15 +101,10 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         config = model_kwargs.get("config")
         if config is None:
             raise ConfigError(f"{model_id} has no {constants.CONFIG_NAME}: not a save_pretrained directory")
-        # the class from the resolved hint: under postponed annotations the mixin sees a string and passes the dict
-        config_cls = typing.get_type_hints(cls.__init__)["config"]
         with open(fetch(constants.CONFIG_NAME), encoding="utf-8") as fh:
-            raw = json.load(fh)
-        cls._check_config(raw, config_cls, source=model_id)
-        if isinstance(config, dict):
-            from kuramoto_attention.models.presets import config_from_dict  # here: presets imports this module
-
-            model_kwargs["config"] = config_from_dict({**raw, "family": cls.family})[1]
+            decoded = cls._check_config(json.load(fh), source=model_id)
+        if isinstance(config, dict):  # under postponed annotations the mixin cannot decode it: a dict arrives
+            model_kwargs["config"] = decoded
         model = cls(**model_kwargs)
         state = load_file(fetch(constants.SAFETENSORS_SINGLE_FILE), device=str(map_location))
         if strict:
@@ -114,19 +114,20 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         return model.eval()
 
     @classmethod
-    def _check_config(cls, raw: dict[str, Any], config_cls: type, source: str) -> None:
-        """Refuse a config.json of another family: by its recorded family or, in a file written before the
-        family was recorded, by fields this family's config does not have (the mixin would drop them). An
-        upgrade of an older config's fields belongs before this check."""
-        family = raw.get("family")
-        if family is not None and family != cls.family:
+    def _check_config(cls, raw: dict[str, Any], source: str) -> Any:
+        """This family's config read from a config.json; another family's is refused: by its recorded family or,
+        in a file written before the family was recorded, by fields this family does not have (the mixin would
+        drop them and build the defaults). Older layouts of this family are read as ``config_from_dict`` reads
+        them."""
+        family = raw.get("family", cls.family)
+        if family != cls.family:
             raise ConfigError(f"{source} holds a {family} model, not a {cls.family} one: load it with the "
                               f"{family} class (or kuramoto_attention.training.checkpoint.load_model)")
-        unknown = sorted(set(raw) - {f.name for f in fields(config_cls)} - {"family"})
-        if unknown:
-            raise ConfigError(f"{source}: its config has fields a {cls.family} model does not have "
-                              f"({', '.join(unknown[:5])}{', ...' if len(unknown) > 5 else ''}); "
-                              "is it a checkpoint of another family?")
+        try:
+            return read_config(cls.family, cls.config_class, {k: v for k, v in raw.items() if k != "family"})
+        except ConfigError as exc:
+            hint = "" if "family" in raw else " (is it a checkpoint of another family?)"
+            raise ConfigError(f"{source}: not a {cls.family} config: {exc}{hint}") from None
 
     def load_checked(self, state: dict[str, Tensor], source: str) -> None:
         """Load ``state`` strictly: refused, naming what differs, unless it holds exactly this model's tensors."""

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.training.precision import autocast
 
 DIRECT_MAX = 256  # contexts up to this are measured as they are
 PROBES = (128, 256, 384)  # else: the quadratic through these three lengths
@@ -32,8 +33,6 @@ GIB = 2**30
 
 def saved_bytes(model: nn.Module, context: int, device: torch.device, precision: str) -> int:
     """Bytes autograd saves in one forward pass and loss at batch 1 and ``context`` (parameters excluded)."""
-    from kuramoto_attention.training.train import autocast
-
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     seen: set[int] = set()
@@ -160,7 +159,11 @@ def check_step_memory(model: nn.Module, batch: int, context: int, device: torch.
         longest = est.longest_context(share)
         fix = (f"even batch 1 does not fit: use --context {longest} or less" if longest >= 1
                else "the model alone does not fit: use a smaller model")
-    raise ConfigError(f"one training step needs about {est.total * processes / GIB:.1f} GiB "
-                      f"(batch {batch} × context {context}: {est.batch * est.per_sequence / GIB:.1f} GiB of "
-                      f"activations, {est.fixed / GIB:.2f} GiB of weights and optimizer state) but only "
-                      f"{available / GIB:.1f} GiB of {where} is available; {fix}")
+    raise ConfigError(f"one training step needs about {_size(est.total * processes)} "
+                      f"(batch {batch} × context {context}: {_size(est.batch * est.per_sequence)} of activations, "
+                      f"{_size(est.fixed)} of weights and optimizer state) but only {_size(available)} of {where} "
+                      f"is available; {fix}")
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB else f"{nbytes / 2**20:.1f} MiB"

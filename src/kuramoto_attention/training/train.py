@@ -47,6 +47,7 @@ from kuramoto_attention.training.checkpoint import (
 )
 from kuramoto_attention.training.data import Corpus, canonical_spec, corpus_checksum, load_corpus, sample_windows
 from kuramoto_attention.training.memory import check_step_memory
+from kuramoto_attention.training.precision import autocast
 
 LN2 = math.log(2.0)
 LOCK_FILE = "train.lock"
@@ -156,12 +157,6 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
     """Linear warmup over ``warmup`` steps, then cosine from lr to lr·min_lr_ratio over progress ∈ [0, 1].
 
@@ -177,11 +172,12 @@ def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
     """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier."""
-    no_decay, phases = model.no_weight_decay(), model.phase_parameter_names()
+    # the groups come from the modules themselves (each says which of its parameters are angles), not from names
+    no_decay, phases, rates = model.no_weight_decay(), model.phase_parameter_names(), model.omega_parameter_names()
     groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "phase": [], "omega": []}
     for name, p in model.named_parameters():
         if name in phases:
-            groups["omega" if name.endswith(".omega") else "phase"].append(p)
+            groups["omega" if name in rates else "phase"].append(p)
         elif p.dim() >= 2 and name not in no_decay:
             groups["decay"].append(p)
         else:
@@ -399,6 +395,10 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
     step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
     valid_bpc = state.get("valid_bpc", float("nan"))
     finished = _done(cfg, step, total_steps, elapsed)
+    if not finished:
+        # before anything is written: a step that cannot fit would grow until the machine runs out of memory
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if device.type == "cpu" else 1
+        check_step_memory(model, cfg.batch_size, cfg.context, device, cfg.precision, processes=local)
     if rank == 0:
         if resume and finished:
             print(f"nothing to do: run finished at step {step} (extend its budget with --steps, --tokens or "
@@ -412,10 +412,6 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
                 changed = "".join(f"; {k} {old!r} -> {new!r}" for k, (old, new) in run.changes.items())
                 print(f"resuming from step {step}" + (" (no checkpoint yet)" if not from_checkpoint else "")
                       + changed, flush=True)
-    if not finished:
-        # before the first step: a step that cannot fit would otherwise grow until the machine runs out of memory
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if device.type == "cpu" else 1
-        check_step_memory(model, cfg.batch_size, cfg.context, device, cfg.precision, processes=local)
     log = None
     if rank == 0 and not finished:
         log = MetricsLog(run.run_dir, state["step"] if from_checkpoint else None)
