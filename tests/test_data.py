@@ -209,3 +209,19 @@ def test_real_enwik7() -> None:
     corpus = load_corpus("enwik7", root)
     assert [len(v) for v in corpus.splits.values()] == [9_000_000, 500_000, 500_000]
     assert bytes(corpus.splits["train"][:10]) == b"<mediawiki"
+
+
+def test_text_spec_recorded_absolute_and_checksummed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a run records ``text:PATH`` by its absolute path and the file's SHA-256 (a changed file is noticed)."""
+    path = tmp_path / "book.txt"
+    path.write_bytes(b"abc" * 20)
+    monkeypatch.chdir(tmp_path)
+    assert data.canonical_spec("text:book.txt") == f"text:{path}"
+    assert data.canonical_spec("enwik8") == "enwik8" and data.corpus_checksum("stdlib") is None
+    first = data.corpus_checksum("text:book.txt")
+    assert first == hashlib.sha256(b"abc" * 20).hexdigest()
+    path.write_bytes(b"abd" * 20)
+    os.utime(path, ns=(1, 1))  # an edit the stamp's (path, size, mtime) still tells apart
+    assert data.corpus_checksum(f"text:{path}") == hashlib.sha256(b"abd" * 20).hexdigest() != first
+    with pytest.raises(DataError, match="not a file"):
+        data.corpus_checksum("text:missing.txt")

@@ -356,7 +356,15 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
     rank, world = _distributed()
     # rank 0 owns the directory (it alone writes there); the other ranks only read the checkpoint
     with RunLock(run.run_dir) if rank == 0 else contextlib.nullcontext(), StopRequest() as stop:
-        return _train(run, resume, rank, world, stop)
+        try:
+            return _train(run, resume, rank, world, stop)
+        except KeyboardInterrupt:  # a second Ctrl-C (or one before the handlers): stopped without saving
+            if not (run.run_dir / "run.json").exists():
+                raise TrainingInterrupted("SIGINT before training started: nothing was written", signal.SIGINT,
+                                          rank) from None
+            raise TrainingInterrupted(f"SIGINT again: stopped at once, without a checkpoint of the last steps (the "
+                                      f"previous checkpoint, if any, is intact); continue with: "
+                                      f"{resume_command(run.run_dir, world)}", signal.SIGINT, rank) from None
 
 
 def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -> dict[str, Any]:
