@@ -4,7 +4,7 @@
 Groups, in the order they are meant to run (``order`` says which groups a group reads its rates from):
   lr        learning-rate sweep of ka-1m and tf-1m at 3M tokens
   main      ka-1m and tf-1m, 3 seeds, 10M tokens, each at its best lr from ``lr``
-  ablation  ka-1m variants of SPEC §5 / issue 4, 1 seed, 10M tokens
+  ablation  ka-1m variants of the paper / issue 4, 1 seed, 10M tokens
   pycode    the main comparison on pycode (bits per byte), 1 seed
   budget    the main pair and the best variant at 20M tokens;  scale  the pair at 5M parameters
   scale-variant  the best 1M variants at 5M parameters (after scale: they take ka-5m's best rate there)
@@ -53,7 +53,7 @@ def _pinned_lr(preset: str) -> float:
 
 # The confirmed ka-1m variants (group confirm, retired) that kept groups build on, as overrides of ka-1m
 _CLOCK: dict[str, Any] = {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0}
-# the best 1M variant at 10M tokens outside the SPEC's score when the later groups were planned
+# the best 1M variant at 10M tokens outside the paper's score when the later groups were planned
 BEST_VARIANT = "phase-lag-no-self"
 BUDGET_VARIANT = "phase-lag-no-self"  # the variant also trained to 20M (the best confirmed when it ran)
 # the confirm candidate that is the preset ka-1m-tuned (a test holds them equal): k = 160 paid for by shared metric
@@ -228,7 +228,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 # The same list for ka-1m-tuned, whose gates read the feed-forward's shared P: P stays for them where the
-# feed-forward goes or reads θ, its gates are shared (so per-layer gates are the ablation), and the SPEC's own score
+# feed-forward goes or reads θ, its gates are shared (so per-layer gates are the ablation), and the paper's own score
 # (self term, no lag, no clocks) is one more
 TUNED_ABLATIONS: dict[str, dict[str, Any]] = {
     "value-projection": ABLATIONS["value-projection"], "no-ff": {"ff": "none"}, "no-gates": ABLATIONS["no-gates"],

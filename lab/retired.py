@@ -31,7 +31,7 @@ class Retired:
 
 
 RETIRED: dict[str, Retired] = {
-    "screen": Retired("screening round 1 (1.6M tokens): ka-1m variants against the first reading of the SPEC, "
+    "screen": Retired("screening round 1 (1.6M tokens): ka-1m variants against the first reading of the paper, "
                       "with the feed-forward on wrap(θ) (ff_wrap)"),
     "screen2": Retired("screening round 2: ka-1m variants against round 1's winner, feed-forward on wrap(θ)"),
     "screen3": Retired("screening round 3 (3M tokens): bounds (norm-soft), depth/width splits, shared gates"),

@@ -521,14 +521,14 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}-seed2", "ka-1m", 2.21, seed=2, **lag)])
     text = results.comparison_section("main", "BPC")
     assert "Gap (Kuramoto − transformer, mean): **+0.2000**" in text
-    assert (f"over 3+ seeds, outside the SPEC: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False; group "
+    assert (f"over 3+ seeds, outside the paper: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False; group "
             "confirm, 3 seeds): 2.2100 ± 0.0100, a gap of **+0.1050**.") in text
     # another candidate with a lower three-seed mean is named first, the base variant after it
     name = "phase-lag-no-self-coupling-lag"  # a retired candidate: its change is read from its recorded overrides
     write(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
                                phase_lag=True, self_coupling=False, coupling_lag=True) for i in (0, 1, 2)])
     text = results.comparison_section("main", "BPC")
-    assert f"outside the SPEC: {name} (phase_lag=True, self_coupling=False, coupling_lag=True;" in text
+    assert f"outside the paper: {name} (phase_lag=True, self_coupling=False, coupling_lag=True;" in text
     assert "2.1500 ± 0.0000, a gap of **+0.0450**" in text
     assert f"The variant the later groups build on (round 6, budget, scale-variant): {groups.BEST_VARIANT} (" in text
 

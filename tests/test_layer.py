@@ -1,4 +1,4 @@
-"""The mathematics of Kuramoto attention (SPEC §4), checked in float64."""
+"""The mathematics of Kuramoto attention (the paper), checked in float64."""
 
 import itertools
 import math
@@ -269,7 +269,7 @@ def test_clock_fused_equals_reference_and_literal_scores(self_coupling):
                 term = (clock.weight[h] * torch.cos(clock.omega[h] * (t - u) + clock.lag[h])).sum()
                 literal = base[:, h, t, u] + layer.log_tau[h].exp() / math.sqrt(d) * term
                 assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
-    fresh = KuramotoAttention(K, H, clock=3).double()  # w = 0 at init: the SPEC's score
+    fresh = KuramotoAttention(K, H, clock=3).double()  # w = 0 at init: the paper's score
     plain = KuramotoAttention(K, H).double()
     plain.load_state_dict({k: v for k, v in fresh.state_dict().items() if not k.startswith("clock.")})
     theta = random_phases(B, T, K)

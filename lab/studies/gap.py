@@ -8,7 +8,7 @@ writes ``results/gap.json`` and ``results/gap.md``:
 * by position in the window: is the gap a long-context effect (growing with t) or local (flat)?
 * by how predictable the byte is: bytes grouped by the transformer's own loss (its quartiles).
 
-Where group confirm holds ``GAP_VARIANT`` on the same seeds (the preset ka-1m-tuned, outside the SPEC), it gets a
+Where group confirm holds ``GAP_VARIANT`` on the same seeds (the preset ka-1m-tuned, outside the paper), it gets a
 column too: what is left of the gap once the variant has closed part of it.
 """
 
@@ -119,7 +119,7 @@ def write(res: dict[str, Any]) -> Path:
         f"float32; bits per byte, pooled over seeds ({pooled}; gap {res['ka'] - res['tf']:+.3f}"
         + (f", variant gap {res['variant'] - res['tf']:+.3f}" if variant else "") + ")."
         + (f" variant: ka-1m with {variant} (group confirm, the same seeds), i.e. the preset ka-1m-tuned, "
-           "outside the SPEC." if variant else "") + "_",
+           "outside the paper." if variant else "") + "_",
         "",
         "| position t in the window | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),

@@ -24,7 +24,7 @@ from lab.writers.compute import flops_per_token, fmt_flops, fmt_per_token, train
 from lab.writers.scaling import budget_section, scale_section, tuning10m_section, warmup_intro
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
-# the reference each comparison group is read against (SPEC §5): enwik8 BPC at 1M; code (CodeParrot) BPB at 1M
+# the reference each comparison group is read against (the paper): enwik8 BPC at 1M; code (CodeParrot) BPB at 1M
 PAPER_GAP = {"main": "paper at 1M on enwik8: +0.021; target ≤ +0.03",
              "pycode": "paper at 1M on CodeParrot, a different code corpus: +0.013 to +0.015"}
 PRESET_COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange"}
@@ -77,10 +77,10 @@ def screen_section(group: str = "screen") -> str:
 
 SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5", "screen6")
 SCREEN4_ADOPTED = ("none. At 10M tokens (group confirm, below) self_coupling=False beat ka-1m (then on ψ(θ) itself, "
-                   "main-unprojected) on each of its three seeds; it departs from the SPEC's u ≤ t, so it stays a "
+                   "main-unprojected) on each of its three seeds; it departs from the paper's u ≤ t, so it stays a "
                    "switch. The other candidates ended within 0.03 of the default, some with the opposite sign of "
                    "their screen Δ")
-SCREEN5_ADOPTED = ("none (the phase lag and self_coupling=False both depart from the SPEC's score). At 10M tokens "
+SCREEN5_ADOPTED = ("none (the phase lag and self_coupling=False both depart from the paper's score). At 10M tokens "
                    "(group confirm) the phase lag held its screen gain, and with self_coupling=False as well it "
                    "became the variant later groups build on; the confirm section has it over three seeds (and "
                    "the main comparison names the best over three seeds)")
@@ -220,7 +220,7 @@ def _confirm_ranking(min_seeds: int = 3) -> tuple[list[tuple[float, str]], dict[
 
 
 def _best_variant_gap(tf_mean: float, min_seeds: int = 3) -> str:
-    """The confirmed ka-1m variant (outside the SPEC) with the lowest mean over at least ``min_seeds`` seeds, against
+    """The confirmed ka-1m variant (outside the paper) with the lowest mean over at least ``min_seeds`` seeds, against
     the same transformer mean; and ``BEST_VARIANT`` (the base the later groups built on) when that is another."""
     ranked, seeds = _confirm_ranking(min_seeds)
     if not ranked:
@@ -232,7 +232,7 @@ def _best_variant_gap(tf_mean: float, min_seeds: int = 3) -> str:
                 f"{statistics.stdev(vals):.4f}, a gap of **{statistics.mean(vals) - tf_mean:+.4f}**")
 
     best = ranked[0][1]
-    text = f"\n\nThe best ka-1m measured over {min_seeds}+ seeds, outside the SPEC: {line(best)}."
+    text = f"\n\nThe best ka-1m measured over {min_seeds}+ seeds, outside the paper: {line(best)}."
     if best != BEST_VARIANT and len(seeds.get(BEST_VARIANT, [])) >= min_seeds:
         text += f" The variant the later groups build on (round 6, budget, scale-variant): {line(BEST_VARIANT)}."
     return text
@@ -425,9 +425,9 @@ def tuned_intro() -> str:
                 else "")
     return (f"`ka-1m-tuned` is confirm's candidate {TUNED_CANDIDATE} (below{standing}) made a preset: ka-1m with "
             f"{changed}. It keeps what issue 4 asks to keep (no normalisation layers, raw phases as values, the "
-            "Kuramoto increment a = Σ_u A sin(θ_u − θ_t)) and departs from the SPEC's score (no self term, a learned "
+            "Kuramoto increment a = Σ_u A sin(θ_u − θ_t)) and departs from the paper's score (no self term, a learned "
             "phase lag, clock oscillators) and from its gates (v(θ), W_q and W_k read the feed-forward's shared "
-            "P ψ(θ), low-rank maps of ψ(θ)). `ka-1m` stays the SPEC's reading. Its groups (lr-tuned, lr10m-tuned, "
+            "P ψ(θ), low-rank maps of ψ(θ)). `ka-1m` stays the paper's reading. Its groups (lr-tuned, lr10m-tuned, "
             "main-tuned, ablation-tuned, pycode-tuned) run the protocol again; a run identical to a confirm run is "
             "that run (marked). Reproduce: `python -m lab run GROUP` for each, then "
             "`python -m lab report`.")
@@ -521,7 +521,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         ablation_section("ablation-tuned", "main-tuned"),
         "",
         f"Ablations planned: {_planned('ablation-tuned')}. P stays for the gates where the feed-forward goes (no-ff) "
-        "or reads θ (ff-angles: the same parameter count); spec-score restores the SPEC's score (self term, no lag, "
+        "or reads θ (ff-angles: the same parameter count); spec-score restores the paper's score (self term, no lag, "
         "no clocks).",
         "",
         "### pycode (bits per byte)",
@@ -616,7 +616,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         "## Screening of open choices, round 1 (1.6M tokens each, 30 warmup steps, eager, valid BPC)",
         "",
-        "Against the first reading of the SPEC (bound radius 1, phases at the base learning rate). The last "
+        "Against the first reading of the paper (bound radius 1, phases at the base learning rate). The last "
         "column is the fraction of bounded increments within 5% of the radius (diagnostics of the trained run on "
         "4 validation windows): a saturated bound caps how far a layer can move the state.",
         "",
@@ -637,7 +637,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         "Learning rates per parameter group and clipping again (round 1 set them on a very different model); "
         "more oscillators paid for by shared gates (the gates cost 4k² per layer, shared once); attention "
-        "without the self-coupling term (`self_coupling=False`: a switch outside the SPEC, which couples t to "
+        "without the self-coupling term (`self_coupling=False`: a switch outside the paper, which couples t to "
         "u ≤ t; the self term adds nothing to the increment, sin 0 = 0, but takes softmax mass); a phase "
         "embedding that starts every byte near one phase (`embed_spread=0.1`).",
         "",
@@ -645,12 +645,12 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         "## Screening, round 5 (as round 3): positional selection",
         "",
-        "The SPEC's score has no phase offset between query and key, so the positional part of a head's kernel "
+        "The paper's score has no phase offset between query and key, so the positional part of a head's kernel "
         "(Σ_j w_j cos(ω_j (t − u)), w ≥ 0, for coordinates whose phase is the same for all tokens) peaks at "
         "u = t: a head cannot prefer t − 2 to t − 1 by position alone, and all but one of the 48 heads of ka-1m's "
         "main runs of the time (on ψ(θ) itself, main-unprojected) put "
         "their largest attention on u = t (offset profile, in the dynamics section below). `phase_lag=True` adds a "
-        "learned per-coordinate lag β_j to the score only (a switch outside the SPEC's s; a keeps the Kuramoto form). "
+        "learned per-coordinate lag β_j to the score only (a switch outside the paper's s; a keeps the Kuramoto form). "
         "Beyond position, the content part cos(θ_t − θ_u) peaks where θ_u = θ_t: a query can only seek bytes like "
         "itself (a transformer's W_q ≠ W_k can seek others). `content_lag=True` adds a query-dependent lag "
         "W_β ψ(θ_t) (2k² + k parameters per layer, paid for by the feed-forward). Apart from selection, "
@@ -665,7 +665,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "variant beat `self_coupling=False` alone. At 10M tokens (confirm) the lag did what it was built for: "
         "with self-coupling, the heads of layers 2–4 moved their peak to t − u = 1 or 2 and their self weight "
         "fell several-fold; without self-coupling, 4–6 of 16 heads per seed peak at t − u ≥ 2 (at most 1 without "
-        "the lag). It held its screen gain there, alone and on top of `self_coupling=False`: the SPEC's score "
+        "the lag). It held its screen gain there, alone and on top of `self_coupling=False`: the paper's score "
         "cannot express a positional preference for an earlier offset, and at this budget that costs about 0.02 "
         "BPC. The tangent feed-forward was the worst variant: our reading is that a pull toward a field is a "
         "contraction (bytes whose phases differ but whose field y agrees end nearer each other, so information "
@@ -678,7 +678,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "several times the transformer's), so it is not confident where the transformer is. Its logits are a "
         "decayed linear map of ψ(θ), whose norm is fixed (√k), while the transformer's final RMSNorm has an "
         "undecayed gain: `readout_gain` adds one (\"scalar\", or \"oscillator\": g_j on oscillator j's term "
-        "α_{c,j} cos(θ_j − μ_{c,j})). `bound=\"none\"` removes the step's bound (an ablation: the SPEC has one; "
+        "α_{c,j} cos(θ_j − μ_{c,j})). `bound=\"none\"` removes the step's bound (an ablation: the paper has one; "
         "this variant's attention increments all sit on it). shared-gates-depth-5 spends the saved gate parameters on "
         "a fifth layer (the transformer's depth). The rest are the issue's optimiser candidates not yet screened.",
         "",

@@ -41,7 +41,7 @@ def budget_section() -> str:
         return "_No longer-budget runs yet (`python -m lab run budget`)._"
     return ("Each row is a pair trained with its own full schedule to that budget (seed 0, each model's swept "
             f"lr); test BPC unless stated. The last two columns: ka-1m with {BUDGET_VARIANT} "
-            f"({variant_change(BUDGET_VARIANT)}; outside the SPEC), "
+            f"({variant_change(BUDGET_VARIANT)}; outside the paper), "
             "a variant confirmed at 10M, and its gap to the same transformer.\n\n"
             + table(["tokens", "group", "ka-1m", "tf-1m", "gap", "ka-1m variant", "variant gap"], body))
 
@@ -94,7 +94,7 @@ def _one_variant_at_5m(runs: dict[str, dict[str, Any]], v: dict[str, Any], name:
            for g, n in (("confirm", f"ka-{name}"), ("main-unprojected", "ka-1m-seed0"))}
     widths = "".join(f"; at 5M {k}={x}, re-matched to ka-5m's parameter count" for k, x in
                      SCALE_WIDTHS.get(name, {}).items())
-    text = (f"\n\nThe 1M variant {name} ({variant_change(name)}{widths}; outside the SPEC) on ka-5m "
+    text = (f"\n\nThe 1M variant {name} ({variant_change(name)}{widths}; outside the paper) on ka-5m "
             f"at lr {v['train']['lr']:g} (seed {v['train']['seed']}, group scale-variant): test BPC "
             + fmt(v["eval_bpc"]))
     if base:

@@ -1,4 +1,4 @@
-"""Dynamics diagnostics of a trained KuramotoLM (paper §4 "dynamics", SPEC §5).
+"""Dynamics diagnostics of a trained KuramotoLM (paper §4 "dynamics", the paper).
 
 The paper's claims about *how* the model works are claims about numbers we can read off a
 forward pass: it synchronises locally (|G| near 1) without collapsing globally (the order

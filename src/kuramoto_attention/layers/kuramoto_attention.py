@@ -35,7 +35,7 @@ GEOMETRIES: dict[str, type[Geometry]] = {"torus": Torus, "su2": SU2}
 
 @dataclass
 class AttentionConfig:
-    """The layer's options; every one is a SPEC field, an ablation, or an ingredient of a preset."""
+    """The layer's options; every one is a paper field, an ablation, or an ingredient of a preset."""
 
     group: str = "torus"  # the compact group the states live on (GEOMETRIES)
     gates: bool = True  # learned metric gates; False: every gate 1 (the bare kernel; ablation)

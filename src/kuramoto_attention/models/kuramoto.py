@@ -133,6 +133,7 @@ class KuramotoLM(ByteLM):
     """Byte-level LM whose hidden state is a bank of oscillators (phases on the torus)."""
 
     family = "kuramoto"
+    config_class = KuramotoConfig
 
     def __init__(self, config: KuramotoConfig) -> None:
         super().__init__()

@@ -77,6 +77,7 @@ class TransformerBlock(nn.Module):
 
 class TransformerLM(ByteLM):
     family = "transformer"
+    config_class = TransformerConfig
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.lm import ByteLM
-from kuramoto_attention.training.train import autocast
+from kuramoto_attention.training.precision import autocast
 
 
 def window_plan(n: int, context: int, stride: int) -> list[tuple[int, int]]:
