@@ -30,9 +30,10 @@ from typing import Any
 
 from kuramoto_attention.diagnostics.flops import model_flops
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import build_model, get_preset
 from lab import protocol
-from lab.protocol import LRS, PROTOCOL, SWEEP, Spec, best_lr, config_fields, load_results
+from lab.protocol import LRS, PROTOCOL, SWEEP, Spec, best_lr, load_results
 from lab.retired import RETIRED
 
 # The feed-forward's input moved three times: wrap(θ) ∈ [-π, π) until screen2 measured the raw angle θ (the paper's
@@ -239,7 +240,7 @@ TUNED_ABLATIONS: dict[str, dict[str, Any]] = {
 
 def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr",
               preset: str = "ka-1m", variants: dict[str, dict[str, Any]] = ABLATIONS) -> list[Spec]:
-    base = {**config_fields(get_preset(preset)[1]), **(model or {})}
+    base = {**flat_fields(get_preset(preset)[1]), **(model or {})}
     lr = best_lr(preset, lr_group)
     # a variant equal to the full model's own setting is the full model itself: skip it
     return [Spec(group, f"ka-{k}", preset, {**(model or {}), **v}, {**PROTOCOL, "lr": lr})

@@ -104,11 +104,3 @@ def best_lr(preset: str, group: str = "lr") -> float:
                f"`{rerun_command(group)}`" if group in RETIRED else f"run `{run_command(group)}` first")
         raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / group}; {how}")
     return best["train"]["lr"]
-
-
-def config_fields(cfg: Any) -> dict[str, Any]:
-    """A model config's fields as one flat dict (a nested config's sub-configs' fields beside its own)."""
-    out: dict[str, Any] = {}
-    for k, v in asdict(cfg).items():
-        out.update(v if isinstance(v, dict) else {k: v})
-    return out

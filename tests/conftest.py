@@ -9,3 +9,17 @@ def _seed() -> None:
 
 def random_phases(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     return (torch.rand(*shape, dtype=dtype) * 2 - 1) * 4.0  # beyond [-π, π) on purpose
+
+
+def assert_paths_agree(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The fused and the reference path give the same output and the same gradients (the state's and every
+    parameter's), in float64; returns x detached."""
+    x = x.detach().requires_grad_()
+    fused, ref = layer(x), layer(x, path="reference")
+    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
+    weights = torch.randn_like(fused)
+    g_fused = torch.autograd.grad((fused * weights).sum(), [x, *layer.parameters()])
+    g_ref = torch.autograd.grad((ref * weights).sum(), [x, *layer.parameters()])
+    for a, b in zip(g_fused, g_ref, strict=True):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    return x.detach()

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import bench
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import groups, protocol, records, retired
 from lab import runner as experiment
@@ -181,7 +182,7 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
                 assert model["ff_proj"] == "none" and model["ff_hidden"] == raw.model.get("ff_hidden", 200), s.name
     # the groups on the new default are not pinned, and ka-5m's preset did not move (nor its rate's sweep)
     assert not {"lr", "main", "ablation", "pycode", "scale", "scale-variant"} & groups.PINNED_UNPROJECTED
-    ka5 = protocol.config_fields(get_preset("ka-5m")[1])
+    ka5 = flat_fields(get_preset("ka-5m")[1])
     assert (ka5["ff_proj"], ka5["ff_hidden"]) == ("none", 442)
     assert {s.train["lr"] for s in groups.plan("scale") if s.name == "ka-5m"} == {8e-3}  # lr-unprojected's best
 
@@ -211,7 +212,7 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
         assert {s.preset for s in specs} == {"ka-1m-tuned"} and {s.train["lr"] for s in specs} == {4e-3}
     assert [s.train["seed"] for s in groups.plan("main-tuned")] == [0, 1, 2, *groups.TUNED_FRESH_SEEDS]
     assert [s.train["corpus"] for s in groups.plan("pycode-tuned")] == ["pycode"]
-    tuned = protocol.config_fields(get_preset("ka-1m-tuned")[1])
+    tuned = flat_fields(get_preset("ka-1m-tuned")[1])
     ablations = {s.name: s.model for s in groups.plan("ablation-tuned")}
     assert set(ablations) == {f"ka-{k}" for k in groups.TUNED_ABLATIONS}
     for name, change in ablations.items():

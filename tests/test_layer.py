@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import random_phases
+from conftest import assert_paths_agree, random_phases
 
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.gates import metric_gates
@@ -167,16 +167,8 @@ def test_fused_equals_reference_forward_and_gradients(gates, omega, value, bound
 
 
 def assert_fused_equals_reference(layer: KuramotoAttention) -> torch.Tensor:
-    """Both paths give the same output and the same gradients (θ and every parameter); returns θ."""
-    theta = random_phases(B, T, K).requires_grad_()
-    fused, ref = layer(theta), layer(theta, path="reference")
-    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
-    weights = torch.randn_like(fused)
-    g_fused = torch.autograd.grad((fused * weights).sum(), [theta, *layer.parameters()])
-    g_ref = torch.autograd.grad((ref * weights).sum(), [theta, *layer.parameters()])
-    for a, b in zip(g_fused, g_ref, strict=True):
-        assert torch.allclose(a, b, atol=1e-10, rtol=0)
-    return theta.detach()
+    """Both paths give the same output and the same gradients (the state and every parameter); returns it."""
+    return assert_paths_agree(layer, random_phases(B, T, K))
 
 
 @pytest.mark.parametrize("value", ["circular", "projection"])

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_phases
+from conftest import assert_paths_agree, random_phases
 
 from kuramoto_attention.layers import naive_su2
 from kuramoto_attention.layers.gates import metric_gates
@@ -154,15 +154,8 @@ FIELDS = list(itertools.product([True, False], ["learned", "zero"], ["circular",
 
 
 def assert_fused_equals_reference(layer: KuramotoAttention) -> torch.Tensor:
-    q = random_quaternions(B, T, N).requires_grad_()
-    fused, ref = layer(q), layer(q, path="reference")
-    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
-    weights = torch.randn_like(fused)
-    g_fused = torch.autograd.grad((fused * weights).sum(), [q, *layer.parameters()])
-    g_ref = torch.autograd.grad((ref * weights).sum(), [q, *layer.parameters()])
-    for a, b in zip(g_fused, g_ref, strict=True):
-        assert torch.allclose(a, b, atol=1e-10, rtol=0)
-    return q.detach()
+    """Both paths give the same output and the same gradients (the state and every parameter); returns it."""
+    return assert_paths_agree(layer, random_quaternions(B, T, N))
 
 
 @pytest.mark.parametrize("gates,omega,value,bound,tau", FIELDS)

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
 from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, plan
-from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, config_fields, load_results
+from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, load_results
 from lab.records import with_twins
 from lab.retired import RETIRED, rerun_command, retired_settings
 from lab.writers import compute, summary
@@ -417,8 +418,8 @@ def _predates_projection(name: str) -> str:
 def tuned_intro() -> str:
     """What ka-1m-tuned is (read from its preset) and where it came from."""
     cfg = get_preset("ka-1m-tuned")[1]
-    base = config_fields(get_preset("ka-1m")[1])
-    changed = ", ".join(f"{k}={v}" for k, v in config_fields(cfg).items() if base.get(k) != v)
+    base = flat_fields(get_preset("ka-1m")[1])
+    changed = ", ".join(f"{k}={v}" for k, v in flat_fields(cfg).items() if base.get(k) != v)
     ranked, _ = _confirm_ranking()
     rank = next((i for i, (_, name) in enumerate(ranked, 1) if name == TUNED_CANDIDATE), None)
     standing = (f", ranked {rank} of the {len(ranked)} candidates with three or more seeds by mean test BPC" if rank

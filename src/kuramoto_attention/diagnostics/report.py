@@ -184,14 +184,18 @@ def fig_attention(d: Diagnostics) -> Figure:
     return fig
 
 
+def _portrait_grid(d: Diagnostics, oscillators: int) -> tuple[list[int], list[int], Figure, Any]:
+    """The portraits' grid: up to PORTRAIT_COORDS oscillators (rows) by up to 4 states, embedding to last layer."""
+    coords = sorted({round(i * (oscillators - 1) / max(PORTRAIT_COORDS - 1, 1)) for i in range(PORTRAIT_COORDS)})
+    cols = sorted({round(i * d.depth / 3) for i in range(4)})
+    fig = _figure(2.1 * len(cols) + 0.8, 2.1 * len(coords))
+    return coords, cols, fig, fig.subplots(len(coords), len(cols), squeeze=False)
+
+
 def fig_phases(d: Diagnostics) -> Figure:
     import numpy as np
 
-    k = d.states[0].shape[-1]
-    coords = sorted({round(i * (k - 1) / max(PORTRAIT_COORDS - 1, 1)) for i in range(PORTRAIT_COORDS)})
-    cols = sorted({round(i * d.depth / 3) for i in range(4)})  # at most 4 states: embedding ... last layer
-    fig = _figure(2.1 * len(cols) + 0.8, 2.1 * len(coords))
-    axes = fig.subplots(len(coords), len(cols), squeeze=False)
+    coords, cols, fig, axes = _portrait_grid(d, d.states[0].shape[-1])
     circle = np.linspace(0, 2 * math.pi, 200)
     t = d.tokens.shape[1]
     for r, j in enumerate(coords):
@@ -215,11 +219,7 @@ def fig_quaternions(d: Diagnostics) -> Figure:
     parameter."""
     import numpy as np
 
-    k = d.states[0].shape[-2]
-    coords = sorted({round(i * (k - 1) / max(PORTRAIT_COORDS - 1, 1)) for i in range(PORTRAIT_COORDS)})
-    cols = sorted({round(i * d.depth / 3) for i in range(4)})
-    fig = _figure(2.1 * len(cols) + 0.8, 2.1 * len(coords))
-    axes = fig.subplots(len(coords), len(cols), squeeze=False)
+    coords, cols, fig, axes = _portrait_grid(d, d.states[0].shape[-2])
     circle = np.linspace(0, 2 * math.pi, 200)
     t = d.tokens.shape[1]
     for r, j in enumerate(coords):
