@@ -12,6 +12,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   warmup10m each 1M model with a 30-step warmup, at the main protocol
   lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned   the protocol again for ka-1m-tuned
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
+  leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
   main-unprojected, ablation-unprojected, pycode-unprojected, lr-unprojected
@@ -186,6 +187,37 @@ def _warmup10m() -> list[Spec]:
 TUNED_FRESH_SEEDS = (3, 4, 5)
 
 
+# Issue 26's structural leads on ka-1m-tuned, each a field of the same code path: screened at the protocol (seed 0,
+# against main-tuned's seed 0, the same run without the field), the best then trained to 40M tokens (leads40)
+LEADS: dict[str, dict[str, Any]] = {
+    # the second and third harmonic of the coupling (Daido), signed weights learned from 0 (layers/harmonics.py)
+    "harmonics-2": {"harmonics": 2}, "harmonics-3": {"harmonics": 3},
+}
+
+
+def _leads() -> list[Spec]:
+    lr = _own_lr("ka-1m-tuned")
+    return [Spec("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", v, {**PROTOCOL, "seed": 0, "lr": lr})
+            for k, v in LEADS.items()]
+
+
+def _leads40() -> list[Spec]:
+    """The lead with the lowest test BPC at the protocol (seed 0), trained as budget40's runs, if it beat ka-1m-tuned's
+    mean over main-tuned's own seeds (3-5: the seeds its choice played no part in)."""
+    base = [r["eval_bpc"] for r in load_results("main-tuned")]
+    done = load_results("leads")
+    if not base or len(done) < len(LEADS):
+        raise ConfigError(f"leads40 picks the best of leads: {len(done)} of its {len(LEADS)} runs are in "
+                          "results/leads (and main-tuned's are needed); run `python -m lab run leads`")
+    best, mean = min(done, key=lambda r: r["eval_bpc"]), sum(base) / len(base)
+    if best["eval_bpc"] >= mean:
+        raise ConfigError(f"no lead beat ka-1m-tuned at the protocol (best {best['name']}: {best['eval_bpc']:.4f} "
+                          f"against main-tuned's mean {mean:.4f}): nothing to confirm at 40M")
+    key = best["name"].removeprefix("ka-1m-tuned-")
+    return [Spec("leads40", f"{best['name']}-{b // 1_000_000}m", "ka-1m-tuned", LEADS[key],
+                 {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr("ka-1m-tuned")}) for b in BUDGETS]
+
+
 def _second_stage(group: str, sweep: str, preset: str) -> list[Spec]:
     """A sweep's second stage: its two best 3M rates at the main protocol, seed 0, scored on valid."""
     ranked = sorted((r for r in load_results(sweep) if r["preset"] == preset), key=lambda r: r["eval_bpc"])
@@ -261,7 +293,7 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
                                         variants=TUNED_ABLATIONS),
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
-    "budget40": _budget40, "flops": _flops,
+    "budget40": _budget40, "flops": _flops, "leads": _leads, "leads40": _leads40,
     # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
     "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
     # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds

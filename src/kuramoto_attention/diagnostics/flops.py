@@ -24,9 +24,10 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
         # the embedding is a lookup (then ψ or exp, elementwise), not a matmul; the readout is an nn.Linear of φ
         att, c = cfg.attention, model.geometry.components  # c real features per oscillator: torus 2, SU(2) 4
         d_qk = c * cfg.dim + 2 * att.clock * cfg.heads  # φ's features, then each head's clock features
-        # the values' useful width (the kernel pads narrower values with zeros to d_qk: ops/attention.py sdpa): the
-        # c·n lift for the Kuramoto step, the n·tangent increment for the projection ablation
-        d_v = c * cfg.dim if att.value == "circular" else cfg.dim * model.geometry.tangent
+        # the values' useful width (the kernel pads the narrower side with zeros: ops/attention.py sdpa): the c·n lift
+        # for the Kuramoto step (M times over with M coupling harmonics), the n·tangent increment for the projection
+        # ablation
+        d_v = c * cfg.dim * att.harmonics if att.value == "circular" else cfg.dim * model.geometry.tangent
     attn = 6 * cfg.depth * context * (d_qk + d_v)
     return {"matmul_params": n_mm, "d_qk": d_qk, "d_v": d_v, "flops_per_token": 6 * n_mm + attn}
 

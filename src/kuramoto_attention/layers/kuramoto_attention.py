@@ -25,6 +25,7 @@ from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates, PositionalClock, metric_gates, read
 from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.harmonics import Harmonics
 from kuramoto_attention.layers.su2 import SU2
 from kuramoto_attention.layers.torus import Torus
 from kuramoto_attention.ops.attention import KVCache, causal_attention, compute_dtype, merge_heads, split_heads
@@ -59,6 +60,9 @@ class AttentionConfig:
     phase_lag: bool = False
     clock: int = 0  # positional clock oscillators per head (gates.py PositionalClock); 0: none
     clock_init: float = 0.0  # their weights' initial value (0: the paper's score at init)
+    # M: the increment Σ_u A_{t,u} Σ_{m ≤ M} c_m sin(m(θ_u − θ_t)), c_1 = 1, c_m learned per oscillator from 0
+    # (harmonics.py, Daido's coupling; the torus only). 1: the paper's Kuramoto term
+    harmonics: int = 1
 
     def __post_init__(self) -> None:
         checks = [
@@ -73,6 +77,10 @@ class AttentionConfig:
             (_finite(self.omega_base) and self.omega_base > 1, "omega_base must be a finite number > 1"),
             (isinstance(self.clock, int) and self.clock >= 0, "clock must be an integer >= 0 (oscillators per head)"),
             (_finite(self.clock_init), "clock_init must be finite"),
+            (isinstance(self.harmonics, int) and not isinstance(self.harmonics, bool) and self.harmonics >= 1,
+             "harmonics must be an integer >= 1 (1: the plain Kuramoto term)"),
+            (self.harmonics == 1 or self.value == "circular",
+             "harmonics > 1 needs value='circular' (they weigh the averaged states' multiples)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -119,8 +127,9 @@ class KuramotoAttention(nn.Module):
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
         self.config, self.dim, self.heads, self.head_dim = cfg, dim, heads, dim // heads
         self.geometry = GEOMETRIES[cfg.group]()
-        if cfg.phase_lag and not isinstance(self.geometry, Torus):
-            raise ValueError(f"phase_lag is defined on the torus only, got group={cfg.group!r}")
+        for name in ("phase_lag", "harmonics"):
+            if getattr(cfg, name) not in (False, 1) and not isinstance(self.geometry, Torus):
+                raise ValueError(f"{name} is defined on the torus only, got group={cfg.group!r}")
         lift_dim = self.geometry.components * dim
 
         # built in this order so that every config draws the same initial numbers from the same seed
@@ -148,6 +157,7 @@ class KuramotoAttention(nn.Module):
         self.value_proj = nn.Linear(lift_dim, dim * self.geometry.tangent, bias=False) \
             if cfg.value == "projection" else None
         self.bound = Bound(dim * self.geometry.tangent, cfg.bound, cfg.radius_init)
+        self.harmonics = Harmonics(dim, cfg.harmonics) if cfg.harmonics > 1 else None
 
     # ----------------------------------------------------------------- parts
     @property
@@ -206,6 +216,8 @@ class KuramotoAttention(nn.Module):
             v = split_heads(self.value_proj(lifted_mm), self.heads)
         else:
             v = geo.values(x, lifted_mm, self.heads)
+            if self.harmonics is not None:  # ψ(mθ_u), m = 2..M, beside ψ(θ_u): one SDPA call averages them all
+                v = torch.cat((v, self.harmonics.values(x, self.heads, v.dtype)), dim=-1)
         if cache is not None:
             k, v = cache.update(k, v)
         mean = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim),
@@ -213,7 +225,15 @@ class KuramotoAttention(nn.Module):
         value = self.value(lifted_mm, mapped)
         if self.value_proj is not None:  # the ablation: A · W_v φ(x) is the increment itself
             return geo.move(x, geo.tangent_gate(value.to(x.dtype)) * merge_heads(mean).to(x.dtype), self.bound)
+        if self.harmonics is not None:
+            first, higher = mean.split((v.shape[-1] - self.harmonics_width(), self.harmonics_width()), dim=-1)
+            inc = geo.increment(x, lifted, first) + self.harmonics.increment(x, higher)
+            return geo.move(x, geo.tangent_gate(value.to(x.dtype)) * inc, self.bound)
         return geo.step(x, lifted, mean, value, self.bound)
+
+    def harmonics_width(self) -> int:
+        """The value features per head the harmonics beyond the first add: 2d(M − 1) (0 without)."""
+        return 0 if self.harmonics is None else 2 * self.head_dim * (self.harmonics.order - 1)
 
     def _reference(self, x: Tensor, lifted: Tensor) -> tuple[Tensor, Tensor]:
         """(increment, A) from the literal formulas (``naive.py``): the T × T kernel and the sum over u."""
@@ -231,7 +251,10 @@ class KuramotoAttention(nn.Module):
         attn = naive.coupling_matrix(s, self.config.self_coupling)
         if self.value_proj is not None:
             return merge_heads(attn @ split_heads(self.value_proj(lifted), self.heads)), attn
-        return self.geometry.reference_increment(x, attn), attn
+        inc = self.geometry.reference_increment(x, attn)
+        if self.harmonics is not None:
+            inc = inc + self.harmonics.reference_increment(x, attn)
+        return inc, attn
 
     # ----------------------------------------------------------------- API
     def coupling(self, x: Tensor) -> tuple[Tensor, Tensor]:
