@@ -55,7 +55,37 @@ def test_write(tmp_path, monkeypatch):
     assert "| 0 | 2.500 | 2.250 | 2.000 | +0.500 | +0.250 |" in text
 
 
+def test_recall_classes_mark_what_copying_predicts():
+    # "abcd" recurs: after its second occurrence copying predicts "e" (right), after its third "e" again (wrong: "x")
+    text = b"abcde--abcde--abcdx"
+    classes = gap.recall_classes(torch.tensor([list(text)]), order=4)
+    assert classes.shape == (1, len(text) - 1)
+    assert classes[0, 10].item() == 1  # predicting text[11] = "e" after the second "abcd": copying is right
+    assert classes[0, 17].item() == 2  # predicting "x" after the third "abcd": copying says "e"
+    assert classes[0, :7].tolist() == [0] * 7  # nothing seen before the first repeat of a 4-byte context
+    rows = gap.by_recall({"ka": classes.double() + 1, "tf": torch.ones(1, len(text) - 1)}, classes)
+    assert {r["recall"]: r["ka_gap"] for r in rows} == {0: 0.0, 1: 1.0, 2: 2.0}
+    assert sum(r["bytes"] for r in rows) == len(text) - 1
+
+
+def test_write_budget_pair(tmp_path, monkeypatch):
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
+    bits = {"tuned": torch.full((1, 6), 2.25), "tf": torch.full((1, 6), 2.0)}
+    classes = torch.zeros(1, 6, dtype=torch.long)
+    res = {"group": "budget40", "runs": {"tuned": "ka-1m-tuned-40m", "tf": "tf-1m-40m"}, "windows": 1, "context": 6,
+           "tokens": {"tuned": 40_000_000, "tf": 40_000_000}, "tuned": 2.25, "tf": 2.0,
+           "by_position": gap.by_position(bits), "by_difficulty": gap.by_difficulty(bits),
+           "by_recall": gap.by_recall(bits, classes)}
+    path = gap.write(res)
+    text = path.read_text()
+    assert path.name == "gap-budget40.md" and (tmp_path / "gap-budget40.json").exists()
+    assert "after 40M tokens" in text and "`python -m lab gap budget40`" in text
+    assert "| position t in the window | ka-1m-tuned | tf-1m | ka-1m-tuned gap |" in text
+    assert "| context new to the window | 6 | 2.250 | 2.000 | +0.250 |" in text
+
+
 @pytest.mark.parametrize("argv,needle", [
+    (["gap", "budget40"], "gap budget40 needs tf-1m-40m and a Kuramoto run of results/budget40"),
     (["gap"], "no seed with both ka-1m and tf-1m in results/main"),
     (["gap", "main", "confirm"], "gap takes one GROUP"),
     (["run"], "run needs one GROUP"),

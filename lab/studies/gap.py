@@ -10,6 +10,13 @@ writes ``results/gap.json`` and ``results/gap.md``:
 
 Where group confirm holds ``GAP_VARIANT`` on the same seeds (the preset ka-1m-tuned, outside the paper), it gets a
 column too: what is left of the gap once the variant has closed part of it.
+
+``python -m lab gap budget40`` does the same for the 40M-token runs (seed 0: ka-1m-tuned and, once trained, ka-1m
+against tf-1m) and writes ``results/gap-budget40.{json,md}``, with one more breakdown (both modes):
+
+* by recall: bytes whose preceding ``RECALL_ORDER`` bytes occurred earlier in the window, split by whether the byte
+  after their latest occurrence is this byte (copying predicts it: what an induction head does) or not, against
+  bytes whose context is new to the window.
 """
 
 import itertools
@@ -29,6 +36,9 @@ from lab.studies import missing_runs
 
 POSITION_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # bins [a, b) of the position t in the window
 WINDOWS = 64
+RECALL_ORDER = 4  # bytes of context whose earlier occurrence in the window makes a byte "seen"
+RECALL_NAMES = ("context new to the window", "seen, copying predicts the byte", "seen, copying predicts another byte")
+BUDGET_PAIR = {"budget40": {"tuned": "ka-1m-tuned-40m", "ka": "ka-1m-40m", "tf": "tf-1m-40m"}}
 GAP_VARIANT = TUNED_CANDIDATE  # ka-1m-tuned: confirm's runs of it are main-tuned's seeds 0-2
 
 
@@ -66,7 +76,33 @@ def by_difficulty(bits: dict[str, Tensor]) -> list[dict[str, float]]:
     return [{"quartile": q, "bytes": int((quartile == q).sum()), **_means(flat, quartile == q)} for q in range(4)]
 
 
+def recall_classes(windows: Tensor, order: int = RECALL_ORDER) -> Tensor:
+    """(B, T − 1): for each predicted byte windows[:, t + 1], 0 when the ``order`` bytes ending at t never occurred
+    earlier in the window, 1 when they did and the byte after their latest occurrence is this byte, 2 otherwise.
+    The first ``order − 1`` predictions (too little context) count as new."""
+    rows = windows.tolist()
+    out = torch.zeros(windows.shape[0], windows.shape[1] - 1, dtype=torch.long)
+    for b, row in enumerate(rows):
+        latest: dict[tuple[int, ...], int] = {}  # k-gram -> the byte that followed its latest occurrence
+        for t in range(order - 1, len(row) - 1):
+            key = tuple(row[t - order + 1:t + 1])
+            if key in latest:
+                out[b, t] = 1 if latest[key] == row[t + 1] else 2
+            latest[key] = row[t + 1]
+    return out
+
+
+def by_recall(bits: dict[str, Tensor], classes: Tensor) -> list[dict[str, Any]]:
+    """Mean bits and gaps per recall class (``recall_classes``); classes with no bytes are left out."""
+    flat = {name: b.flatten() for name, b in bits.items()}
+    cls = classes.flatten()
+    return [{"recall": c, "bytes": int((cls == c).sum()), **_means(flat, cls == c)}
+            for c in range(len(RECALL_NAMES)) if (cls == c).any()]
+
+
 def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
+    if group in BUDGET_PAIR:
+        return measure_budget(group, data_dir, windows)
     from kuramoto_attention.diagnostics.measure import valid_batch
     from kuramoto_attention.training.checkpoint import load_model
     from lab.records import run_dir_of, with_twins
@@ -87,30 +123,78 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
     by_seed = {seed: {"ka": run_dir_of(done[f"ka-1m-seed{seed}"]), "tf": run_dir_of(done[f"tf-1m-seed{seed}"]),
                       **({"variant": variant_runs[seed]} if with_variant else {})} for seed in seeds}
     missing_runs([run for runs in by_seed.values() for run in runs.values()], f"gap {group}")
+    classes = []
     for runs in by_seed.values():
         context = json.loads((runs["ka"] / "run.json").read_text())["train"]["context"]
         batch = valid_batch(runs["ka"], windows, context + 1, data_dir)  # every model sees the same windows
+        classes.append(recall_classes(batch))
         for name, run in runs.items():
             bits[name].append(bits_per_byte(load_model(run)[0], batch))
     pooled = {name: torch.cat(b) for name, b in bits.items()}
     return {"group": group, "seeds": seeds, "windows_per_seed": windows, "context": pooled["tf"].shape[1],
             "ka_ff_proj": done[f"ka-1m-seed{seeds[0]}"]["model"].get("ff_proj", "none"),
             "variant_name": GAP_VARIANT if with_variant else None, **{n: b.mean().item() for n, b in pooled.items()},
-            "by_position": by_position(pooled), "by_difficulty": by_difficulty(pooled)}
+            "by_position": by_position(pooled), "by_difficulty": by_difficulty(pooled),
+            "by_recall": by_recall(pooled, torch.cat(classes))}
+
+
+def measure_budget(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
+    """The budget group's Kuramoto runs against its transformer, seed 0, on ``windows`` validation windows."""
+    from kuramoto_attention.diagnostics.measure import valid_batch
+    from kuramoto_attention.training.checkpoint import load_model
+    from lab.records import run_dir_of, with_twins
+
+    done = {r["name"]: r for r in with_twins(group)}
+    names = {key: name for key, name in BUDGET_PAIR[group].items() if name in done}
+    if "tf" not in names or len(names) < 2:
+        raise ConfigError(f"gap {group} needs {BUDGET_PAIR[group]['tf']} and a Kuramoto run of results/{group}; "
+                          f"run `{protocol.run_command(group)}` first")
+    runs = {key: run_dir_of(done[name]) for key, name in names.items()}
+    missing_runs(list(runs.values()), f"gap {group}")
+    context = json.loads((runs["tf"] / "run.json").read_text())["train"]["context"]
+    batch = valid_batch(runs["tf"], windows, context + 1, data_dir)
+    bits = {key: bits_per_byte(load_model(run)[0], batch) for key, run in runs.items()}
+    return {"group": group, "runs": names, "windows": windows, "context": context,
+            "tokens": {key: done[name]["tokens"] for key, name in names.items()},
+            **{key: b.mean().item() for key, b in bits.items()},
+            "by_position": by_position(bits), "by_difficulty": by_difficulty(bits),
+            "by_recall": by_recall(bits, recall_classes(batch))}
+
+
+DIFFICULTY_NAMES = ("easiest quarter", "second", "third", "hardest quarter")
+
+
+def _tables(res: dict[str, Any], labels: dict[str, str], gap_labels: dict[str, str]) -> list[str]:
+    """The breakdowns as Markdown tables: each model's bits (``labels``: key -> column), then each Kuramoto model's
+    gap to "tf" (``gap_labels``)."""
+    models = list(labels)
+    cols = [*labels.values(), *gap_labels.values()]
+
+    def cells(r: dict[str, Any]) -> str:
+        return " | ".join([*(f"{r[m]:.3f}" for m in models), *(f"{r[f'{m}_gap']:+.3f}" for m in gap_labels)])
+
+    lines = ["| position t in the window | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for r in res["by_position"]:
+        where = str(r["from"]) if r["to"] - r["from"] == 1 else f"{r['from']}–{r['to'] - 1}"
+        lines.append(f"| {where} | {cells(r)} |")
+    lines += ["", "| bytes by the transformer's loss | bytes | " + " | ".join(cols) + " |",
+              "|---|---|" + "---|" * len(cols)]
+    lines += [f"| {DIFFICULTY_NAMES[r['quartile']]} | {r['bytes']:,} | {cells(r)} |" for r in res["by_difficulty"]]
+    if "by_recall" in res:  # absent from results measured before it existed
+        lines += ["", f"| the byte's {RECALL_ORDER}-byte context | bytes | " + " | ".join(cols) + " |",
+                  "|---|---|" + "---|" * len(cols)]
+        lines += [f"| {RECALL_NAMES[r['recall']]} | {r['bytes']:,} | {cells(r)} |" for r in res["by_recall"]]
+    return lines
 
 
 def write(res: dict[str, Any]) -> Path:
+    if "runs" in res:
+        return _write_budget(res)
     (protocol.RESULTS / "gap.json").write_text(json.dumps(res, indent=1) + "\n")
     seeds = ", ".join(map(str, res["seeds"]))
     variant = res.get("variant_name")
-    models = ["ka", *(["variant"] if variant else []), "tf"]
-    cols = ["ka", *(["variant"] if variant else []), "tf", "gap", *(["variant gap"] if variant else [])]
-
-    def cells(r: dict[str, Any]) -> str:
-        gaps = [r["ka_gap"], *([r["variant_gap"]] if variant else [])]
-        return " | ".join([*(f"{r[m]:.3f}" for m in models), *(f"{g:+.3f}" for g in gaps)])
-
-    pooled = ", ".join(f"{m} {res[m]:.3f}" for m in models)
+    labels = {"ka": "ka", **({"variant": "variant"} if variant else {}), "tf": "tf"}
+    pooled = ", ".join(f"{m} {res[m]:.3f}" for m in labels)
     lines = [
         "## Where the gap is: per-byte loss of ka-1m against tf-1m",
         "",
@@ -121,17 +205,27 @@ def write(res: dict[str, Any]) -> Path:
         + (f" variant: ka-1m with {variant} (group confirm, the same seeds), i.e. the preset ka-1m-tuned, "
            "outside the paper." if variant else "") + "_",
         "",
-        "| position t in the window | " + " | ".join(cols) + " |",
-        "|---|" + "---|" * len(cols),
+        *_tables(res, labels, {"ka": "gap", **({"variant": "variant gap"} if variant else {})}),
     ]
-    for r in res["by_position"]:
-        where = str(r["from"]) if r["to"] - r["from"] == 1 else f"{r['from']}–{r['to'] - 1}"
-        lines.append(f"| {where} | {cells(r)} |")
-    lines += ["", "| bytes by the transformer's loss | bytes | " + " | ".join(cols) + " |",
-              "|---|---|" + "---|" * len(cols)]
-    names = ("easiest quarter", "second", "third", "hardest quarter")
-    for r in res["by_difficulty"]:
-        lines.append(f"| {names[r['quartile']]} | {r['bytes']:,} | {cells(r)} |")
     path = protocol.RESULTS / "gap.md"
+    path.write_text("\n".join([*lines, ""]))
+    return path
+
+
+def _write_budget(res: dict[str, Any]) -> Path:
+    group, runs = res["group"], res["runs"]
+    (protocol.RESULTS / f"gap-{group}.json").write_text(json.dumps(res, indent=1) + "\n")
+    labels = {key: runs[key].rsplit("-", 1)[0] for key in ("tuned", "ka", "tf") if key in runs}  # the presets
+    pooled = ", ".join(f"{labels[m]} {res[m]:.3f}" for m in labels)
+    lines = [
+        f"## Where the gap is after {max(res['tokens'].values()) / 1e6:.0f}M tokens: per-byte loss against tf-1m",
+        "",
+        f"_Generated by `python -m lab gap {group}`: seed 0's models of group {group} on the same {res['windows']} "
+        f"evenly spaced validation windows of {res['context']} predicted bytes each, float32; bits per byte "
+        f"({pooled})._",
+        "",
+        *_tables(res, labels, {m: f"{labels[m]} gap" for m in labels if m != "tf"}),
+    ]
+    path = protocol.RESULTS / f"gap-{group}.md"
     path.write_text("\n".join([*lines, ""]))
     return path
