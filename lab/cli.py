@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run GROUP; report: RESULTS.md and the notebook from results/; replicate: every protocol "
                         "group (not the frozen ones), then report; "
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
-                        "gap [GROUP]: where ka-1m loses to tf-1m, per position, per byte difficulty and per recall (budget40: "
-                        "its 40M-token runs); "
+                        "gap [GROUP]: where ka-1m loses to tf-1m, per position, per byte difficulty and per "
+                        "recall (budget40: its 40M-token runs); "
                         "probe: linear probes of earlier bytes in every state of main's seed-0 pair, the best "
                         "variant and the 5M pair")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}; retired, reported "
