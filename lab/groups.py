@@ -192,6 +192,9 @@ TUNED_FRESH_SEEDS = (3, 4, 5)
 LEADS: dict[str, dict[str, Any]] = {
     # the second and third harmonic of the coupling (Daido), signed weights learned from 0 (layers/harmonics.py)
     "harmonics-2": {"harmonics": 2}, "harmonics-3": {"harmonics": 3},
+    # a step whose length follows the increment's: with s = 1 nearly every trained increment of ka-1m-tuned sits on the
+    # bound (`kuramoto report`'s saturation), so every token moves by r whatever its coupling (bound.py)
+    "bound-scale-learned": {"bound_scale": "learned"},
 }
 
 

@@ -12,29 +12,45 @@ from kuramoto_attention.ops.fused import bounded_step, fused_applies
 from kuramoto_attention.ops.torus import bound_elementwise, bound_norm
 
 BoundKind = Literal["norm", "elementwise"]
+BoundScale = Literal["one", "learned"]
 
 
 class Bound(nn.Module):
-    """``norm``: r·tanh(‖x‖)·x/‖x‖, one learned r, the norm over a token's whole increment (the paper's);
-    ``elementwise``: r ⊙ tanh(x / r), one learned r per coordinate. The radius is stored as log r (positive)."""
+    """``norm``: r·tanh(‖x‖/s)·x/‖x‖, one learned r, the norm over a token's whole increment; s = 1 (``scale="one"``,
+    the paper's reading) or one learned s (``"learned"``, from s = r: gain 1 for small steps, as r ⊙ tanh(x/r)).
+    With s = 1 trained increments sit on the bound (‖x‖ ≫ 1), so every token moves by r whatever its coupling; a
+    learned s lets the step's length follow the increment's. ``elementwise``: r ⊙ tanh(x / r), one learned r per
+    coordinate. Radius and scale are stored as logs (positive)."""
 
-    def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 10.0) -> None:
+    def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 10.0,
+                 scale: BoundScale = "one") -> None:
         super().__init__()
         if kind not in ("norm", "elementwise"):
             raise ValueError(f"bound must be 'norm' or 'elementwise', got {kind!r}")
+        if scale not in ("one", "learned") or (scale == "learned" and kind != "norm"):
+            raise ValueError(f"bound_scale must be 'one', or 'learned' with the norm bound, got {scale!r} "
+                             f"with bound={kind!r}")
         self.kind = kind
         self.log_radius = nn.Parameter(torch.full((dim,) if kind == "elementwise" else (1,), math.log(radius_init)))
+        self.log_scale = nn.Parameter(torch.full((1,), math.log(radius_init))) if scale == "learned" else None
 
     @property
     def radius(self) -> Tensor:
         return self.log_radius.exp()
 
+    @property
+    def fusable(self) -> bool:
+        """Whether the hand-fused kernels (``ops/fused.py``: the norm bound with s = 1) compute this bound now."""
+        return self.kind == "norm" and self.log_scale is None and fused_applies()
+
     def forward(self, x: Tensor) -> Tensor:
         r = self.radius.to(x.dtype)
-        return bound_norm(x, r) if self.kind == "norm" else bound_elementwise(x, r)
+        if self.kind == "elementwise":
+            return bound_elementwise(x, r)
+        return bound_norm(x if self.log_scale is None else x / self.log_scale.exp().to(x.dtype), r)
 
     def step(self, theta: Tensor, x: Tensor) -> Tensor:
         """θ + bound(x) in θ's dtype (x may be lower precision); hand-fused in eager training (``ops/fused.py``)."""
-        if self.kind == "norm" and fused_applies():
+        if self.fusable:
             return bounded_step(theta, x, self.log_radius)
         return theta + self(x)

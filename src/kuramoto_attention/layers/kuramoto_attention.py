@@ -26,12 +26,13 @@ from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates, PositionalClock, metric_gates, read
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.layers.harmonics import Harmonics
+from kuramoto_attention.layers.sphere import Sphere
 from kuramoto_attention.layers.su2 import SU2
 from kuramoto_attention.layers.torus import Torus
 from kuramoto_attention.ops.attention import KVCache, causal_attention, compute_dtype, merge_heads, split_heads
 
 Path = Literal["fused", "reference"]
-GEOMETRIES: dict[str, type[Geometry]] = {"torus": Torus, "su2": SU2}
+GEOMETRIES: dict[str, type[Geometry]] = {"torus": Torus, "su2": SU2, "sphere": Sphere}  # sphere: S³ ⊂ R⁴
 
 
 @dataclass
@@ -45,6 +46,9 @@ class AttentionConfig:
     value: Literal["circular", "projection"] = "circular"
     # "norm": r·tanh(‖x‖)·x/‖x‖ over a token's increment, one learned r; "elementwise": r ⊙ tanh(x/r), r per coordinate
     bound: Literal["norm", "elementwise"] = "norm"
+    # s in the norm bound r·tanh(‖x‖/s)·x/‖x‖: "one" (the paper's reading) or "learned" from s = r (bound.py says why);
+    # the feed-forward's bound takes it too
+    bound_scale: Literal["one", "learned"] = "one"
     tau: Literal["learned", "fixed"] = "learned"  # the temperature τ per head (log-parametrised) or fixed at tau_init
     tau_init: float = 1.0
     # r at init. Radius 10: at 1, 97-100% of increments sat on the bound and training stalled (RESULTS.md)
@@ -70,6 +74,8 @@ class AttentionConfig:
             (self.omega in ("learned", "zero"), "omega must be 'learned' or 'zero'"),
             (self.value in ("circular", "projection"), "value must be 'circular' or 'projection'"),
             (self.bound in ("norm", "elementwise"), "bound must be 'norm' or 'elementwise'"),
+            (self.bound_scale == "one" or (self.bound_scale == "learned" and self.bound == "norm"),
+             "bound_scale must be 'one', or 'learned' with bound='norm'"),
             (self.tau in ("learned", "fixed"), "tau must be 'learned' or 'fixed'"),
             (_finite(self.tau_init) and self.tau_init > 0, "tau_init must be a finite number > 0"),
             (_finite(self.radius_init) and self.radius_init > 0, "radius_init must be a finite number > 0"),
@@ -156,7 +162,7 @@ class KuramotoAttention(nn.Module):
         nn.init.constant_(self.value_gate.bias, cfg.value_init)
         self.value_proj = nn.Linear(lift_dim, dim * self.geometry.tangent, bias=False) \
             if cfg.value == "projection" else None
-        self.bound = Bound(dim * self.geometry.tangent, cfg.bound, cfg.radius_init)
+        self.bound = Bound(dim * self.geometry.tangent, cfg.bound, cfg.radius_init, cfg.bound_scale)
         self.harmonics = Harmonics(dim, cfg.harmonics) if cfg.harmonics > 1 else None
 
     # ----------------------------------------------------------------- parts

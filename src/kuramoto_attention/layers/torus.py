@@ -84,7 +84,7 @@ class Torus(Geometry):
         return bound.step(x, step)  # θ + bound(step): hand-fused in eager training
 
     def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
-        if bound.kind == "norm" and fused_applies():  # increment, value gate, bound and residual in one pass
+        if bound.fusable:  # increment, value gate, bound and residual in one pass
             return gated_step(x, lifted, mean, value, bound.log_radius)
         return super().step(x, lifted, mean, value, bound)
 

@@ -43,7 +43,7 @@ class KuramotoConfig:
     value_gate_input: Literal["lift", "ff-proj"] = "lift"
     gates_input: Literal["lift", "ff-proj"] = "lift"
     shared_gates: bool = False  # one W_q, W_k pair for all layers
-    ff_radius_init: float = 10.0  # the feed-forward bound's radius at init (its kind is the attention's)
+    ff_radius_init: float = 10.0  # the feed-forward bound's radius at init (its kind and scale are the attention's)
     init_std: float = 0.02  # feed-forward, value-projection and readout weights (gates, value gate: 0.02)
     context: int = 256  # training context; the model itself has no maximum length
     attention: AttentionConfig = field(default_factory=AttentionConfig)
@@ -95,7 +95,8 @@ class PhaseFeedForward(nn.Module):
         lift_dim = geometry.components * cfg.dim
         dim_in = shared_proj.out_features if shared_proj is not None else lift_dim if cfg.ff == "lift" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, cfg.dim * geometry.tangent)
-        self.bound = Bound(cfg.dim * geometry.tangent, cfg.attention.bound, cfg.ff_radius_init)
+        self.bound = Bound(cfg.dim * geometry.tangent, cfg.attention.bound, cfg.ff_radius_init,
+                           cfg.attention.bound_scale)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.geometry.move(x, self._update(x), self.bound)

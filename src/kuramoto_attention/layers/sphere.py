@@ -1,0 +1,171 @@
+"""The sphere S^{D−1} ⊂ R^D: AKOrN's oscillators, unit vectors with a rotation drift (docs/sphere.md says why each
+choice below is what it is). D = 4 for ``group="sphere"`` (``AMBIENT``), so that the lift is as wide as SU(2)'s.
+
+State x (B, T, n, D): n unit vectors per token. With ⟨·,·⟩ the Euclidean dot product, P_x w = w − ⟨w, x⟩ x the
+projection onto the tangent space at x, and R(tΩ_j) the rotation of each coordinate plane (x_{2p}, x_{2p+1}) by the
+angle tΩ_{j,p} (Ω_j ∈ R^{D/2}, one rate per plane):
+
+    φ(x)       = the D·n real components, oscillator-major (x_0[0], …, x_0[D−1], x_1[0], …)       the lift
+    s_{t,u}    = τ/√d Σ_j g^q_{t,j} g^k_{u,j} ⟨R(tΩ_j) x_{t,j}, R(uΩ_j) x_{u,j}⟩                  the score
+               = τ/√d Σ_j g^q g^k ⟨x_{t,j}, R((u − t)Ω_j) x_{u,j}⟩    (the plane rotations commute)
+    G_{t,j}    = Σ_u A_{t,u} x_{u,j}                                    the attention output for values x_u
+    ξ_{t,j}    = P_{x_{t,j}} G_{t,j} = Σ_u A_{t,u} (x_{u,j} − ⟨x_{u,j}, x_{t,j}⟩ x_{t,j})     tangent, in R^D
+    x_t       ← exp_{x_t}(w) = cos|w| x_t + sin|w| w/|w|,   w = P_{x_t} bound(v(x_t) ⊙ ξ_t)     the geodesic step
+
+The increment has D coordinates in the ambient space (``tangent = D``) although the tangent space has D − 1
+dimensions: the sphere has no global frame of its tangent spaces (for D ≠ 2, 4, 8), and ambient coordinates keep every
+map linear. For x = (cos θ, sin θ, 0, …) and Ω_{j,0} = ω_j every line is the torus layer's: the score's kernel is
+cos(θ_t − θ_u + ω(t − u)), ξ = sin(θ_u − θ_t) (−sin θ_t, cos θ_t, 0, …) and the move turns θ by the bounded step.
+D = 2 is the torus itself. The literal T × T reference is ``naive_sphere.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kuramoto_attention.layers import naive_sphere
+from kuramoto_attention.layers.bound import Bound
+from kuramoto_attention.layers.gates import metric_gates
+from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.su2 import exp_pure, log_unit
+from kuramoto_attention.ops.attention import rotary_angles
+
+AMBIENT = 4  # D for group="sphere": the lift 4n wide, as SU(2)'s; an AttentionConfig field would be needed for more
+
+
+# --------------------------------------------------------------------------- sphere primitives
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    """⟨a, b⟩ over the last axis, kept: (..., D) × (..., D) -> (..., 1)."""
+    return (a * b).sum(-1, keepdim=True)
+
+
+def project(x: Tensor, w: Tensor) -> Tensor:
+    """P_x w = w − ⟨w, x⟩ x: w's part in the tangent space at the unit vector x."""
+    return w - dot(w, x) * x
+
+
+def exp_map(x: Tensor, w: Tensor) -> Tensor:
+    """exp_x(w) = cos|w| x + sinc|w| w for w tangent at x, then divided by its norm (which only undoes rounding).
+
+    ``su2.exp_pure(w)`` is (cos|w|, sinc|w| w) for a vector w of any length, with its Taylor series below |w|² = 1e-2:
+    smooth at w = 0 with exact gradients."""
+    e = exp_pure(w)
+    new = e[..., :1] * x + e[..., 1:]
+    return new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
+
+
+def rotate_planes(x: Tensor, angle: Tensor) -> Tensor:
+    """R(angle) x: each pair (x_{2p}, x_{2p+1}) of x (..., D) turned by angle (..., D/2) (broadcasting)."""
+    pairs = x.unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype
+                   ) -> tuple[Tensor, Tensor]:
+    """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its D components: feat (B, H, T, d, D) ->
+    (B, H, T, d·D) each."""
+    if logits is None:
+        return (feat * tau.to(dtype).view(heads, 1, 1, 1)).flatten(-2), feat.flatten(-2)
+    g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
+    q, k = (feat * g.unsqueeze(-1)).flatten(-2).unbind(0)
+    return q, k
+
+
+# --------------------------------------------------------------------------- the geometry
+class Sphere(Geometry):
+    """S^{D−1} through the layer's interface: states (B, T, n, D), increments (B, T, D·n) oscillator-major.
+
+    Drift Ω (n, D/2): one rate per coordinate plane and oscillator, initialised to RoPE's geometric frequencies over
+    the head's d·D/2 planes (RoPE on a head of width d·D; for D = 2 the torus's ω exactly). Embedding: a vector
+    w ∈ R^{D−1} per byte and oscillator (256, n, D − 1), read as exp_{e₀}((0, w)) = (cos|w|, sinc|w| w) from the base
+    point e₀ = (1, 0, …, 0): angles, as the torus's (D = 2: (cos θ, sin θ)) and SU(2)'s rotation vectors (D = 4: the
+    same map), so it joins the optimiser's phase group; drawn so that the initial states are uniform on S^{D−1}.
+    """
+
+    name = "sphere"
+    angle_embedding = True  # geodesic coordinates from e₀: radians, of the scale π the phase group expects
+
+    def __init__(self, ambient: int = AMBIENT) -> None:
+        if not isinstance(ambient, int) or ambient < 2 or ambient % 2:
+            raise ValueError(f"the sphere's ambient dimension D must be an even integer >= 2 (the drift rotates "
+                             f"coordinate pairs), got {ambient!r}")
+        self.ambient = ambient
+        self.components = ambient  # the lift: each oscillator's D coordinates
+        self.tangent = ambient  # the increment in ambient coordinates (the tangent space has D − 1 dimensions)
+        self.planes = ambient // 2
+
+    def init_embedding(self, vocab: int, oscillators: int) -> Tensor:
+        x = F.normalize(torch.randn(vocab, oscillators, self.ambient, dtype=torch.float64), dim=-1)  # uniform
+        return log_unit(x).float()  # (vocab, n, D − 1), |w| ∈ [0, π]
+
+    def embed(self, table: Tensor, idx: Tensor) -> Tensor:
+        vocab, n, c = table.shape
+        return exp_pure(F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c)))  # (B, T, n, D)
+
+    def state_shape(self, oscillators: int) -> tuple[int, ...]:
+        return (oscillators, self.ambient)
+
+    def check_state(self, x: Tensor, oscillators: int) -> None:
+        if x.dim() != 4 or x.shape[-2:] != (oscillators, self.ambient) or not x.is_floating_point():
+            raise ValueError(f"expected unit vectors x of shape (B, T, {oscillators}, {self.ambient}) on "
+                             f"S^{self.ambient - 1} (float), got {x.dtype} {tuple(x.shape)}")
+
+    def lift(self, x: Tensor) -> Tensor:
+        return x.flatten(-2)
+
+    def init_drift(self, oscillators: int, heads: int, base: float) -> Tensor:
+        d = oscillators // heads  # oscillator j's planes take neighbouring rates: j·D/2 … (j+1)·D/2 − 1
+        return rotary_angles(d * self.planes, base).view(d, self.planes).repeat(heads, 1).float()  # (n, D/2)
+
+    def zero_drift(self, oscillators: int) -> Tensor:
+        return torch.zeros(oscillators, self.planes)
+
+    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Tensor:
+        """R(tΩ_j) x_{t,j}: (B, T, n, D), pos (T,), drift (n, D/2)."""
+        return rotate_planes(x, pos[:, None, None] * drift.to(x.dtype))
+
+    def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
+                  dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if lag is not None:
+            raise ValueError("phase_lag is defined on the torus only")
+        b, t, n, c = x.shape
+        feat = self.drifted(x, pos, drift).view(b, t, heads, n // heads, c).transpose(1, 2).to(dtype)
+        return gated_features(feat, logits, heads, tau, dtype)
+
+    def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
+        b, t, _ = lifted.shape  # the head's oscillators are contiguous in the oscillator-major lift
+        return lifted.view(b, t, heads, -1).transpose(1, 2)
+
+    def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
+        b, t, n, c = x.shape
+        g = mean.transpose(1, 2).reshape(b, t, n, c).to(x.dtype)  # G_{t,j}
+        return project(x, g).flatten(-2)  # ξ = P_x G: (B, T, D·n)
+
+    def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
+        """exp_x(P_x bound(step)), the norm bound over the token's whole D·n increment. The projection makes the move
+        exact when the bounded step is not tangent: the elementwise bound, the feed-forward's and the value
+        projection's increments (for the Kuramoto increment with the norm bound it only undoes rounding)."""
+        w = bound(step).to(x.dtype).unflatten(-1, (-1, self.ambient))
+        return exp_map(x, project(x, w))
+
+    def coordinates(self, x: Tensor) -> tuple[Tensor, ...]:
+        return x.unbind(-1)
+
+    def drift_rate(self, drift: Tensor) -> Tensor:
+        """√(mean_p Ω_{j,p}²): the root-mean-square speed (radians per token) of a state uniform on S^{D−1} under
+        R(tΩ_j), E|d/dt R(tΩ)x|² = Σ_p Ω_p² E[x_{2p}² + x_{2p+1}²] = (2/D) Σ_p Ω_p²; |ω| for D = 2."""
+        return drift.square().mean(-1).sqrt()
+
+    # ------------------------------------------------------------------ the literal reference
+    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None) -> Tensor:
+        if lag is not None:
+            raise ValueError("phase_lag is defined on the torus only")
+        d = x.shape[-2] // heads
+        return naive_sphere.kernel(naive_sphere.heads(x, heads), drift.view(heads, d, self.planes).to(x.dtype))
+
+    def reference_increment(self, x: Tensor, attn: Tensor) -> Tensor:
+        return naive_sphere.merge(naive_sphere.tangent_sum(attn, naive_sphere.heads(x, attn.shape[1])))
