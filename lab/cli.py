@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe"],
                    help="run GROUP; report: RESULTS.md and the notebook from results/; replicate: every protocol "
                         "group (not the frozen ones), then report; "
-                        "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs; "
+                        "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs (named groups "
+                        "replace or join their rows of results/dynamics.json); "
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position, per byte difficulty and per "
                         "recall (budget40: its 40M-token runs); "
                         "probe: linear probes of earlier bytes in every state of main's seed-0 pair, the best "
@@ -65,10 +66,11 @@ def _action(args: Any) -> None:
         for group in GROUPS:
             run_group(group, args.data_dir)
     if args.action in ("dynamics", "replicate"):
-        from lab.studies.dynamics import measure, write
+        from lab.studies.dynamics import measure, merged, write
 
-        groups = args.group if args.action == "dynamics" and args.group else DYNAMICS_GROUPS
-        print(f"wrote {write([row for group in groups for row in measure(group, args.data_dir)])}")
+        named = args.action == "dynamics" and bool(args.group)  # named groups join the recorded rows
+        rows = [row for group in (args.group if named else DYNAMICS_GROUPS) for row in measure(group, args.data_dir)]
+        print(f"wrote {write(merged(rows) if named else rows)}")
     if args.action in ("gap", "replicate"):
         from lab.studies import gap
 

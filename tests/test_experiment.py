@@ -140,6 +140,11 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     assert "decreases with depth in 1 of 2 runs" in text
     assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)
     assert dynamics._spearman([0.1, 0.2, 0.3]) == pytest.approx(1.0)
+    # named groups replace their own rows of the recorded file and keep the others, new groups last
+    fresh = {**variant, "run": "confirm/d"}
+    added = {**agree, "run": "budget40/e", "group": "budget40"}
+    rows = dynamics.merged([added, fresh])
+    assert [r["run"] for r in rows] == ["a", "b", "confirm/d", "budget40/e"]
 
 
 def test_frozen_groups_keep_their_feed_forward(in_tmp):

@@ -1,8 +1,9 @@
 """The paper's two dynamics claims, measured on trained Kuramoto runs (issue 5, RESULTS.md).
 
-``python -m lab dynamics [GROUP ...]`` (default: ``experiment.DYNAMICS_GROUPS``) diagnoses every Kuramoto run of
+``python -m lab dynamics [GROUP ...]`` (default: ``groups.DYNAMICS_GROUPS``) diagnoses every Kuramoto run of
 the groups on its validation split and writes ``results/dynamics.json`` and ``results/dynamics.md`` (which
-RESULTS.md includes). The verdicts are computed from the numbers, with the rule stated:
+RESULTS.md includes); with GROUPs named, their rows replace (or join) those of the recorded file, the rest kept.
+The verdicts are computed from the numbers, with the rule stated:
 
 * local synchronisation without global collapse: mean local |G| ≥ 0.9 at every layer, and the
   global order parameter after the last layer below its value after the first layer;
@@ -69,6 +70,18 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
     if not rows:
         raise ConfigError(f"no Kuramoto runs in {protocol.RESULTS / group}; run `{protocol.run_command(group)}` first")
     return rows
+
+
+def merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in place of the same groups' rows of the recorded results/dynamics.json, the other groups' rows kept
+    (a group's runs that are no longer on this machine keep their measurements); new groups go last."""
+    path = protocol.RESULTS / "dynamics.json"
+    old = json.loads(path.read_text()) if path.exists() else []
+    new_groups = dict.fromkeys(r["group"] for r in rows)
+    out: list[dict[str, Any]] = []
+    for group in dict.fromkeys([*(r["group"] for r in old), *new_groups]):
+        out += [r for r in (rows if group in new_groups else old) if r["group"] == group]
+    return out
 
 
 def _fmt(values: list[float | None], spec: str = ".3g", none: str = "∞") -> str:
