@@ -135,7 +135,7 @@ def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
     assert "| confirm/c |" in text and "Verdicts on the main runs only" in text
     assert "`python -m lab dynamics main confirm`" in text
     assert "| a | 0 1 \\| 2 0 | 0.30 0.45 0.25 \\| 0.55 0.20 0.25 | 1 of 4 |" in text
-    assert "| a | +0.010 → +0.500 | +0.200 → — |" in text
+    assert "| a | +0.010 → +0.500 | +0.200 → — | — | — |" in text
     assert "every layer in 1 of 2 runs" in text and "first in 2 of 2 runs" in text
     assert "decreases with depth in 1 of 2 runs" in text
     assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)

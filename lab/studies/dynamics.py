@@ -66,6 +66,9 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
             "sync_fraction": d.sync_fraction.mean(dim=1).tolist(),
             "knockout_attn_bpc": d.knockout_bpc[:, 0].tolist(),
             "knockout_ff_bpc": [x if x == x else None for x in d.knockout_bpc[:, 1].tolist()],  # NaN: no ff
+            # the share of increments on the bound (within 5% of r): a saturated step moves every token by r
+            "attn_saturation": d.attn_saturation.tolist(),
+            "ff_saturation": [x if x == x else None for x in d.ff_saturation.tolist()],
         })
     if not rows:
         raise ConfigError(f"no Kuramoto runs in {protocol.RESULTS / group}; run `{protocol.run_command(group)}` first")
@@ -159,13 +162,19 @@ def write(rows: list[dict[str, Any]]) -> Path:
         "ΔBPC on the same windows when one step of one layer is replaced by the identity (the rest of the "
         "trained model unchanged), listed from the first layer to the last. A step near 0 is a near no-op.",
         "",
-        "| run | without attention step | without feed-forward step |",
-        "|---|---|---|",
+        "Saturation: the share of each layer's bounded increments within 5% of the bound's radius r (where the "
+        "step's length is r whatever the increment's; — where not measured).",
+        "",
+        "| run | without attention step | without feed-forward step | attention on the bound | feed-forward on the "
+        "bound |",
+        "|---|---|---|---|---|",
     ]
     for r in rows:
         if "knockout_attn_bpc" in r:
             lines.append(f"| {r['run']} | {_fmt(r['knockout_attn_bpc'], '+.3f')} | "
-                         f"{_fmt(r['knockout_ff_bpc'], '+.3f', '—')} |")
+                         f"{_fmt(r['knockout_ff_bpc'], '+.3f', '—')} | "
+                         f"{_fmt(r.get('attn_saturation', [None]), '.0%', '—')} | "
+                         f"{_fmt(r.get('ff_saturation', [None]), '.0%', '—')} |")
     lines.append("")
     path = protocol.RESULTS / "dynamics.md"
     path.write_text("\n".join(lines))
