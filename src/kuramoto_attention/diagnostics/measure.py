@@ -49,7 +49,7 @@ class Diagnostics:
     """Per-layer (L) and per-head (H) measurements on one batch (B, T).
 
     Summary fields (written to JSON):
-      group            str       the compact group of the states ("torus", "su2").
+      group            str       the compact group of the states ("torus", "su2", "sphere").
       local_order      (L, H)    mean |G_{t,j}|, G = Σ_u A_{t,u} x_{u,j}: coherence with the attended tokens. x_{u,j}
                                  is the oscillator as a unit vector (e^{iθ} on the torus, the quaternion itself on
                                  SU(2)), |·| its Euclidean norm, so both lie in [0, 1] and mean the same thing.
@@ -67,7 +67,7 @@ class Diagnostics:
       repel_fraction   (L, H)    fraction of value gates v < 0 (push away); with sync_fraction sums to 1
                                  unless some v are exactly 0.
       omega            (L, H, k/H) the learned drift rates ω (radians per token; on SU(2) |Ω_j|, the angle per
-                                 token of the left rotation exp(tΩ_j)).
+                                 token of the left rotation exp(tΩ_j); on the sphere the rms of Ω_j's plane rates).
       median_abs_omega (L, H)    median |ω| per head (torch.median: the lower middle value).
       timescale        (L, H)    2π / median |ω| in tokens: one full turn of the typical drift (inf if 0).
       layer_median_abs_omega, layer_timescale (L,): the same over all of a layer's coordinates.

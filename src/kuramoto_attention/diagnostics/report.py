@@ -222,21 +222,22 @@ def fig_quaternions(d: Diagnostics) -> Figure:
     coords, cols, fig, axes = _portrait_grid(d, d.states[0].shape[-2])
     circle = np.linspace(0, 2 * math.pi, 200)
     t = d.tokens.shape[1]
+    noun = "quaternion" if d.group == "su2" else "oscillator"  # the sphere's unit vectors are drawn alike
     for r, j in enumerate(coords):
         for c, s in enumerate(cols):
             ax = axes[r][c]
             q = d.states[s][0, :, j].double().numpy()  # (T, 4)
             mean = q.mean(axis=0)
             size = float(np.linalg.norm(mean))
-            m_hat = mean / size if size > 1e-12 else np.eye(4)[0]
+            m_hat = mean / size if size > 1e-12 else np.eye(q.shape[-1])[0]
             along = q @ m_hat
             rest = q - along[:, None] * m_hat
-            lead = np.linalg.svd(rest, full_matrices=False)[2][0] if t > 1 else np.eye(4)[1]
+            lead = np.linalg.svd(rest, full_matrices=False)[2][0] if t > 1 else np.eye(q.shape[-1])[1]
             ax.plot(np.cos(circle), np.sin(circle), color="0.8", lw=0.8)
             sc = ax.scatter(along, rest @ lead, c=np.arange(t), cmap="plasma", s=10, vmin=0, vmax=max(t - 1, 1))
             ax.annotate("", (size, 0.0), (0, 0), arrowprops=dict(arrowstyle="->", color="k", lw=1.2))
             ax.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal", xticks=[], yticks=[])
-            ax.set_title(f"quaternion {j}, {'embedding' if s == 0 else f'after layer {s}'}", fontsize=8)
+            ax.set_title(f"{noun} {j}, {'embedding' if s == 0 else f'after layer {s}'}", fontsize=8)
     fig.colorbar(sc, ax=axes, shrink=0.6, label="token position")
     return fig
 

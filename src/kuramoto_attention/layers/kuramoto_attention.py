@@ -133,8 +133,8 @@ class KuramotoAttention(nn.Module):
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
         self.config, self.dim, self.heads, self.head_dim = cfg, dim, heads, dim // heads
         self.geometry = GEOMETRIES[cfg.group]()
-        for name in ("phase_lag", "harmonics"):
-            if getattr(cfg, name) not in (False, 1) and not isinstance(self.geometry, Torus):
+        for name, plain in (("phase_lag", False), ("harmonics", 1)):  # != plain: True in (False, 1) is True
+            if getattr(cfg, name) != plain and not isinstance(self.geometry, Torus):
                 raise ValueError(f"{name} is defined on the torus only, got group={cfg.group!r}")
         lift_dim = self.geometry.components * dim
 

@@ -13,8 +13,11 @@ angle tΩ_{j,p} (Ω_j ∈ R^{D/2}, one rate per plane):
     x_t       ← exp_{x_t}(w) = cos|w| x_t + sin|w| w/|w|,   w = P_{x_t} bound(v(x_t) ⊙ ξ_t)     the geodesic step
 
 The increment has D coordinates in the ambient space (``tangent = D``) although the tangent space has D − 1
-dimensions: the sphere has no global frame of its tangent spaces (for D ≠ 2, 4, 8), and ambient coordinates keep every
-map linear. For x = (cos θ, sin θ, 0, …) and Ω_{j,0} = ω_j every line is the torus layer's: the score's kernel is
+dimensions: a smooth frame of the tangent spaces exists only for D = 2, 4, 8 (for D = 4 it is SU(2)'s, which would make
+this SU(2) again), while ambient coordinates serve every D and keep every map linear; the move projects its step onto
+the tangent space, so a radial part is dropped, never applied.
+
+For x = (cos θ, sin θ, 0, …) and Ω_{j,0} = ω_j every line is the torus layer's: the score's kernel is
 cos(θ_t − θ_u + ω(t − u)), ξ = sin(θ_u − θ_t) (−sin θ_t, cos θ_t, 0, …) and the move turns θ by the bounded step.
 D = 2 is the torus itself. The literal T × T reference is ``naive_sphere.py``.
 """

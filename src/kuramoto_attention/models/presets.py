@@ -42,6 +42,10 @@ PRESETS: dict[str, tuple[str, Any]] = {
     # feed-forward, which emits a 3n-wide su(2) increment), the feed-forward's width filling the budget
     "ka-su2-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=524, ff_proj="shared",
                                              attention=AttentionConfig(group="su2"))),
+    # the sphere S³ ⊂ R⁴ (issue 25's stretch goal, AKOrN's oscillators): ka-su2-1m's layout, the lift as wide; the
+    # feed-forward emits a 4n-wide ambient increment (4 numbers per oscillator, not 3), so it is narrower
+    "ka-sphere-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=437, ff_proj="shared",
+                                                attention=AttentionConfig(group="sphere"))),
     # the tuned recipe carried to 5M (issue 26): the same ingredients, k = 320 in 8 heads of 40 (ka-1m-tuned's head
     # width), 5 layers as ka-5m
     "ka-5m-tuned": ("kuramoto", KuramotoConfig(
@@ -52,7 +56,7 @@ PRESETS: dict[str, tuple[str, Any]] = {
     "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
 }
 
-NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000,
+NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000, "ka-sphere-1m": 1_000_000,
            "tf-1m": 1_000_000, "ka-5m": 5_000_000, "ka-5m-tuned": 5_000_000, "tf-5m": 5_000_000}
 
 
