@@ -12,6 +12,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   warmup10m each 1M model with a 30-step warmup, at the main protocol
   lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned   the protocol again for ka-1m-tuned
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
+  lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
@@ -74,7 +75,7 @@ def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tupl
         ) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
     # at 5M both families preferred rates below their 1M best (scale): the 5M sweep starts one step lower
-    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "tf-1m": (*LRS, 1.6e-2),
+    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "ka-sphere-1m": LRS, "tf-1m": (*LRS, 1.6e-2),
             "ka-5m-tuned": tuple(lr / 4 for lr in LRS)}
     return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {}, {**SWEEP, "lr": lr},
                  "valid") for p in presets for lr in grid[p]]
@@ -303,6 +304,10 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr-su2": lambda: _lr("lr-su2", presets=("ka-su2-1m",)),
     "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
     "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
+    # issue 25's stretch: the sphere S³ ⊂ R⁴ (presets.py ka-sphere-1m, AKOrN's oscillators), the same three stages
+    "lr-sphere": lambda: _lr("lr-sphere", presets=("ka-sphere-1m",)),
+    "lr10m-sphere": lambda: _second_stage("lr10m-sphere", "lr-sphere", "ka-sphere-1m"),
+    "main-sphere": lambda: _main(group="main-sphere", presets=("ka-sphere-1m",), lr_group="lr10m-sphere"),
 }
 # `python -m lab dynamics` without groups: main (the claims' verdicts) and ka-1m on ψ(θ) itself, then the variants
 # whose offset profiles the notebook discusses (confirm's, round 5's and 6's: their runs on kept fields), and the 5M
