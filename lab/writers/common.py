@@ -1,15 +1,64 @@
 """Shared pieces of the generated RESULTS.md: number and table formatting, and how a run is named and
 described (its settings, its twin in another group, its bound saturation)."""
 
+import math
 import statistics
 from typing import Any
 
-from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS
-from lab.protocol import TRAIN_DEFAULTS, load_results
+from kuramoto_attention.errors import ConfigError
+from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, order, plan, reads
+from lab.protocol import TRAIN_DEFAULTS, load_results, run_command
+from lab.records import with_twins
 
 
 def fmt(x: float) -> str:
     return f"{x:.4f}"
+
+
+def mean_sd(vals: list[float]) -> str:
+    """Mean ± sample sd, or the one value with "(one seed)": an sd of one run is not a spread."""
+    return fmt(statistics.mean(vals)) + (f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed)")
+
+
+def not_run(group: str, lead: str = "Not run yet") -> str:
+    """What a section says for a group without results: the command that makes them (under the current root), and
+    the groups still to run before it: those its plan reads (``groups.reads``, never typed) that have no results
+    yet, and theirs in turn, in run order (``groups.order``)."""
+    missing: set[str] = set()
+
+    def visit(g: str) -> None:
+        for up in reads(g):
+            if up not in missing and not load_results(up):
+                missing.add(up)
+                visit(up)
+
+    visit(group)
+    before = [g for g in order(group)[:-1] if g in missing]
+    return f"{lead}: `{run_command(group)}`" + (f" (after {', '.join(f'`{g}`' for g in before)})" if before else "")
+
+
+def seed_runs(group: str, preset: str) -> list[dict[str, Any]]:
+    """A preset's runs in a group, another group's identical runs included (``records.with_twins``), by seed."""
+    return sorted((r for r in with_twins(group) if r["preset"] == preset), key=lambda r: r["train"]["seed"])
+
+
+def planned(group: str) -> str:
+    """The names of a group's planned runs, or why it cannot be planned yet (e.g. no lr sweep yet)."""
+    try:
+        return ", ".join(s.name for s in plan(group))
+    except ConfigError as exc:
+        return f"not plannable yet ({exc})"
+
+
+def throughput(r: dict[str, Any]) -> float | None:
+    """A run's measured training tokens per second: ``train_tokens_per_s`` (runner.py: the median of the trainer's
+    logged rates, the first left out because it includes compilation), else, for a record without it, the curve's
+    last tokens over its elapsed seconds (which includes compilation and evaluation pauses); None: neither."""
+    rate = r.get("train_tokens_per_s")
+    if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0:
+        return float(rate)
+    last = (r.get("curve") or [{}])[-1]
+    return last["tokens"] / last["elapsed_s"] if last.get("elapsed_s") else None
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:

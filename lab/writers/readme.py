@@ -5,8 +5,8 @@ import re
 import statistics
 from pathlib import Path
 
-from lab.writers.common import fmt, table
-from lab.writers.summary import PAPER_1M, _mean_sd, _runs
+from lab.writers.common import fmt, mean_sd, seed_runs, table
+from lab.writers.summary import PAPER_1M
 
 START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /headline -->"
 ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
@@ -14,7 +14,7 @@ ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuram
 
 
 def headline() -> str:
-    runs = {p: _runs(g, p) for p, g, _ in ROWS}
+    runs = {p: seed_runs(g, p) for p, g, _ in ROWS}
     if not runs["tf-1m"]:
         return "_No main runs yet: `python -m lab run lr`, then `python -m lab run main`._"
     tf = statistics.mean(r["eval_bpc"] for r in runs["tf-1m"])
@@ -24,7 +24,7 @@ def headline() -> str:
         gap = "—" if p == "tf-1m" or not vals else f"{statistics.mean(vals) - tf:+.4f}"
         paper = PAPER_1M.get(p, "—")
         paper_gap = "—" if p != "ka-1m" else f"{float(paper.split()[0]) - float(PAPER_1M['tf-1m'].split()[0]):+.3f}"
-        body.append([f"`{p}`", what, str(len(vals)), _mean_sd(vals) if vals else "not run", gap, paper, paper_gap])
+        body.append([f"`{p}`", what, str(len(vals)), mean_sd(vals) if vals else "not run", gap, paper, paper_gap])
     return table(["preset", "", "seeds", "enwik7 test BPC", "gap", "paper (enwik8)", "paper gap"], body) + (
         f"\n\n10M training tokens each, at each model's own swept learning rate (the transformer's mean {fmt(tf)}).")
 

@@ -15,14 +15,25 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, plan
+from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, load_results
 from lab.records import with_twins
 from lab.retired import RETIRED, rerun_command, retired_settings
-from lab.writers import compute, summary
-from lab.writers.common import fmt, label, overrides, reference_main, saturation, settings, table, variant_change
+from lab.writers import compute, gap_budget, leads, size, su2, summary
+from lab.writers.common import (
+    fmt,
+    label,
+    overrides,
+    planned,
+    reference_main,
+    saturation,
+    settings,
+    table,
+    variant_change,
+)
 from lab.writers.compute import flops_per_token, fmt_flops, fmt_per_token, training_flops
 from lab.writers.scaling import budget_section, scale_section, tuning10m_section, warmup_intro
+from lab.writers.sweeps import second_stage_section, sweep_table
 
 PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}
 # the reference each comparison group is read against (the paper): enwik8 BPC at 1M; code (CodeParrot) BPB at 1M
@@ -139,10 +150,6 @@ def lr_section() -> str:
     rows = [r for g in LR_GROUPS for r in load_results(g)]
     if not rows:
         return "_No learning-rate sweep yet (`python -m lab run lr`)._"
-    body = [[r["preset"], r["group"], overrides(r, strip_pinned=False) if r["family"] == "kuramoto" else "—",
-             f"{r['train']['lr']:g}",
-             f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"])]
-            for r in sorted(rows, key=lambda r: (r["preset"], r["group"], r["train"]["lr"]))]
     best = []
     for group in LR_GROUPS:
         for preset in sorted({r["preset"] for r in rows if r["group"] == group}):
@@ -151,7 +158,7 @@ def lr_section() -> str:
                 for p in ("ka-1m", "tf-1m") if any(r["group"] == "lr" and r["preset"] == p for r in rows)}
     gap = (" At this 3M-token budget (its own full schedule) the best ka-1m is "
            f"{best_bpc['ka-1m'] - best_bpc['tf-1m']:+.3f} valid BPC from the best tf-1m." if len(best_bpc) == 2 else "")
-    return (table(["preset", "group", "model", "lr", "tokens", "valid BPC"], body)
+    return (sweep_table(rows)
             + f"\n\nBest learning rates: {', '.join(best)}. Group lr feeds main, ablation and pycode; lr-tuned's "
             "two best rates went on to 10M tokens (lr10m-tuned, in the tuned preset's section), whose best feeds "
             "main-tuned, ablation-tuned and pycode-tuned; ka-1m's second sweep, lr-unprojected (feed-forward on "
@@ -436,22 +443,8 @@ def tuned_intro() -> str:
 
 def lr10m_tuned_section() -> str:
     """The tuned sweep's two stages side by side: each rate's valid BPC at 3M tokens and at the protocol's 10M."""
-    rows = sorted(load_results("lr10m-tuned"), key=lambda r: r["train"]["lr"])
-    if not rows:
-        return "_No runs yet (`python -m lab run lr10m-tuned`, after `lr-tuned`)._"
-    sweep = {r["train"]["lr"]: r["eval_bpc"] for r in load_results("lr-tuned")}
-    body = [[f"{r['train']['lr']:g}", fmt(sweep[r["train"]["lr"]]) if r["train"]["lr"] in sweep else "—",
-             fmt(r["eval_bpc"])] for r in rows]
-    return (table(["lr", "valid BPC at 3M (lr-tuned)", "valid BPC at 10M (lr10m-tuned, seed 0)"], body)
-            + f"\n\nmain-tuned, ablation-tuned and pycode-tuned train at {best_lr('ka-1m-tuned', 'lr10m-tuned'):g}, "
-            "the best at 10M (chosen on the validation split; the test split scores only the runs that use it).")
-
-
-def _planned(group: str) -> str:
-    try:
-        return ", ".join(s.name for s in plan(group))
-    except ConfigError as exc:  # e.g. no lr sweep yet
-        return f"not plannable yet ({exc})"
+    return second_stage_section("lr10m-tuned", "lr-tuned", "ka-1m-tuned",
+                                "main-tuned, ablation-tuned and pycode-tuned")
 
 
 def retired_section() -> str:
@@ -521,7 +514,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         ablation_section("ablation-tuned", "main-tuned"),
         "",
-        f"Ablations planned: {_planned('ablation-tuned')}. P stays for the gates where the feed-forward goes (no-ff) "
+        f"Ablations planned: {planned('ablation-tuned')}. P stays for the gates where the feed-forward goes (no-ff) "
         "or reads θ (ff-angles: the same parameter count); spec-score restores the paper's score (self term, no lag, "
         "no clocks).",
         "",
@@ -529,11 +522,15 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         comparison_section("pycode-tuned", "BPB"),
         "",
+        "## SU(2): the non-abelian state (issue 25)",
+        "",
+        su2.section(),
+        "",
         "## Ablations of ka-1m",
         "",
         ablation_section(),
         "",
-        f"Ablations planned: {_planned('ablation')} (a variant equal to the full model's own setting is the full "
+        f"Ablations planned: {planned('ablation')} (a variant equal to the full model's own setting is the full "
         "model and is not run).",
         "",
         "## Superseded defaults: the feed-forward on ψ(θ) itself, on raw θ, and on wrap(θ)",
@@ -585,9 +582,17 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         *([f"![validation BPC against training FLOPs and wall clock]({link(plots['compute'])})", ""]
           if plots.get("compute") else []),
+        "### Structural leads on ka-1m-tuned (issue 26)",
+        "",
+        leads.section(),
+        "",
         "## Does the gap close with size?",
         "",
         scale_section(),
+        "",
+        "### The tuned recipe at 5M over seeds (issue 26)",
+        "",
+        size.section(),
         "",
         "## Is the 3M sweep's rate still best at 10M tokens?",
         "",
@@ -695,6 +700,8 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
     for name in ("gap", "probe", "dynamics"):  # written by `python -m lab gap`, `... probe`, `... dynamics`
         if (protocol.RESULTS / f"{name}.md").exists():
             parts += [(protocol.RESULTS / f"{name}.md").read_text() + _predates_projection(name)]
+        if name == "gap":  # `python -m lab gap budget40`, beside the 10M study; its runs all postdate P ψ(θ)
+            parts += [gap_budget.notebook_part()]
     return "\n".join(parts)
 
 

@@ -14,28 +14,21 @@ from lab import protocol
 from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, TUNED_ABLATIONS, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
-from lab.writers import compute
-from lab.writers.common import fmt, table
+from lab.writers import compute, gap_budget, leads, size, su2
+from lab.writers.common import fmt, mean_sd, seed_runs, table
+from lab.writers.scaling import PAPER_BY_SIZE
 
 PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's enwik8 test BPC at 1M (means)
 PAPER_GAP_1M = "+0.021"
 PAPER_DELTAS = {"value-projection": "+0.25", "no-ff": "+0.27", "no-gates": "+0.09"}
-PAPER_5M = ("1.448", "1.452", "−0.004 (medians)")
+PAPER_5M = PAPER_BY_SIZE["5m"]  # the paper's 5M medians: one copy, scaling.py's
 WHAT = {"tf-1m": "the transformer", "ka-1m": "Kuramoto attention, the paper's layer (our reading)",
         "ka-1m-tuned": "Kuramoto attention, the best variant (outside the paper's score)"}
 
 
-def _runs(group: str, preset: str) -> list[dict[str, Any]]:
-    return sorted((r for r in with_twins(group) if r["preset"] == preset), key=lambda r: r["train"]["seed"])
-
-
-def _mean_sd(vals: list[float]) -> str:
-    return fmt(statistics.mean(vals)) + (f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed)")
-
-
 def main_section() -> str:
-    runs = {"tf-1m": _runs("main", "tf-1m"), "ka-1m": _runs("main", "ka-1m"),
-            "ka-1m-tuned": _runs("main-tuned", "ka-1m-tuned")}
+    runs = {"tf-1m": seed_runs("main", "tf-1m"), "ka-1m": seed_runs("main", "ka-1m"),
+            "ka-1m-tuned": seed_runs("main-tuned", "ka-1m-tuned")}
     if not runs["tf-1m"]:
         return "_No main runs yet (`python -m lab run lr`, then `python -m lab run main`)._"
     tf = statistics.mean(r["eval_bpc"] for r in runs["tf-1m"])
@@ -46,7 +39,7 @@ def main_section() -> str:
             continue
         vals = [r["eval_bpc"] for r in rs]
         gap = "—" if p == "tf-1m" else f"**{statistics.mean(vals) - tf:+.4f}**"
-        body.append([f"**{p}**", WHAT[p], str(len(vals)), _mean_sd(vals), gap,
+        body.append([f"**{p}**", WHAT[p], str(len(vals)), mean_sd(vals), gap,
                      PAPER_1M.get(p, "not in the paper"), compute.fmt_per_token(compute.flops_per_token(rs[0])),
                      compute.fmt_flops(compute.training_flops(rs[0]))])
     text = table(["model", "", "seeds", "test BPC, mean ± sd", "gap to tf-1m", "paper (enwik8)", "model FLOPs/token",
@@ -56,8 +49,8 @@ def main_section() -> str:
              "absolute numbers differ from the paper's, the gap is the comparison."]
     if len(fresh) > 1:
         notes.append(f"ka-1m-tuned was chosen on seeds 0–2; its seeds {', '.join(map(str, TUNED_FRESH_SEEDS))} alone: "
-                     f"{_mean_sd(fresh)}, gap {statistics.mean(fresh) - tf:+.4f}.")
-    code = {p: _runs(g, p) for p, g in (("tf-1m", "pycode"), ("ka-1m", "pycode"), ("ka-1m-tuned", "pycode-tuned"))}
+                     f"{mean_sd(fresh)}, gap {statistics.mean(fresh) - tf:+.4f}.")
+    code = {p: seed_runs(g, p) for p, g in (("tf-1m", "pycode"), ("ka-1m", "pycode"), ("ka-1m-tuned", "pycode-tuned"))}
     if code["tf-1m"]:
         tf_code = statistics.mean(r["eval_bpc"] for r in code["tf-1m"])
         gaps = [f"{p} {statistics.mean(r['eval_bpc'] for r in rs) - tf_code:+.4f}" for p, rs in code.items()
@@ -132,7 +125,7 @@ def size_section() -> str:
     scale = load_results("scale")
     best = {p: min((r for r in scale if r["preset"] == p), key=lambda r: r["eval_bpc"], default=None)
             for p in ("ka-5m", "tf-5m")}
-    one = {p: _runs("main", p) for p in ("ka-1m", "tf-1m")}
+    one = {p: seed_runs("main", p) for p in ("ka-1m", "tf-1m")}
     rows = []
     if all(one.values()):
         m = {p: statistics.mean(r["eval_bpc"] for r in rs) for p, rs in one.items()}
@@ -144,14 +137,18 @@ def size_section() -> str:
         rows.append(["5M (scale, seed 0, the best rate tried)", fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]),
                      f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", f"{PAPER_5M[0]} / {PAPER_5M[1]}, {PAPER_5M[2]}",
                      " / ".join(compute.fmt_per_token(compute.flops_per_token(r)) for r in (ka, tf))])
+    tuned = size.summary_row()
+    if tuned:
+        rows.append(tuned)
     if not rows:
-        return "_No runs yet (`python -m lab run scale`)._"
+        return "_No runs yet (`python -m lab run scale`)._" + size.summary_note()
     variant = min(load_results("scale-variant"), key=lambda r: r["eval_bpc"], default=None)
     note = (f" The best 1M variant carried to 5M ({variant['name']}, scale-variant): {fmt(variant['eval_bpc'])}, "
             f"gap {variant['eval_bpc'] - best['tf-5m']['eval_bpc']:+.4f}." if variant and best["tf-5m"] else "")
     return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap",
                    "model FLOPs/token ka / tf"], rows)
-            + "\n\n10M tokens each. At 5M neither model has a full sweep (the notebook lists the rates tried)." + note)
+            + "\n\n10M tokens each. At 5M (scale) neither model has a full sweep (the notebook lists the rates tried)."
+            + note + size.summary_note())
 
 
 def dynamics_section() -> str:
@@ -181,6 +178,9 @@ def dynamics_section() -> str:
                      f"finds easiest and {q[3]['ka_gap']:+.3f} on the hardest quarter"
                      + (" (ka-1m with the feed-forward on ψ(θ) itself, measured before P ψ(θ))."
                         if g.get("ka_ff_proj") in (None, "none") else "."))
+    at_budget = gap_budget.summary_line()
+    if at_budget:
+        lines.append(at_budget)
     if not lines:
         return "_Not measured yet (`python -m lab dynamics`, `python -m lab gap`: they need trained runs)._"
     return "\n".join(lines) + "\n\nMeasured by `python -m lab dynamics` and `python -m lab gap` (details, with the " \
@@ -220,6 +220,11 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
         "## Scaling with size",
         "",
         size_section(),
+        "",
+        "## Open leads: SU(2) and structural changes (issues 25, 26)",
+        "",
+        su2.summary_line(),
+        leads.summary_line(),
         "",
         "## Dynamics verdicts",
         "",

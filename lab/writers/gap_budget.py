@@ -1,0 +1,75 @@
+"""The loss-gap study after 40M tokens (``python -m lab gap budget40``: results/gap-budget40.{json,md}) in the notebook
+and the summary, read against the 10M study (results/gap.json). The recall class that copying predicts is where an
+induction head would help; the 10M study may predate that breakdown (no ``by_recall``), and its variant may be
+another model than ka-1m-tuned (``variant_name``): both are said, not papered over."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lab import protocol
+from lab.groups import BUDGETS
+from lab.studies.gap import GAP_VARIANT, RECALL_NAMES
+
+GROUP = "budget40"
+COPYING = 1  # the recall class "seen, copying predicts the byte" (studies/gap.py ``recall_classes``)
+
+
+def _path(suffix: str) -> Path:
+    return protocol.RESULTS / f"gap-{GROUP}.{suffix}"
+
+
+def notebook_part() -> str:
+    """The study's own Markdown (it writes its heading), or what to run for it."""
+    if _path("md").exists():
+        return _path("md").read_text()
+    return (f"## Where the gap is after {BUDGETS[-1] // 1_000_000}M tokens\n\n_Not measured yet: `python -m lab gap "
+            f"{GROUP}` (it needs the trained models of `python -m lab run {GROUP}`)._\n")
+
+
+def _copying(res: dict[str, Any], key: str) -> float | None:
+    """A model's gap on the bytes copying predicts, None where the study has no such breakdown or bytes."""
+    row = next((r for r in res.get("by_recall", []) if r["recall"] == COPYING), None)
+    return row[f"{key}_gap"] if row and f"{key}_gap" in row else None
+
+
+def _at_10m(ten: dict[str, Any] | None, key: str) -> str:
+    """The 10M study's figures for the 40M study's ``key`` ("tuned": its variant; "ka": ka-1m), named honestly."""
+    if ten is None:
+        return "no 10M study yet: `python -m lab gap`"
+    col = "variant" if key == "tuned" else "ka"
+    if col not in ten:
+        return "no ka-1m-tuned column in the 10M study (`python -m lab gap` measures it)"
+    if key == "tuned":
+        who = ("ka-1m-tuned" if ten.get("variant_name") == GAP_VARIANT
+               else f"its variant {ten.get('variant_name')}, not ka-1m-tuned")
+    else:
+        who = "ka-1m" + (" on ψ(θ) itself, before P ψ(θ)" if ten.get("ka_ff_proj") in (None, "none") else "")
+    copy = _copying(ten, col)
+    recall = (f", {copy:+.3f} on the bytes copying predicts" if copy is not None
+              else "; its recall classes not measured (the study predates that breakdown)")
+    seeds = ", ".join(map(str, ten.get("seeds", [])))
+    return f"at 10M (gap.json, seeds {seeds}, {who}): pooled {ten[col] - ten['tf']:+.3f}{recall}"
+
+
+def summary_line() -> str | None:
+    """RESULTS.md's line on the 40M study: each Kuramoto model's pooled gap and its gap on the bytes copying predicts,
+    beside the 10M study's; None where neither study exists (the summary says what to run)."""
+    if not _path("json").exists():
+        return (f"- After {BUDGETS[-1] // 1_000_000}M tokens: not measured yet (`python -m lab gap {GROUP}`)."
+                if (protocol.RESULTS / "gap.json").exists() else None)
+    res = json.loads(_path("json").read_text())
+    ten_path = protocol.RESULTS / "gap.json"
+    ten = json.loads(ten_path.read_text()) if ten_path.exists() else None
+    parts = []
+    for key in ("tuned", "ka"):
+        if key not in res.get("runs", {}):
+            continue
+        preset = res["runs"][key].rsplit("-", 1)[0]
+        copy = _copying(res, key)
+        parts.append(f"{preset} pooled gap {res[key] - res['tf']:+.3f}"
+                     + (f', {copy:+.3f} on the class "{RECALL_NAMES[COPYING]}"' if copy is not None else "")
+                     + f" ({_at_10m(ten, key)})")
+    tokens = max(res["tokens"].values()) / 1e6
+    return (f"- After {tokens:.0f}M tokens (group {GROUP}, seed 0, `python -m lab gap {GROUP}`), bits per byte against "
+            f"tf-1m: " + "; ".join(parts) + ".")

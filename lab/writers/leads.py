@@ -1,0 +1,122 @@
+"""Issue 26's structural leads on ka-1m-tuned (groups.LEADS: fields of its own code path, such as the coupling's
+higher harmonics) in the notebook and the summary: each at the protocol (group leads, seed 0) against the same run
+without it (ka-1m-tuned's seed 0, a twin of confirm's run of the candidate) and against main-tuned's mean over all
+its seeds; then the best lead at 40M tokens (leads40) against budget40's ka-1m-tuned and tf-1m."""
+
+import statistics
+from typing import Any
+
+from kuramoto_attention.errors import ConfigError
+from lab.groups import LEADS, TUNED_CANDIDATE, plan
+from lab.protocol import load_results
+from lab.records import with_twins
+from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
+from lab.writers.compute import flops_per_token, fmt_per_token
+
+PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
+
+
+def _base() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """ka-1m-tuned's seed-0 run at the protocol (main-tuned's, or confirm's identical run as its twin) and all of
+    main-tuned's runs, twins included."""
+    runs = seed_runs(BASE_GROUP, PRESET)
+    return next((r for r in runs if r["train"]["seed"] == 0), None), runs
+
+
+def _lead_rows() -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """Each lead's planned name, its change, and its result (None: not run yet), in LEADS' order."""
+    done = {r["name"]: r for r in with_twins(GROUP)}
+    return [(f"{PRESET}-{k}", change, done.get(f"{PRESET}-{k}")) for k, change in LEADS.items()]
+
+
+def _flops(change: dict[str, Any], r: dict[str, Any] | None) -> str:
+    # a lead's cost is known before it runs: the same count, from its preset and overrides
+    return fmt_per_token(flops_per_token(r or {"preset": PRESET, "model_overrides": change, "train": {}}))
+
+
+def _bpc(r: dict[str, Any] | None) -> float | None:
+    return r["eval_bpc"] if r else None
+
+
+def _delta(r: dict[str, Any] | None, ref: float | None) -> str:
+    return f"{r['eval_bpc'] - ref:+.4f}" if r and ref is not None else "—"
+
+
+def _budget_run(preset: str) -> dict[str, Any] | None:
+    """budget40's run of a preset (one per budget; ``groups.BUDGETS`` has one)."""
+    return next((r for r in with_twins(BUDGET_GROUP) if r["preset"] == preset and not r.get("model_overrides")),
+                None)
+
+
+def _long_part() -> str:
+    """leads40's runs against budget40's ka-1m-tuned and tf-1m at the same budget, or why it has none yet."""
+    rows = with_twins(LONG_GROUP)
+    if not rows:
+        try:
+            names = ", ".join(s.name for s in plan(LONG_GROUP))
+        except ConfigError as exc:  # no lead run yet, or none beat ka-1m-tuned: the plan's own computed reason
+            return f"At 40M tokens ({LONG_GROUP}): nothing to train yet: {exc}."
+        return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
+    ref, tf = _budget_run(PRESET), _budget_run("tf-1m")
+    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), _delta(r, _bpc(ref)),
+             _delta(r, _bpc(tf))] for r in rows]
+    # the references themselves, for the absolute numbers
+    body += [[label(r), "(preset)", f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—",
+              _delta(r, _bpc(tf)) if r is not tf else "—"] for r in (ref, tf) if r]
+    missing = [p for p, r in ((PRESET, ref), ("tf-1m", tf)) if r is None]
+    note = (f" Not in {BUDGET_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`)." if missing
+            else "")
+    return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule), against {BUDGET_GROUP}'s runs of the same "
+            f"budget, test BPC.{note}\n\n"
+            + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M", "gap to tf-1m at 40M"], body))
+
+
+def section() -> str:
+    """The notebook's subsection: each lead against ka-1m-tuned's seed 0 and main-tuned's mean, then leads40."""
+    seed0, base = _base()
+    vals = [r["eval_bpc"] for r in base]
+    mean = statistics.mean(vals) if vals else None
+    leads = _lead_rows()
+    body = [[name, overrides(r) if r else ", ".join(f"{k}={v}" for k, v in change.items()),
+             f"{r['params']:,}" if r else "—", _flops(change, r), fmt(r["eval_bpc"]) if r else "not run",
+             _delta(r, _bpc(seed0)), _delta(r, mean)] for name, change, r in leads]
+    ref = (f"ka-1m-tuned's seed 0 ({label(seed0)}; {seed0['params']:,} params, "
+           f"{fmt_per_token(flops_per_token(seed0))} model FLOPs per token): test BPC {fmt(seed0['eval_bpc'])}"
+           if seed0 else f"ka-1m-tuned's seed 0: {not_run(BASE_GROUP, 'not run yet')}")
+    spread = (f"; main-tuned over all its {len(vals)} seeds: {mean_sd(vals)}" if vals else "")
+    own = [r["eval_bpc"] for r in load_results(BASE_GROUP)]
+    rule = (f" leads40 trains the best lead if it beat main-tuned's mean over its own runs (its twins, confirm's "
+            f"runs of {TUNED_CANDIDATE}, left out: they chose the preset): {fmt(statistics.mean(own))}." if own else "")
+    intro = ("Each lead is a field of ka-1m-tuned's own code path (groups.LEADS), trained at the protocol (10M tokens, "
+             f"seed 0, main-tuned's rate) and scored on the test split, against the same run without it: {ref}"
+             f"{spread}. One seed: a Δ within about twice the seeds' sd is not resolved." + rule)
+    text = intro + "\n\n" + table(["lead", "change", "params", "model FLOPs/token", "test BPC",
+                                   "Δ vs ka-1m-tuned seed 0", "Δ vs main-tuned mean"], body)
+    if not any(r for _, _, r in leads):
+        text += f"\n\n_{not_run(GROUP)}._"
+    return text + "\n\n" + _long_part()
+
+
+def summary_line() -> str:
+    """RESULTS.md's line on the leads: each one's Δ at 10M, and the 40M run once it exists, else the plan."""
+    leads = [(name.removeprefix(f"{PRESET}-"), r) for name, _, r in _lead_rows()]
+    if not any(r for _, r in leads):
+        return (f"- **Structural leads on ka-1m-tuned** (issue 26: {', '.join(k for k, _ in leads)}): planned, "
+                f"{not_run(GROUP, 'not run yet')}.")
+    seed0, base = _base()
+    mean = statistics.mean(r["eval_bpc"] for r in base) if base else None
+    parts = [f"{k} {fmt(r['eval_bpc'])} (Δ {_delta(r, _bpc(seed0))} against ka-1m-tuned's seed 0, "
+             f"{_delta(r, mean)} against main-tuned's mean)" if r else f"{k} not run yet" for k, r in leads]
+    long = with_twins(LONG_GROUP)
+    ref = _budget_run(PRESET)
+    if long:
+        at40 = "; ".join(f"{r['name']} {fmt(r['eval_bpc'])}" + (f" (Δ {_delta(r, ref['eval_bpc'])} against "
+                                                                 f"{ref['name']})" if ref else "") for r in long)
+    else:
+        try:
+            plan(LONG_GROUP)
+            at40 = not_run(LONG_GROUP, "not run yet")
+        except ConfigError:  # none beat ka-1m-tuned, or leads is not complete: the notebook gives the reason
+            at40 = "none trained (see the notebook for why)"
+    return (f"- **Structural leads on ka-1m-tuned** (issue 26, seed 0, 10M tokens, test BPC): {'; '.join(parts)}. "
+            f"At 40M: {at40}.")

@@ -1,0 +1,253 @@
+"""The notebook's and the summary's sections for issues 25 and 26 (SU(2), the tuned recipe at 5M, the structural leads,
+the loss gap at 40M tokens), each rendered on no results and on fabricated ones: every figure they print must be the
+one computed from the fabricated JSON."""
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from lab import groups, protocol
+from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
+from lab.studies import gap
+from lab.writers import common, compute, gap_budget, leads, results_md, size, su2, summary
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")  # every reader and writer reads protocol's
+    monkeypatch.setattr(protocol, "RUNS", tmp_path / "runs")
+    return tmp_path
+
+
+def run(group: str, name: str, preset: str, bpc: float, lr: float = 4e-3, seed: int = 0, tokens: int = 10_000_000,
+        split: str = "test", rate: float | None = 20_000.0, params: int = 1_000_000, **model) -> dict:
+    """A finished run's result as runner.py writes it (the keys the writers read)."""
+    r = {"group": group, "name": name, "preset": preset, "family": "kuramoto" if preset.startswith("ka") else
+         "transformer", "model_overrides": model, "model": {}, "params": params, "tokens": tokens,
+         "train": {"lr": lr, "seed": seed, "phase_lr_mult": TRAIN_DEFAULTS["phase_lr_mult"], "context": 256},
+         "corpus": "enwik7", "eval_split": split, "eval_bpc": bpc, "valid_curve": [[0, 8.0], [tokens, bpc]],
+         "curve": [{"tokens": tokens, "elapsed_s": 500.0, "valid_bpc": bpc, "train_bpc": bpc + 0.05}]}
+    if rate is not None:
+        r["train_tokens_per_s"] = rate
+    return r
+
+
+def write(tmp, rows):
+    for r in rows:
+        path = tmp / "results" / r["group"] / f"{r['name']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r))
+
+
+def seeds(group, preset, vals, rate=20_000.0, lr=4e-3):
+    return [run(group, f"{preset}-seed{s}", preset, v, lr=lr, seed=s, rate=rate) for s, v in enumerate(vals)]
+
+
+def test_not_run_names_the_command_and_what_must_run_first(in_tmp):
+    assert common.not_run("main-su2").startswith("Not run yet: `python -m lab run main-su2 --out ")  # a tmp root
+    assert common.not_run("main-su2").endswith("(after `lr-su2`, `lr10m-su2`)")
+    write(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", 2.5, lr=lr, split="valid") for lr in
+                   protocol.LRS])
+    assert common.not_run("main-su2").endswith("(after `lr10m-su2`)")  # the sweep is done: no longer named
+
+
+def test_throughput_reads_the_recorded_rate_else_the_curve():
+    assert common.throughput(run("main", "x", "tf-1m", 2.0, rate=30_000.0)) == 30_000.0
+    assert common.throughput(run("main", "x", "tf-1m", 2.0, rate=None)) == 10_000_000 / 500.0
+    assert common.throughput({**run("main", "x", "tf-1m", 2.0, rate=float("nan")), "curve": []}) is None
+
+
+def test_su2_section_without_results_says_what_to_run(in_tmp):
+    text = su2.section()
+    assert "Not run yet: `python -m lab run lr-su2" in text and "Not run yet: `python -m lab run main-su2" in text
+    assert "Not run yet: `python -m lab run lr10m-su2" in text and "not plannable yet" in text
+    # the costs per token are known before any run: shown in the not-run rows
+    assert f"| ka-su2-1m | main-su2 | — | 0 | not run | — | — | — | " \
+           f"{compute.fmt_per_token(groups.flops_per_token('ka-su2-1m'))} | — |" in text
+    assert "Measured:" not in text  # no verdict without numbers
+    assert "planned, not run yet: `python -m lab run main-su2" in su2.summary_line()
+
+
+def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp):
+    write(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
+                   for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
+    write(in_tmp, [run("lr10m-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, split="valid")
+                   for lr, b in ((4e-3, 2.3), (8e-3, 2.32))])
+    mine, ka, tuned, tf = [2.20, 2.22, 2.21], [2.25, 2.24, 2.26], [2.16, 2.17, 2.15], [2.14, 2.15, 2.13]
+    write(in_tmp, [*seeds("main-su2", "ka-su2-1m", mine, rate=15_000.0), *seeds("main", "ka-1m", ka),
+                   *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
+                   *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
+    text = su2.section()
+    assert "| ka-su2-1m | lr-su2 | (preset) | 0.004 | 3.0M | 2.5000 |" in text
+    assert "Best rate at 3M tokens: 0.004" in text
+    assert "| 0.004 | 2.5000 | 2.3000 |" in text and "main-su2 train at 0.004, the best at 10M" in text
+    gap = statistics.mean(mine) - statistics.mean(tf)
+    assert (f"| ka-su2-1m | main-su2 | 1,000,000 | 3 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
+            f"{statistics.stdev(mine):.4f} | 2.2100 | {gap:+.4f} | "
+            f"{compute.fmt_per_token(groups.flops_per_token('ka-su2-1m'))} | 15,000 |") in text
+    assert "| tf-1m | main | 1,000,000 | 3 |" in text and "| 24,000 |" in text
+    d_ka, d_tuned = statistics.mean(mine) - statistics.mean(ka), statistics.mean(mine) - statistics.mean(tuned)
+    assert f"ka-su2-1m beats ka-1m by {abs(d_ka):.4f} test BPC (Δ {d_ka:+.4f}, means over 3 and 3 seeds" in text
+    assert f"ka-su2-1m trails ka-1m-tuned by {d_tuned:.4f} test BPC (Δ {d_tuned:+.4f}" in text
+    assert f"the larger seed sd is {statistics.stdev(mine):.4f}, so the difference is more than twice it" in text
+    med = statistics.median(mine)
+    assert (f"by medians, ka-su2-1m minus ka-1m {med - statistics.median(ka):+.4f}, ka-1m-tuned "
+            f"{med - statistics.median(tuned):+.4f}, tf-1m {med - statistics.median(tf):+.4f}") in text
+    flops = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("tf-1m")
+    assert f"{flops:.2f}× tf-1m's model FLOPs" in text and f"{15_000 / 24_000:.2f}× tf-1m's" in text
+    line = su2.summary_line()
+    assert f"test BPC 2.2100 ± {statistics.stdev(mine):.4f} over 3 seeds, gap to tf-1m {gap:+.4f}" in line
+    assert f"{d_ka:+.4f} against ka-1m, {d_tuned:+.4f} against ka-1m-tuned (means)" in line
+
+
+def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_budget(in_tmp):
+    text = size.section()
+    assert "Not run yet: `python -m lab run lr-5m-tuned" in text and "Not run yet: `python -m lab run main-5m" in text
+    assert "1.448 Kuramoto against 1.452 transformer" in text  # the paper's, from scaling.PAPER_BY_SIZE
+    tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
+    ratio = groups.flops_per_token("ka-5m-tuned") / groups.flops_per_token("tf-5m")
+    assert f"costs {ratio:.2f}× tf-5m's model FLOPs per token" in text and f"at {tokens / 1e6:.2f}M tokens" in text
+    assert "a planned figure, not measured" in text
+    assert size.summary_row() is None and "not run yet: `python -m lab run main-5m" in size.summary_note()
+
+
+def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
+    write(in_tmp, [run("lr-5m-tuned", f"ka-5m-tuned-lr-{lr:g}", "ka-5m-tuned", b, lr=lr, tokens=3_000_000,
+                       split="valid") for lr, b in ((5e-4, 2.3), (1e-3, 2.2), (2e-3, 2.25))])
+    write(in_tmp, [run("scale", "ka-5m", "ka-5m", 2.0, lr=2e-3), run("scale", "tf-5m", "tf-5m", 1.9, lr=1e-3)])
+    ka, tf = [1.90, 1.94, 1.91], [1.88, 1.89, 1.93]
+    write(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
+    text = size.section()
+    assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 |" in text
+    assert (f"| ka-5m-tuned | 1,000,000 | 3 | 1.9000, 1.9400, 1.9100 | {statistics.mean(ka):.4f} ± "
+            f"{statistics.stdev(ka):.4f} | {statistics.median(ka):.4f} | 0.001 |") in text
+    assert f"means **{statistics.mean(ka) - statistics.mean(tf):+.4f}**" in text
+    assert f"medians **{statistics.median(ka) - statistics.median(tf):+.4f}**" in text
+    assert "moved test BPC by -0.1000" in text  # seed 0 against scale's best ka-5m
+    assert "a planned figure, not measured" in text
+    row = size.summary_row()
+    assert row is not None and row[1:4] == ["1.9100", "1.8900", "+0.0200"]
+    assert "| 5M tuned (main-5m: ka-5m-tuned, medians of 3 / 3 seeds) | 1.9100 | 1.8900 | +0.0200 |" in \
+        summary.size_section()
+    # a run at the equal-FLOP budget, wherever it was made, turns the planned figure into a measured one
+    tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
+    write(in_tmp, [run("flops", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens)])
+    text = size.section()
+    assert "not measured" not in text
+    assert f"test BPC 1.9700, a gap of **{1.97 - statistics.mean(tf):+.4f}** to tf-5m's mean" in text
+
+
+def _tuned_base(tmp, vals=(2.15, 2.16, 2.17, 2.14, 2.18, 2.16)):
+    """main-tuned's seeds and the rate stage its plan (and the leads') read."""
+    write(tmp, [run("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr, split="valid")
+                for lr, b in ((4e-3, 2.1), (8e-3, 2.12))])
+    write(tmp, seeds("main-tuned", "ka-1m-tuned", list(vals)))
+    return list(vals)
+
+
+def test_leads_section_without_results_says_what_to_run(in_tmp):
+    text = leads.section()
+    assert "Not run yet: `python -m lab run leads" in text and "nothing to train yet" in text
+    for key, change in groups.LEADS.items():  # every planned lead has a row, its cost per token already known
+        per = compute.fmt_per_token(compute.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": change,
+                                                             "train": {}}))
+        assert f"| ka-1m-tuned-{key} | {', '.join(f'{k}={v}' for k, v in change.items())} | — | {per} | not run |" \
+            in text
+    assert "planned, not run yet: `python -m lab run leads" in leads.summary_line()
+
+
+def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
+    base = _tuned_base(in_tmp)
+    bpcs = {k: 2.10 + 0.02 * i for i, k in enumerate(groups.LEADS)}  # the first lead the best
+    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, **groups.LEADS[k]) for k, b in bpcs.items()])
+    first = next(iter(groups.LEADS))
+    text = leads.section()
+    mean = statistics.mean(base)
+    assert f"test BPC 2.1500; main-tuned over all its 6 seeds: {mean:.4f} ± {statistics.stdev(base):.4f}" in text
+    assert f"| ka-1m-tuned-{first} | {', '.join(f'{k}={v}' for k, v in groups.LEADS[first].items())} | 1,000,000 |" \
+        in text
+    assert f"| 2.1000 | {2.10 - 2.15:+.4f} | {2.10 - mean:+.4f} |" in text
+    assert f"At 40M tokens (leads40: ka-1m-tuned-{first}-40m): _Not run yet: `python -m lab run leads40" in text
+    assert f"{first} 2.1000 (Δ {2.10 - 2.15:+.4f} against ka-1m-tuned's seed 0" in leads.summary_line()
+    assert "At 40M: not run yet: `python -m lab run leads40" in leads.summary_line()
+    b40 = 40_001_536
+    write(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40, **groups.LEADS[first]),
+                   run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
+                   run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3)])
+    text = leads.section()
+    assert f"| ka-1m-tuned-{first}-40m |" in text and f"| 40.0M | 1.9300 | {1.93 - 1.95:+.4f} | {1.93 - 1.9:+.4f} |" \
+        in text
+    assert f"| ka-1m-tuned-40m | (preset) | 40.0M | 1.9500 | — | {1.95 - 1.9:+.4f} |" in text
+    assert f"At 40M: ka-1m-tuned-{first}-40m 1.9300 (Δ {1.93 - 1.95:+.4f} against ka-1m-tuned-40m)" in \
+        leads.summary_line()
+
+
+def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
+    _tuned_base(in_tmp)
+    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, **v) for k, v in groups.LEADS.items()])
+    text = leads.section()
+    assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
+    assert "At 40M: none trained" in leads.summary_line()
+
+
+def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5)) -> None:
+    """gap-budget40.{json,md} as `python -m lab gap budget40` writes them, from hand-made per-byte losses: six bytes,
+    the first three of the class copying predicts."""
+    classes = torch.tensor([[1, 1, 1, 0, 0, 0]])
+    on = classes == 1
+    bits = {k: torch.where(on, torch.tensor(c), torch.tensor(2 * v - c)).float().view(1, 6)
+            for k, v, c in (("tuned", tuned, copying[0]), ("ka", ka, copying[0] + 0.2), ("tf", tf, copying[1]))}
+    res = {"group": "budget40", "runs": {"tuned": "ka-1m-tuned-40m", "ka": "ka-1m-40m", "tf": "tf-1m-40m"},
+           "windows": 1, "context": 6, "tokens": dict.fromkeys(bits, 40_001_536),
+           **{k: b.mean().item() for k, b in bits.items()}, "by_position": gap.by_position(bits),
+           "by_difficulty": gap.by_difficulty(bits), "by_recall": gap.by_recall(bits, classes)}
+    (tmp / "results").mkdir(exist_ok=True)
+    gap.write(res)
+
+
+def test_gap_at_40m_without_and_with_the_study(in_tmp):
+    assert "Not measured yet: `python -m lab gap budget40`" in gap_budget.notebook_part()
+    assert gap_budget.summary_line() is None  # neither study: the dynamics section says what to run
+    ten = {"group": "main", "seeds": [0, 1, 2], "ka": 2.2, "tf": 2.1, "variant": 2.15, "variant_name": "x",
+           "by_position": [], "by_difficulty": [{"quartile": q, "ka_gap": 0.1} for q in range(4)]}
+    (in_tmp / "results").mkdir()
+    (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))
+    assert "not measured yet (`python -m lab gap budget40`)" in gap_budget.summary_line()
+    _budget_gap(in_tmp)
+    assert "## Where the gap is after 40M tokens" in gap_budget.notebook_part()
+    line = gap_budget.summary_line()
+    # pooled 2.25 − 2.0; on the copying class 2.1 − 1.5: beside gap.json's variant (another model, no recall classes)
+    assert f"ka-1m-tuned pooled gap {0.25:+.3f}, {0.6:+.3f} on the class \"seen, copying predicts the byte\"" in line
+    assert "its variant x, not ka-1m-tuned): pooled +0.050; its recall classes not measured" in line
+    assert f"ka-1m pooled gap {0.4:+.3f}, {0.8:+.3f}" in line and "ka-1m on ψ(θ) itself, before P ψ(θ)" in line
+    ten.update(variant_name=gap.GAP_VARIANT, ka_ff_proj="shared",
+               by_recall=[{"recall": 1, "bytes": 3, "variant_gap": 0.3, "ka_gap": 0.5}])
+    (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))
+    line = gap_budget.summary_line()
+    assert "(at 10M (gap.json, seeds 0, 1, 2, ka-1m-tuned): pooled +0.050, +0.300 on the bytes copying predicts)" \
+        in line
+    assert "ka-1m): pooled +0.100, +0.500 on the bytes copying predicts" in line
+
+
+def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
+    write(in_tmp, [*seeds("main", "ka-1m", [2.25, 2.24]), *seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3)])
+    summary_path, notebook = results_md.write_report(in_tmp)
+    text, page = notebook.read_text(), summary_path.read_text()
+    for heading in ("## SU(2): the non-abelian state (issue 25)", "### Structural leads on ka-1m-tuned (issue 26)",
+                    "### The tuned recipe at 5M over seeds (issue 26)", "## Where the gap is after 40M tokens"):
+        assert heading in text
+    assert text.index("### Structural leads") < text.index("## Does the gap close with size?") < \
+        text.index("### The tuned recipe at 5M")
+    assert "Not run yet: `python -m lab run main-su2" in text and "Not run yet: `python -m lab run leads" in text
+    assert "**SU(2)**" in page and "planned, not run yet: `python -m lab run main-su2" in page
+    assert "**Structural leads on ka-1m-tuned**" in page and "`python -m lab run main-5m" in page
+    write(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
+    _budget_gap(in_tmp)
+    summary_path, notebook = results_md.write_report(in_tmp)
+    text, page = notebook.read_text(), summary_path.read_text()
+    assert text.index("## Where the gap is after 40M tokens: per-byte loss") > text.index("## SU(2)")
+    assert "ka-su2-1m beats ka-1m by" in text and "test BPC 2.2050 ± " in page
+    assert "After 40M tokens (group budget40, seed 0" in page
