@@ -1,6 +1,6 @@
-"""The notebook's and the summary's sections for issues 25 and 26 (SU(2), the tuned recipe at 5M, the structural leads,
-the loss gap at 40M tokens), each rendered on no results and on fabricated ones: every figure they print must be the
-one computed from the fabricated JSON."""
+"""The notebook's and the summary's sections for issues 25 and 26 (SU(2) and the sphere, the tuned recipe at 5M, the
+structural leads, the loss gap at 40M tokens), each rendered on no results and on fabricated ones: every figure they
+print must be the one computed from the fabricated JSON."""
 
 import json
 import statistics
@@ -11,7 +11,7 @@ import torch
 from lab import groups, protocol
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
 from lab.studies import gap
-from lab.writers import common, compute, gap_budget, leads, results_md, size, su2, summary
+from lab.writers import common, compute, gap_budget, geometries, leads, results_md, size, summary
 
 
 @pytest.fixture
@@ -61,14 +61,14 @@ def test_throughput_reads_the_recorded_rate_else_the_curve():
 
 
 def test_su2_section_without_results_says_what_to_run(in_tmp):
-    text = su2.section()
+    text = geometries.section(geometries.SU2)
     assert "Not run yet: `python -m lab run lr-su2" in text and "Not run yet: `python -m lab run main-su2" in text
     assert "Not run yet: `python -m lab run lr10m-su2" in text and "not plannable yet" in text
     # the costs per token are known before any run: shown in the not-run rows
     assert f"| ka-su2-1m | main-su2 | — | 0 | not run | — | — | — | " \
            f"{compute.fmt_per_token(groups.flops_per_token('ka-su2-1m'))} | — |" in text
     assert "Measured:" not in text  # no verdict without numbers
-    assert "planned, not run yet: `python -m lab run main-su2" in su2.summary_line()
+    assert "planned, not run yet: `python -m lab run main-su2" in geometries.summary_line(geometries.SU2)
 
 
 def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp):
@@ -80,7 +80,7 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
     write(in_tmp, [*seeds("main-su2", "ka-su2-1m", mine, rate=15_000.0), *seeds("main", "ka-1m", ka),
                    *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
                    *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
-    text = su2.section()
+    text = geometries.section(geometries.SU2)
     assert "| ka-su2-1m | lr-su2 | (preset) | 0.004 | 3.0M | 2.5000 |" in text
     assert "Best rate at 3M tokens: 0.004" in text
     assert "| 0.004 | 2.5000 | 2.3000 |" in text and "main-su2 train at 0.004, the best at 10M" in text
@@ -98,9 +98,83 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
             f"{med - statistics.median(tuned):+.4f}, tf-1m {med - statistics.median(tf):+.4f}") in text
     flops = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("tf-1m")
     assert f"{flops:.2f}× tf-1m's model FLOPs" in text and f"{15_000 / 24_000:.2f}× tf-1m's" in text
-    line = su2.summary_line()
+    line = geometries.summary_line(geometries.SU2)
     assert f"test BPC 2.2100 ± {statistics.stdev(mine):.4f} over 3 seeds, gap to tf-1m {gap:+.4f}" in line
     assert f"{d_ka:+.4f} against ka-1m, {d_tuned:+.4f} against ka-1m-tuned (means)" in line
+
+
+def test_the_studies_name_their_label_and_issue_from_the_title():
+    assert [(s.label, s.issue) for s in geometries.STUDIES] == [("SU(2)", "issue 25"),
+                                                                ("The sphere S³ ⊂ R⁴", "issue 25's stretch")]
+    assert geometries.SPHERE.compared[:2] == (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2"))
+
+
+def test_sphere_section_without_results_says_what_to_run(in_tmp):
+    text = geometries.section(geometries.SPHERE)
+    assert "Not run yet: `python -m lab run lr-sphere" in text
+    assert "Not run yet: `python -m lab run main-sphere" in text and "(after `lr-sphere`, `lr10m-sphere`)" in text
+    assert "Not run yet: `python -m lab run lr10m-sphere" in text and "not plannable yet" in text
+    assert "group=sphere" in text and "layers/sphere.py, docs/sphere.md" in text
+    assert "read against ka-su2-1m (main-su2), ka-1m (main), ka-1m-tuned (main-tuned) and tf-1m (main)" in text
+    assert "### ka-sphere-1m against ka-su2-1m, the torus presets and the transformer" in text
+    for p, g in (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2")):  # both non-torus rows, not run
+        assert f"| {p} | {g} | — | 0 | not run | — | — | — | " \
+               f"{compute.fmt_per_token(groups.flops_per_token(p))} | — |" in text
+    assert "Measured:" not in text
+    line = geometries.summary_line(geometries.SPHERE)
+    assert line.startswith("- **The sphere S³ ⊂ R⁴** (issue 25's stretch, `ka-sphere-1m`): planned, not run yet: "
+                           "`python -m lab run main-sphere")
+
+
+def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(in_tmp):
+    write(in_tmp, [run("lr-sphere", f"ka-sphere-1m-lr-{lr:g}", "ka-sphere-1m", b, lr=lr, tokens=3_000_000,
+                       split="valid") for lr, b in zip(protocol.LRS, (2.45, 2.5, 2.55), strict=True)])
+    best = protocol.LRS[0]
+    write(in_tmp, [run("lr10m-sphere", f"ka-sphere-1m-lr-{lr:g}", "ka-sphere-1m", b, lr=lr, split="valid")
+                   for lr, b in ((best, 2.28), (protocol.LRS[1], 2.31))])
+    mine, su, ka, tuned, tf = [2.18, 2.19, 2.23], [2.20, 2.22, 2.21], [2.25, 2.24, 2.26], [2.16, 2.17, 2.15], \
+        [2.14, 2.15, 2.13]
+    write(in_tmp, [*seeds("main-sphere", "ka-sphere-1m", mine, rate=17_000.0, lr=best),
+                   *seeds("main-su2", "ka-su2-1m", su, rate=15_000.0), *seeds("main", "ka-1m", ka),
+                   *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
+                   *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
+    text = geometries.section(geometries.SPHERE)
+    assert f"| ka-sphere-1m | lr-sphere | (preset) | {best:g} | 3.0M | 2.4500 |" in text
+    assert f"Best rate at 3M tokens: {best:g}" in text
+    assert f"main-sphere train at {best:g}, the best at 10M" in text
+    gap = statistics.mean(mine) - statistics.mean(tf)
+    assert (f"| ka-sphere-1m | main-sphere | 1,000,000 | 3 | 2.1800, 2.1900, 2.2300 | "
+            f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f} | 2.1900 | {gap:+.4f} | "
+            f"{compute.fmt_per_token(groups.flops_per_token('ka-sphere-1m'))} | 17,000 |") in text
+    gap_su = statistics.mean(su) - statistics.mean(tf)
+    assert (f"| ka-su2-1m | main-su2 | 1,000,000 | 3 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
+            f"{statistics.stdev(su):.4f} | 2.2100 | {gap_su:+.4f} | ") in text  # SU(2) beside it, its own row
+    assert text.index("| ka-sphere-1m | main-sphere |") < text.index("| ka-su2-1m | main-su2 |") < \
+        text.index("| ka-1m | main |")
+    d_su, d_ka = statistics.mean(mine) - statistics.mean(su), statistics.mean(mine) - statistics.mean(ka)
+    d_tuned = statistics.mean(mine) - statistics.mean(tuned)
+    spread = max(statistics.stdev(mine), statistics.stdev(su))
+    assert (f"ka-sphere-1m {'beats' if d_su < 0 else 'trails'} ka-su2-1m by {abs(d_su):.4f} test BPC "
+            f"(Δ {d_su:+.4f}, means over 3 and 3 seeds; the larger seed sd is {spread:.4f}, so the difference is "
+            f"{'more' if abs(d_su) > 2 * spread else 'less'} than twice it)") in text
+    assert f"ka-sphere-1m beats ka-1m by {abs(d_ka):.4f} test BPC (Δ {d_ka:+.4f}" in text
+    assert f"ka-sphere-1m trails ka-1m-tuned by {d_tuned:.4f} test BPC (Δ {d_tuned:+.4f}" in text
+    med = statistics.median(mine)
+    assert (f"by medians, ka-sphere-1m minus ka-su2-1m {med - statistics.median(su):+.4f}, ka-1m "
+            f"{med - statistics.median(ka):+.4f}, ka-1m-tuned {med - statistics.median(tuned):+.4f}, tf-1m "
+            f"{med - statistics.median(tf):+.4f}") in text
+    flops_su = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("ka-su2-1m")
+    assert f"Per token ka-sphere-1m costs {flops_su:.2f}× ka-su2-1m's" in text
+    assert f"it trained at {17_000 / 15_000:.2f}× ka-su2-1m's" in text and f"{17_000 / 24_000:.2f}× tf-1m's" in text
+    line = geometries.summary_line(geometries.SPHERE)
+    assert line.startswith("- **The sphere S³ ⊂ R⁴** (issue 25's stretch, `ka-sphere-1m`, group main-sphere): "
+                           f"test BPC {statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f} over 3 seeds, "
+                           f"gap to tf-1m {gap:+.4f}; {d_su:+.4f} against ka-su2-1m, {d_ka:+.4f} against ka-1m, "
+                           f"{d_tuned:+.4f} against ka-1m-tuned (means)")
+    flops = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("tf-1m")
+    assert line.endswith(f"; {flops:.2f}× tf-1m's model FLOPs per token.")
+    # the SU(2) section is not changed by the sphere's results: no sphere row there
+    assert "ka-sphere-1m" not in geometries.section(geometries.SU2)
 
 
 def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_budget(in_tmp):
@@ -236,13 +310,19 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     write(in_tmp, [*seeds("main", "ka-1m", [2.25, 2.24]), *seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3)])
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
-    for heading in ("## SU(2): the non-abelian state (issue 25)", "### Structural leads on ka-1m-tuned (issue 26)",
+    for heading in ("## SU(2): the non-abelian state (issue 25)",
+                    "## The sphere S³ ⊂ R⁴: AKOrN's oscillators (issue 25's stretch)",
+                    "### Structural leads on ka-1m-tuned (issue 26)",
                     "### The tuned recipe at 5M over seeds (issue 26)", "## Where the gap is after 40M tokens"):
         assert heading in text
     assert text.index("### Structural leads") < text.index("## Does the gap close with size?") < \
         text.index("### The tuned recipe at 5M")
+    assert text.index("## SU(2)") < text.index("## The sphere S³") < text.index("\n## Ablations of ka-1m\n")
     assert "Not run yet: `python -m lab run main-su2" in text and "Not run yet: `python -m lab run leads" in text
+    assert "Not run yet: `python -m lab run main-sphere" in text
     assert "**SU(2)**" in page and "planned, not run yet: `python -m lab run main-su2" in page
+    assert page.index("**SU(2)**") < page.index("**The sphere S³ ⊂ R⁴**") < page.index("**Structural leads")
+    assert "planned, not run yet: `python -m lab run main-sphere" in page
     assert "**Structural leads on ka-1m-tuned**" in page and "`python -m lab run main-5m" in page
     write(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)
@@ -250,4 +330,9 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     text, page = notebook.read_text(), summary_path.read_text()
     assert text.index("## Where the gap is after 40M tokens: per-byte loss") > text.index("## SU(2)")
     assert "ka-su2-1m beats ka-1m by" in text and "test BPC 2.2050 ± " in page
+    write(in_tmp, seeds("main-sphere", "ka-sphere-1m", [2.3, 2.31]))
+    summary_path, notebook = results_md.write_report(in_tmp)
+    text, page = notebook.read_text(), summary_path.read_text()
+    assert "ka-sphere-1m trails ka-su2-1m by" in text and "test BPC 2.3050 ± " in page
+    assert "group main-sphere): test BPC 2.3050 ± " in page and "group main-su2): test BPC 2.2050 ± " in page
     assert "After 40M tokens (group budget40, seed 0" in page

@@ -19,7 +19,7 @@ from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, load_results
 from lab.records import with_twins
 from lab.retired import RETIRED, rerun_command, retired_settings
-from lab.writers import compute, gap_budget, leads, size, su2, summary
+from lab.writers import compute, gap_budget, geometries, leads, size, summary
 from lab.writers.common import (
     fmt,
     label,
@@ -522,10 +522,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         comparison_section("pycode-tuned", "BPB"),
         "",
-        "## SU(2): the non-abelian state (issue 25)",
-        "",
-        su2.section(),
-        "",
+        *(part for study in geometries.STUDIES for part in (f"## {study.title}", "", geometries.section(study), "")),
         "## Ablations of ka-1m",
         "",
         ablation_section(),

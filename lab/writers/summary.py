@@ -14,7 +14,7 @@ from lab import protocol
 from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, TUNED_ABLATIONS, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
-from lab.writers import compute, gap_budget, leads, size, su2
+from lab.writers import compute, gap_budget, geometries, leads, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.scaling import PAPER_BY_SIZE
 
@@ -221,9 +221,9 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
         "",
         size_section(),
         "",
-        "## Open leads: SU(2) and structural changes (issues 25, 26)",
+        "## Open leads: SU(2), the sphere and structural changes (issues 25, 26)",
         "",
-        su2.summary_line(),
+        *map(geometries.summary_line, geometries.STUDIES),
         leads.summary_line(),
         "",
         "## Dynamics verdicts",
