@@ -336,3 +336,19 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert "ka-sphere-1m trails ka-su2-1m by" in text and "test BPC 2.3050 ± " in page
     assert "group main-sphere): test BPC 2.3050 ± " in page and "group main-su2): test BPC 2.2050 ± " in page
     assert "After 40M tokens (group budget40, seed 0" in page
+
+
+def test_readme_presets_table_is_written_from_the_presets(tmp_path):
+    from kuramoto_attention.models.presets import preset_table
+    from lab.writers import readme
+
+    path = tmp_path / "README.md"
+    path.write_text(f"intro\n{readme.PRESETS_START}\nstale\n{readme.PRESETS_END}\noutro\n")
+    assert readme.update(path) == path
+    text = path.read_text()
+    ka = next(r for r in preset_table() if r["name"] == "ka-1m")
+    assert f"| `ka-1m` | kuramoto | {ka['params']:,} | 4 | 128 | 4 | 312 | {ka['what']} |" in text
+    assert "stale" not in text and text.startswith("intro\n") and text.endswith("outro\n")
+    plain = tmp_path / "OTHER.md"
+    plain.write_text("no markers\n")
+    assert readme.update(plain) is None and plain.read_text() == "no markers\n"

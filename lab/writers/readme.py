@@ -1,14 +1,17 @@
-"""README.md's headline table: the 1M comparison on enwik7 beside the paper's numbers, written between two markers so
-that the README's figures, like RESULTS.md's, come from results/ through ``python -m lab report``."""
+"""README.md's generated tables, each written between two markers so that the README's figures, like RESULTS.md's,
+come from a command (``python -m lab report``): the headline (the 1M comparison on enwik7 beside the paper's numbers,
+from results/) and the presets (their exact parameter counts, from ``models.presets.preset_table``)."""
 
 import re
 import statistics
 from pathlib import Path
 
+from kuramoto_attention.models.presets import preset_table
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.summary import PAPER_1M
 
 START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /headline -->"
+PRESETS_START, PRESETS_END = "<!-- presets: written by `python -m lab report` -->", "<!-- /presets -->"
 ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
         ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration"))
 
@@ -29,13 +32,22 @@ def headline() -> str:
         f"\n\n10M training tokens each, at each model's own swept learning rate (the transformer's mean {fmt(tf)}).")
 
 
+def presets() -> str:
+    """Every preset with its exact parameter count (embeddings included) and what it is."""
+    body = [[f"`{r['name']}`", r["family"], f"{r['params']:,}", str(r["depth"]), str(r["width"]), str(r["heads"]),
+             str(r["ff_hidden"]), r["what"]] for r in preset_table()]
+    return table(["preset", "family", "params", "depth", "width", "heads", "ff hidden", "what"], body)
+
+
 def update(readme: Path = Path("README.md")) -> Path | None:
-    """Rewrite the table between the markers; None (and nothing written) when the README has no markers."""
+    """Rewrite the tables between their markers; None (and nothing written) when the README has no markers."""
     if not readme.exists():
         return None
-    text = readme.read_text()
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
+    text = new = readme.read_text()
+    for start, end, body in ((START, END, headline), (PRESETS_START, PRESETS_END, presets)):
+        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+        new = pattern.sub(lambda _, s=start, e=end, b=body: f"{s}\n{b()}\n{e}", new)
+    if START not in text and PRESETS_START not in text:
         return None
-    readme.write_text(pattern.sub(lambda _: f"{START}\n{headline()}\n{END}", text))
+    readme.write_text(new)
     return readme

@@ -56,6 +56,18 @@ PRESETS: dict[str, tuple[str, Any]] = {
     "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
 }
 
+# what each preset is, in a few words (the README's preset table, ``kuramoto params``)
+SUMMARY = {
+    "ka-tiny": "for tests and smoke runs", "tf-tiny": "for tests and smoke runs",
+    "ka-1m": "the paper's layer; the feed-forward reads a shared P ψ(θ)",
+    "tf-1m": "RoPE + SwiGLU, pre-RMSNorm, tied embeddings",
+    "ka-1m-tuned": "no self term, phase lag, 8 clocks, shared gates reading P ψ(θ)",
+    "ka-su2-1m": "ka-1m's layout on SU(2): 64 unit quaternions per token",
+    "ka-sphere-1m": "ka-1m's layout on the sphere S³ ⊂ R⁴ (AKOrN's oscillators)",
+    "ka-5m-tuned": "ka-1m-tuned's recipe at 5M: k = 320 in 8 heads",
+    "ka-5m": "the 5M Kuramoto model", "tf-5m": "the 5M transformer",
+}
+
 NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000, "ka-sphere-1m": 1_000_000,
            "tf-1m": 1_000_000, "ka-5m": 5_000_000, "ka-5m-tuned": 5_000_000, "tf-5m": 5_000_000}
 
@@ -92,7 +104,7 @@ def preset_table() -> list[dict[str, Any]]:
         with torch.device("meta"):
             n = build_model(family, cfg).num_params()
         row = {"name": name, "family": family, "params": n, "depth": cfg.depth, "width": cfg.dim,
-               "heads": cfg.heads, "ff_hidden": cfg.ff_hidden}
+               "heads": cfg.heads, "ff_hidden": cfg.ff_hidden, "what": SUMMARY.get(name, "")}
         if name in NOMINAL:
             row["nominal"] = NOMINAL[name]
             row["deviation"] = round(n / NOMINAL[name] - 1, 4)
