@@ -27,7 +27,7 @@ unprojected feed-forward at lr-unprojected's rate: ``plan`` pins its ka-1m runs 
 import contextlib
 import functools
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kuramoto_attention.diagnostics.flops import model_flops
@@ -188,21 +188,37 @@ def _warmup10m() -> list[Spec]:
 TUNED_FRESH_SEEDS = (3, 4, 5)
 
 
-# Issue 26's structural leads on ka-1m-tuned, each a field of the same code path: screened at the protocol (seed 0,
-# against main-tuned's seed 0, the same run without the field), the best then trained to 40M tokens (leads40)
-LEADS: dict[str, dict[str, Any]] = {
-    # the second and third harmonic of the coupling (Daido), signed weights learned from 0 (layers/harmonics.py)
-    "harmonics-2": {"harmonics": 2}, "harmonics-3": {"harmonics": 3},
+# Issue 26's structural leads on ka-1m-tuned, each a field of the same code path or a training setting: screened at the
+# protocol (seed 0, against main-tuned's seed 0, the same run without the change), the best then trained to 40M tokens
+# (leads40)
+@dataclass(frozen=True)
+class Lead:
+    model: dict[str, Any] = field(default_factory=dict)  # model overrides
+    train: dict[str, Any] = field(default_factory=dict)  # training overrides
+
+    def change(self) -> str:
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in {**self.model, **self.train}.items())
+
+
+LEADS: dict[str, Lead] = {
+    # the coupling's second harmonic (Daido), signed weights learned from 0 (layers/harmonics.py)
+    "harmonics-2": Lead({"harmonics": 2}),
     # a step whose length follows the increment's: with s = 1 nearly every trained increment of ka-1m-tuned sits on the
     # bound (`kuramoto report`'s saturation), so every token moves by r whatever its coupling (bound.py)
-    "bound-scale-learned": {"bound_scale": "learned"},
+    "bound-scale-learned": Lead({"bound_scale": "learned"}),
+    # ω at the base rate, or frozen at RoPE's: at phase_lr_mult 20 (0.08 per step) Adam's first steps move every ω by
+    # more than RoPE's slow rates (down to 1e-4); trained, almost no oscillator drifts slower than once per context
+    # (more than half do at init; `python -m lab dynamics budget40`), yet slow oscillators are what compare content
+    # far apart, and at 40M tokens the gap grows with the distance (`python -m lab gap budget40`)
+    "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}), "omega-frozen": Lead(train={"omega_lr_mult": 0.0}),
 }
 
 
 def _leads() -> list[Spec]:
     lr = _own_lr("ka-1m-tuned")
-    return [Spec("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", v, {**PROTOCOL, "seed": 0, "lr": lr})
-            for k, v in LEADS.items()]
+    return [Spec("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", lead.model,
+                 {**PROTOCOL, "seed": 0, "lr": lr, **lead.train}) for k, lead in LEADS.items()]
 
 
 def _leads40() -> list[Spec]:
@@ -218,8 +234,9 @@ def _leads40() -> list[Spec]:
         raise ConfigError(f"no lead beat ka-1m-tuned at the protocol (best {best['name']}: {best['eval_bpc']:.4f} "
                           f"against main-tuned's mean {mean:.4f}): nothing to confirm at 40M")
     key = best["name"].removeprefix("ka-1m-tuned-")
-    return [Spec("leads40", f"{best['name']}-{b // 1_000_000}m", "ka-1m-tuned", LEADS[key],
-                 {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr("ka-1m-tuned")}) for b in BUDGETS]
+    lead = LEADS[key]
+    return [Spec("leads40", f"{best['name']}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
+                 {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr("ka-1m-tuned"), **lead.train}) for b in BUDGETS]
 
 
 def _second_stage(group: str, sweep: str, preset: str) -> list[Spec]:

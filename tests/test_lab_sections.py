@@ -23,11 +23,13 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def run(group: str, name: str, preset: str, bpc: float, lr: float = 4e-3, seed: int = 0, tokens: int = 10_000_000,
-        split: str = "test", rate: float | None = 20_000.0, params: int = 1_000_000, **model) -> dict:
-    """A finished run's result as runner.py writes it (the keys the writers read)."""
+        split: str = "test", rate: float | None = 20_000.0, params: int = 1_000_000, train: dict | None = None,
+        **model) -> dict:
+    """A finished run's result as runner.py writes it (the keys the writers read); ``train``: training overrides."""
     r = {"group": group, "name": name, "preset": preset, "family": "kuramoto" if preset.startswith("ka") else
          "transformer", "model_overrides": model, "model": {}, "params": params, "tokens": tokens,
-         "train": {"lr": lr, "seed": seed, "phase_lr_mult": TRAIN_DEFAULTS["phase_lr_mult"], "context": 256},
+         "train": {"lr": lr, "seed": seed, "phase_lr_mult": TRAIN_DEFAULTS["phase_lr_mult"], "context": 256,
+                   **(train or {})},
          "corpus": "enwik7", "eval_split": split, "eval_bpc": bpc, "valid_curve": [[0, 8.0], [tokens, bpc]],
          "curve": [{"tokens": tokens, "elapsed_s": 500.0, "valid_bpc": bpc, "train_bpc": bpc + 0.05}]}
     if rate is not None:
@@ -225,30 +227,30 @@ def _tuned_base(tmp, vals=(2.15, 2.16, 2.17, 2.14, 2.18, 2.16)):
 def test_leads_section_without_results_says_what_to_run(in_tmp):
     text = leads.section()
     assert "Not run yet: `python -m lab run leads" in text and "nothing to train yet" in text
-    for key, change in groups.LEADS.items():  # every planned lead has a row, its cost per token already known
-        per = compute.fmt_per_token(compute.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": change,
+    for key, lead in groups.LEADS.items():  # every planned lead has a row, its cost per token already known
+        per = compute.fmt_per_token(compute.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": lead.model,
                                                              "train": {}}))
-        assert f"| ka-1m-tuned-{key} | {', '.join(f'{k}={v}' for k, v in change.items())} | — | {per} | not run |" \
-            in text
+        assert f"| ka-1m-tuned-{key} | {lead.change()} | — | {per} | not run |" in text
     assert "planned, not run yet: `python -m lab run leads" in leads.summary_line()
 
 
 def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     base = _tuned_base(in_tmp)
     bpcs = {k: 2.10 + 0.02 * i for i, k in enumerate(groups.LEADS)}  # the first lead the best
-    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, **groups.LEADS[k]) for k, b in bpcs.items()])
+    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
+                       **groups.LEADS[k].model) for k, b in bpcs.items()])
     first = next(iter(groups.LEADS))
     text = leads.section()
     mean = statistics.mean(base)
     assert f"test BPC 2.1500; main-tuned over all its 6 seeds: {mean:.4f} ± {statistics.stdev(base):.4f}" in text
-    assert f"| ka-1m-tuned-{first} | {', '.join(f'{k}={v}' for k, v in groups.LEADS[first].items())} | 1,000,000 |" \
-        in text
+    assert f"| ka-1m-tuned-{first} | {groups.LEADS[first].change()} | 1,000,000 |" in text
     assert f"| 2.1000 | {2.10 - 2.15:+.4f} | {2.10 - mean:+.4f} |" in text
     assert f"At 40M tokens (leads40: ka-1m-tuned-{first}-40m): _Not run yet: `python -m lab run leads40" in text
     assert f"{first} 2.1000 (Δ {2.10 - 2.15:+.4f} against ka-1m-tuned's seed 0" in leads.summary_line()
     assert "At 40M: not run yet: `python -m lab run leads40" in leads.summary_line()
     b40 = 40_001_536
-    write(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40, **groups.LEADS[first]),
+    write(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
+                       train=groups.LEADS[first].train, **groups.LEADS[first].model),
                    run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
                    run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3)])
     text = leads.section()
@@ -261,7 +263,8 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
 
 def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     _tuned_base(in_tmp)
-    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, **v) for k, v in groups.LEADS.items()])
+    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
+                   for k, v in groups.LEADS.items()])
     text = leads.section()
     assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
     assert "At 40M: none trained" in leads.summary_line()

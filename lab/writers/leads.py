@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
-from lab.groups import LEADS, TUNED_CANDIDATE, plan
+from lab.groups import LEADS, TUNED_CANDIDATE, Lead, plan
 from lab.protocol import load_results
 from lab.records import with_twins
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
@@ -23,15 +23,15 @@ def _base() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     return next((r for r in runs if r["train"]["seed"] == 0), None), runs
 
 
-def _lead_rows() -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+def _lead_rows() -> list[tuple[str, Lead, dict[str, Any] | None]]:
     """Each lead's planned name, its change, and its result (None: not run yet), in LEADS' order."""
     done = {r["name"]: r for r in with_twins(GROUP)}
-    return [(f"{PRESET}-{k}", change, done.get(f"{PRESET}-{k}")) for k, change in LEADS.items()]
+    return [(f"{PRESET}-{k}", lead, done.get(f"{PRESET}-{k}")) for k, lead in LEADS.items()]
 
 
-def _flops(change: dict[str, Any], r: dict[str, Any] | None) -> str:
+def _flops(lead: Lead, r: dict[str, Any] | None) -> str:
     # a lead's cost is known before it runs: the same count, from its preset and overrides
-    return fmt_per_token(flops_per_token(r or {"preset": PRESET, "model_overrides": change, "train": {}}))
+    return fmt_per_token(flops_per_token(r or {"preset": PRESET, "model_overrides": lead.model, "train": {}}))
 
 
 def _bpc(r: dict[str, Any] | None) -> float | None:
@@ -77,9 +77,9 @@ def section() -> str:
     vals = [r["eval_bpc"] for r in base]
     mean = statistics.mean(vals) if vals else None
     leads = _lead_rows()
-    body = [[name, overrides(r) if r else ", ".join(f"{k}={v}" for k, v in change.items()),
-             f"{r['params']:,}" if r else "—", _flops(change, r), fmt(r["eval_bpc"]) if r else "not run",
-             _delta(r, _bpc(seed0)), _delta(r, mean)] for name, change, r in leads]
+    body = [[name, overrides(r) if r else lead.change(),
+             f"{r['params']:,}" if r else "—", _flops(lead, r), fmt(r["eval_bpc"]) if r else "not run",
+             _delta(r, _bpc(seed0)), _delta(r, mean)] for name, lead, r in leads]
     ref = (f"ka-1m-tuned's seed 0 ({label(seed0)}; {seed0['params']:,} params, "
            f"{fmt_per_token(flops_per_token(seed0))} model FLOPs per token): test BPC {fmt(seed0['eval_bpc'])}"
            if seed0 else f"ka-1m-tuned's seed 0: {not_run(BASE_GROUP, 'not run yet')}")
