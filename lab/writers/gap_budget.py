@@ -33,6 +33,20 @@ def _copying(res: dict[str, Any], key: str) -> float | None:
     return row[f"{key}_gap"] if row and f"{key}_gap" in row else None
 
 
+NEAR_FROM = 8  # the position bin read as "near the window's start" beside the last bin (the farthest context)
+
+
+def _by_position(res: dict[str, Any], col: str) -> str:
+    """The gap in the bin starting at NEAR_FROM and in the last bin of the window: does it grow with the context?"""
+    rows = res.get("by_position", [])
+    near = next((r for r in rows if r["from"] == NEAR_FROM), None)
+    if near is None or f"{col}_gap" not in rows[-1]:
+        return ""
+    far = rows[-1]
+    return (f"{near[f'{col}_gap']:+.3f} at positions {near['from']}–{near['to'] - 1} and {far[f'{col}_gap']:+.3f} at "
+            f"{far['from']}–{far['to'] - 1}")
+
+
 def _at_10m(ten: dict[str, Any] | None, key: str) -> str:
     """The 10M study's figures for the 40M study's ``key`` ("tuned": its variant; "ka": ka-1m), named honestly."""
     if ten is None:
@@ -49,7 +63,9 @@ def _at_10m(ten: dict[str, Any] | None, key: str) -> str:
     recall = (f", {copy:+.3f} on the bytes copying predicts" if copy is not None
               else "; its recall classes not measured (the study predates that breakdown)")
     seeds = ", ".join(map(str, ten.get("seeds", [])))
-    return f"at 10M (gap.json, seeds {seeds}, {who}): pooled {ten[col] - ten['tf']:+.3f}{recall}"
+    where = _by_position(ten, col if col == "variant" else "ka")
+    return (f"at 10M (gap.json, seeds {seeds}, {who}): pooled {ten[col] - ten['tf']:+.3f}"
+            + (f", {where}" if where else "") + recall)
 
 
 def summary_line() -> str | None:
@@ -67,7 +83,9 @@ def summary_line() -> str | None:
             continue
         preset = res["runs"][key].rsplit("-", 1)[0]
         copy = _copying(res, key)
+        where = _by_position(res, key)
         parts.append(f"{preset} pooled gap {res[key] - res['tf']:+.3f}"
+                     + (f", {where}" if where else "")
                      + (f', {copy:+.3f} on the class "{RECALL_NAMES[COPYING]}"' if copy is not None else "")
                      + f" ({_at_10m(ten, key)})")
     tokens = max(res["tokens"].values()) / 1e6
