@@ -692,6 +692,7 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     text = compute.budget_section()
     assert "| 40M | ka-1m-tuned | budget40/ka-1m-tuned-40m | test | 1.9500 | +0.0500 |" in text
     assert "from 20.0M" in text and "passes" in text and "not run yet" not in text
+    assert "at the end train 1.850 vs valid 1.900 (-0.050)" in text  # the last point's train − valid
     per = groups.flops_per_token("ka-1m-tuned")
     assert compute.flops_per_token(b40[1]) == per and compute.fmt_flops(per * 40_001_536) in text
     text = compute.flops_section()

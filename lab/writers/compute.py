@@ -78,7 +78,8 @@ def overfit(r: dict[str, Any]) -> str:
     last = curve[-1]
     passes = _train_bytes()
     at = f"{below['tokens'] / 1e6:.1f}M" + (f" ({below['tokens'] / passes:.1f} passes)" if passes else "")
-    return f"from {at}; at the end train {last['train_bpc']:.3f} vs valid {last['valid_bpc']:.3f}"
+    return (f"from {at}; at the end train {last['train_bpc']:.3f} vs valid {last['valid_bpc']:.3f} "
+            f"({last['train_bpc'] - last['valid_bpc']:+.3f})")
 
 
 def _seed0(group: str, preset: str) -> dict[str, Any] | None:
