@@ -1,5 +1,10 @@
+import json
+from pathlib import Path
+
 import pytest
 import torch
+
+pytest.register_assert_rewrite("geometry_checks")  # its checks' failures read as the tests' own do
 
 
 @pytest.fixture(autouse=True)
@@ -23,3 +28,22 @@ def assert_paths_agree(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     for a, b in zip(g_fused, g_ref, strict=True):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
     return x.detach()
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """Runs in tmp_path, with lab's results/ and runs/ there (every reader and writer reads lab.protocol's)."""
+    from lab import protocol
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(protocol, "RUNS", tmp_path / "runs")
+    return tmp_path
+
+
+def write_results(tmp: Path, rows: list[dict]) -> None:
+    """Each fabricated result where the lab keeps it: tmp/results/<group>/<name>.json."""
+    for r in rows:
+        path = tmp / "results" / r["group"] / f"{r['name']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r))

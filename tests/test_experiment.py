@@ -6,6 +6,7 @@ import re
 import statistics
 
 import pytest
+from conftest import write_results
 
 from benchmarks import bench
 from kuramoto_attention.errors import ConfigError
@@ -23,26 +24,11 @@ def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3
             "corpus": "enwik7", "eval_split": "test", "eval_bpc": bpc, "valid_curve": [[0, 8.0], [10_000_000, bpc]]}
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")  # every reader and writer reads protocol's
-    monkeypatch.setattr(protocol, "RUNS", tmp_path / "runs")
-    return tmp_path
-
-
-def write(tmp, rows):
-    for r in rows:
-        path = tmp / "results" / r["group"] / f"{r['name']}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(r))
-
-
 def test_best_lr_reads_the_sweep(in_tmp):
     with pytest.raises(ConfigError, match="learning-rate sweep"):
         protocol.best_lr("ka-1m")
-    write(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", bpc, lr=lr) for lr, bpc in
-                   [(1e-3, 2.0), (2e-3, 1.9), (4e-3, 1.95)]])
+    write_results(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", bpc, lr=lr) for lr, bpc in
+                           [(1e-3, 2.0), (2e-3, 1.9), (4e-3, 1.95)]])
     assert protocol.best_lr("ka-1m") == 2e-3
     with pytest.raises(ConfigError, match="tf-1m"):  # the transformer's sweep is absent: main cannot be planned
         groups.plan("main")
@@ -92,7 +78,7 @@ def test_results_md_is_computed_from_files(in_tmp):
     rows = [fake_result("main", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate(ka)]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate(tf)]
     rows += [fake_result("ablation", "ka-no-ff", "ka-1m", 1.95, ff="none")]
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     summary_path, notebook = results.write_report(in_tmp)
     assert summary_path == in_tmp / "RESULTS.md" and notebook == in_tmp / "docs" / "notebook.md"
     text = notebook.read_text()
@@ -113,8 +99,9 @@ def test_results_md_is_computed_from_files(in_tmp):
 
 
 def test_lr_section_states_the_gap_at_the_sweep_budget(in_tmp):
-    write(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", b, lr=lr) for lr, b in [(2e-3, 2.7), (4e-3, 2.6)]])
-    write(in_tmp, [fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
+    write_results(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", b, lr=lr)
+                           for lr, b in [(2e-3, 2.7), (4e-3, 2.6)]])
+    write_results(in_tmp, [fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
     assert "the best ka-1m is +0.100 valid BPC from the best tf-1m" in results.lr_section()
 
 
@@ -151,9 +138,11 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     """Groups run while the feed-forward read raw θ, then ψ(θ) itself stay reproducible after the default moved on
     (to P ψ(θ)); the groups on wrap(θ) are retired, and the sweep of theirs that main-raw reads is read from its
     results."""
-    write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.RAW, ff_wrap=True)])
-    write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.008", "ka-1m", 2.0, lr=8e-3, **groups.UNPROJECTED)])
+    write_results(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    write_results(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.RAW,
+                                       ff_wrap=True)])
+    write_results(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.008", "ka-1m", 2.0, lr=8e-3,
+                                       **groups.UNPROJECTED)])
     for group in ("main-raw", "ablation-raw", "main-unprojected", "ablation-unprojected", "pycode-unprojected"):
         assert all("ff" in s.model and "ff_hidden" in s.model and "ff_proj" in s.model for s in groups.plan(group)
                    if s.preset.startswith("ka"))
@@ -199,19 +188,19 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
     assert {s.preset for s in groups.plan("lr-tuned")} == {"ka-1m-tuned"}
     with pytest.raises(ConfigError, match="0 of its 3 rates"):
         groups.plan("lr10m-tuned")
-    write(in_tmp, [fake_result("lr-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
-                   for lr, b in ((2e-3, 2.1), (4e-3, 2.06))])
+    write_results(in_tmp, [fake_result("lr-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
+                           for lr, b in ((2e-3, 2.1), (4e-3, 2.06))])
     with pytest.raises(ConfigError, match="2 of its 3 rates"):  # a sweep cut short does not pick the rates
         groups.plan("lr10m-tuned")
-    write(in_tmp, [fake_result("lr-tuned", "ka-1m-tuned-lr-0.008", "ka-1m-tuned", 2.05, lr=8e-3)])
+    write_results(in_tmp, [fake_result("lr-tuned", "ka-1m-tuned-lr-0.008", "ka-1m-tuned", 2.05, lr=8e-3)])
     second = groups.plan("lr10m-tuned")
     assert {s.preset for s in second} == {"ka-1m-tuned"}
     assert [(s.train["lr"], s.train["tokens"], s.eval_split) for s in second] == [(8e-3, 10_000_000, "valid"),
                                                                                  (4e-3, 10_000_000, "valid")]
     with pytest.raises(ConfigError, match="lr10m-tuned"):
         groups.plan("main-tuned")
-    write(in_tmp, [fake_result("lr10m-tuned", s.name, "ka-1m-tuned", b, lr=s.train["lr"])
-                   for s, b in zip(second, (1.9, 1.8), strict=True)])
+    write_results(in_tmp, [fake_result("lr10m-tuned", s.name, "ka-1m-tuned", b, lr=s.train["lr"])
+                           for s, b in zip(second, (1.9, 1.8), strict=True)])
     for group in ("main-tuned", "ablation-tuned", "pycode-tuned"):
         specs = groups.plan(group)
         assert {s.preset for s in specs} == {"ka-1m-tuned"} and {s.train["lr"] for s in specs} == {4e-3}
@@ -226,7 +215,7 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
     spec = groups.plan("main-tuned")[0]
     model, train = records.expected_configs(spec)
     twin = {**fake_result("confirm", "ka-x", "ka-1m", 2.0, lr=4e-3), "model": model, "train": train}
-    write(in_tmp, [twin])
+    write_results(in_tmp, [twin])
     rows = records.with_twins("main-tuned")
     assert [(r["name"], r["preset"], r["twin"]) for r in rows] == [(spec.name, "ka-1m-tuned", "confirm/ka-x")]
 
@@ -234,25 +223,25 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
 def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp):
     """main-tuned has no transformer runs of its own: its table and gap use main's; the rate's two stages are set
     side by side."""
-    write(in_tmp, [fake_result("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
-                   for lr, b in ((4e-3, 2.01), (8e-3, 2.0))])
-    write(in_tmp, [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, lr=8e-3, seed=i)
-                   for i, b in enumerate((1.60, 1.62))])
+    write_results(in_tmp, [fake_result("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr)
+                           for lr, b in ((4e-3, 2.01), (8e-3, 2.0))])
+    write_results(in_tmp, [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, lr=8e-3, seed=i)
+                           for i, b in enumerate((1.60, 1.62))])
     spec = groups.plan("main-tuned")[0]
     model, train = records.expected_configs(spec)
-    write(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
-                    "train": train}])
+    write_results(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
+                            "train": train}])
     text = results.comparison_section("main-tuned", "BPC")
     assert "| ka-1m-tuned | 1 |" in text and "| tf-1m | 2 |" in text
     assert "group main's (the same protocol; seeds 0, 1)" in text
     assert f"**{1.65 - 1.61:+.4f}**" in text and "+0.021" in text  # the gap beside the paper's
     assert "alone" not in text  # no fresh seed yet
-    write(in_tmp, [fake_result("main-tuned", f"ka-1m-tuned-seed{s}", "ka-1m-tuned", b, lr=8e-3, seed=s)
-                   for s, b in zip(groups.TUNED_FRESH_SEEDS[:2], (1.66, 1.68), strict=True)])
+    write_results(in_tmp, [fake_result("main-tuned", f"ka-1m-tuned-seed{s}", "ka-1m-tuned", b, lr=8e-3, seed=s)
+                           for s, b in zip(groups.TUNED_FRESH_SEEDS[:2], (1.66, 1.68), strict=True)])
     text = results.comparison_section("main-tuned", "BPC")
     assert f"Seeds 3, 4, 5 alone (2 runs): 1.6700 ± {statistics.stdev([1.66, 1.68]):.4f}, a gap of **+0.0600**" in text
-    write(in_tmp, [fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.5, lr=8e-3),
-                   fake_result("pycode-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 1.6)])
+    write_results(in_tmp, [fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.5, lr=8e-3),
+                           fake_result("pycode-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 1.6)])
     assert "**+0.1000** BPB" in results.comparison_section("pycode-tuned", "BPB")  # against pycode's transformer
     intro = results.tuned_intro()
     assert "dim=160" in intro and "clock=8" in intro and "self_coupling=False" in intro
@@ -280,7 +269,7 @@ def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
     rows = [fake_result("screen2", n, "ka-1m", b) for n, b in
             [("ka-default", 3.0), ("ka-better", 2.8), ("ka-worse", 3.2), ("ka-same", 3.01)]]
     rows.append(fake_result("screen2", "tf", "tf-1m", 2.5))  # the transformer is not a variant
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = results.findings_section()
     assert "helped ka-better -0.200" in text and "hurt ka-worse +0.200" in text and "within ±0.05: ka-same" in text
     assert "tf" not in text.split("helped")[1].split(";")[0]
@@ -310,7 +299,7 @@ def test_resuming_a_run_started_with_other_settings_is_refused(in_tmp, monkeypat
 
 
 def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
-    write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    write_results(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
     spec = groups.plan("main")[0]
     fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
     fresh["model"], fresh["train"] = records.expected_configs(spec)
@@ -331,7 +320,7 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
     assert records.mismatch(spec, at_default) is None
     assert "ff_wrap=True (retired)" in records.mismatch(spec, {**fresh, "model": {**fresh["model"], "ff_wrap": True}})
     assert "bound='none'" in records.mismatch(spec, {**fresh, "model": {**fresh["model"], "bound": "none"}})
-    write(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])
+    write_results(in_tmp, [{**fresh, "train": {**fresh["train"], "lr": 4e-3}}])
     experiment.run_group("main", None, only=[spec.name])  # reported, not rerun (nothing to train here)
     assert "STALE (train lr=0.004" in capsys.readouterr().out
 
@@ -375,15 +364,16 @@ def _check_committed(root, known):
 
 
 def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys):
-    write(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.RAW, ff_wrap=True)])
+    write_results(in_tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    write_results(in_tmp, [fake_result("lr-wrapped", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.RAW,
+                                       ff_wrap=True)])
     twin_spec = next(s for s in groups.plan("main-raw") if s.name == "ka-1m-seed0")
     twin = fake_result("main-raw", "ka-1m-seed0", "ka-1m", 2.4, lr=4e-3, **groups.RAW)
     twin["model"], twin["train"] = records.expected_configs(twin_spec)
-    write(in_tmp, [twin, fake_result("main", "ka-1m-seed0", "ka-1m", 2.3, lr=2e-3)])
+    write_results(in_tmp, [twin, fake_result("main", "ka-1m-seed0", "ka-1m", 2.3, lr=2e-3)])
     spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
     assert records.same_run(spec) is None  # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
-    write(in_tmp, [fake_result("lr", "ka-1m-lr-0.004", "ka-1m", 1.0, lr=4e-3)])  # now the best lr is 4e-3
+    write_results(in_tmp, [fake_result("lr", "ka-1m-lr-0.004", "ka-1m", 1.0, lr=4e-3)])  # now the best lr is 4e-3
     spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
     assert records.same_run(spec)["group"] == "main-raw"
     experiment.run_group("ablation", None, only=["ka-ff-angles"])
@@ -396,10 +386,10 @@ def test_confirm_section_compares_with_the_model_each_candidate_changes(in_tmp):
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
     rows += [fake_result("screen4", n, "ka-1m", b) for n, b in (("ka-default", 2.60), ("ka-x", 2.55))]
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = results.confirm_section()
     rows.append(fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True))
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = results.confirm_section()
     assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 0 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
     assert "| ka-x-seed1 | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.3100 | -0.0100 |" in text
@@ -416,7 +406,7 @@ def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
              fake_result("confirm", "ka-y", "ka-1m", 2.26, clock=4),
              fake_result("confirm", "ka-y-lr", "ka-1m", 2.28, lr=4e-3, clock=4),  # another rate than main's
              fake_result("confirm", "ka-z-seed5", "ka-1m", 2.0, seed=5)]  # a seed main has not run: left out
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = results.moved_gap_section()
     assert "| ka-y-lr | clock=4, phase_lr_mult=1, lr=0.004 | 0 | 2.2800 |" in text
     y = "| ka-y | clock=4, phase_lr_mult=1 | 0 | 2.2600 | -0.0400 | +0.1100 |"
@@ -436,7 +426,7 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
     rows += [fake_result("confirm", f"ka-{groups.BUDGET_VARIANT}", "ka-1m", 2.25, **lag),
              {**fake_result("budget", f"ka-1m-{groups.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
               "tokens": 20_000_000}]
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = results.budget_section()
     assert "| 10.0M | main-unprojected | 2.3000 | 2.1500 | +0.1500 | 2.2500 | +0.1000 |" in text
     assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 | 2.1000 | +0.1000 |" in text
@@ -452,15 +442,15 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
              fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
              fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3),
              fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = results.scale_section()
     assert ("| 1M | main-unprojected | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 "
             "(means) |") in text
     assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
     assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown; tf-5m had more rates tried than ka-5m" in text
     assert "Caveat" not in text
-    write(in_tmp, [fake_result("scale", "tf-5m", "tf-5m", 2.20, lr=8e-3), fake_result("scale", "tf-5m-lr-0.004",
-                                                                                    "tf-5m", 2.25, lr=4e-3)])
+    write_results(in_tmp, [fake_result("scale", "tf-5m", "tf-5m", 2.20, lr=8e-3), fake_result("scale", "tf-5m-lr-0.004",
+                                                                                            "tf-5m", 2.25, lr=4e-3)])
     assert "Caveat: tf-5m (2.2000) is worse than tf-1m (2.1500)" in results.scale_section()
 
 
@@ -471,7 +461,7 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
             fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
             fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.95, lr=2e-3),
             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     assert "not run yet (`python -m lab run scale-variant`" in results.scale_section()
     specs = groups.plan("scale-variant")
     assert [sp.model for sp in specs] == [{**groups.VARIANTS[v], **groups.SCALE_WIDTHS.get(v, {})}
@@ -485,54 +475,54 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
     spec = specs[0]
     assert spec.preset == "ka-5m" and spec.model == groups.VARIANTS[groups.BEST_VARIANT]
     assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)
-    write(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
+    write_results(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
     text = results.scale_section()
     assert f"The 1M variant {groups.BEST_VARIANT} (" in text
     assert "on ka-5m at lr 0.002 (seed 0, group scale-variant): test BPC 1.9300, -0.0200 against ka-5m at the " \
            "same rate; gap to the best tf-5m +0.0300. At 1M the same variant moved seed 0 by -0.0400 (gap +0.1100)." \
         in text
     assert text.count("group scale-variant") == 1  # the second variant not run yet: no line for it
-    write(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
+    write_results(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
     text = results.scale_section()
     assert f"The 1M variant {groups.SCALE_VARIANTS[1]} (" in text and "test BPC 1.9700, +0.0200 against" in text
 
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
     assert "lab run lr10m" in results.tuning10m_section("lr10m", "lr")
-    write(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
-                   # other seeds: not compared
-                   fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),
-                   fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
-                   fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
-                   fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
+    write_results(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
+                           # other seeds: not compared
+                           fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),
+                           fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
+                           fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
+                           fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
     text = results.tuning10m_section("lr10m", "lr")
     assert "| ka-1m | lr10m | 0.002 | 2.2500 |" in text and "| tf-1m | main | 0.008 | 2.1500 |" in text
     assert "ka-1m 0.002, tf-1m 0.008; seed-0 gap +0.1000 (main's settings: +0.1500)" in text
     assert "Best at the lowest lr tried: ka-1m; a lower one may be better still." in text
-    write(in_tmp, [fake_result("scale", "ka-5m", "ka-5m", 2.0, lr=4e-3),
-                   fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.9, lr=2e-3),
-                   fake_result("scale", "tf-5m", "tf-5m", 1.8, lr=8e-3)])
+    write_results(in_tmp, [fake_result("scale", "ka-5m", "ka-5m", 2.0, lr=4e-3),
+                           fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.9, lr=2e-3),
+                           fake_result("scale", "tf-5m", "tf-5m", 1.8, lr=8e-3)])
     assert "ka-5m's best is the lowest rate tried, so a lower one may be better still" in results.scale_section()
 
 
 def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     rows = [fake_result("main", f"{p}-seed{i}", p, b + i / 100, seed=i)
             for i in (0, 1) for p, b in (("ka-1m", 2.30), ("tf-1m", 2.10))]
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     assert "best ka-1m measured" not in results.comparison_section("main", "BPC")
     lag = groups.VARIANTS[groups.BEST_VARIANT]
-    write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
-                               2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
+    write_results(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
+                                       2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
     assert "best ka-1m measured" not in results.comparison_section("main", "BPC")  # two seeds are not enough
-    write(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}-seed2", "ka-1m", 2.21, seed=2, **lag)])
+    write_results(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}-seed2", "ka-1m", 2.21, seed=2, **lag)])
     text = results.comparison_section("main", "BPC")
     assert "Gap (Kuramoto − transformer, mean): **+0.2000**" in text
     assert (f"over 3+ seeds, outside the paper: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False; group "
             "confirm, 3 seeds): 2.2100 ± 0.0100, a gap of **+0.1050**.") in text
     # another candidate with a lower three-seed mean is named first, the base variant after it
     name = "phase-lag-no-self-coupling-lag"  # a retired candidate: its change is read from its recorded overrides
-    write(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
-                               phase_lag=True, self_coupling=False, coupling_lag=True) for i in (0, 1, 2)])
+    write_results(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
+                                       phase_lag=True, self_coupling=False, coupling_lag=True) for i in (0, 1, 2)])
     text = results.comparison_section("main", "BPC")
     assert f"outside the paper: {name} (phase_lag=True, self_coupling=False, coupling_lag=True;" in text
     assert "2.1500 ± 0.0000, a gap of **+0.0450**" in text
@@ -542,8 +532,9 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
 def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     """After a candidate became the preset's default, main's ka-1m is that candidate's run (same config, seed,
     split): its result and its run directory (for gap, probe and dynamics) are the candidate's."""
-    write(in_tmp, [fake_result("lr", f"{p}-lr-0.004", p, 2.0, lr=4e-3) for p in ("ka-1m", "tf-1m")])
-    write(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3, **groups.UNPROJECTED)])
+    write_results(in_tmp, [fake_result("lr", f"{p}-lr-0.004", p, 2.0, lr=4e-3) for p in ("ka-1m", "tf-1m")])
+    write_results(in_tmp, [fake_result("lr-unprojected", "ka-1m-lr-0.004", "ka-1m", 2.0, lr=4e-3,
+                                       **groups.UNPROJECTED)])
     spec = next(s for s in groups.plan("main") if s.name == "ka-1m-seed0")
     # confirm (retired) ran it pinned to ψ(θ) with its own P; its record carries the retired fields at their defaults
     overrides = {**groups.UNPROJECTED, "ff_proj": "shared", "ff_hidden": 312}
@@ -551,7 +542,7 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     model, run["train"] = records.expected_configs(spec)
     run["model"] = {**model, **retired.RETIRED_FIELDS}
     other = {**run, "name": "ka-ff-proj-shared-wrapped", "model": {**run["model"], "ff_wrap": True}}  # another model
-    write(in_tmp, [run, other])
+    write_results(in_tmp, [run, other])
     main = {r["name"]: r for r in records.with_twins("main")}
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
     assert records.run_dir_of(main["ka-1m-seed0"]) == in_tmp / "runs" / "confirm" / "ka-ff-proj-shared"
@@ -561,10 +552,11 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
 
 def test_superseded_section_reads_its_transformer_from_the_matching_group(in_tmp):
     assert "No runs" in results.superseded_section("main-unprojected", "on ψ(θ)")
-    write(in_tmp, [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i / 100, seed=i,
-                               **groups.UNPROJECTED) for i in (0, 1)]
-          + [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15), fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.60),
-             fake_result("pycode-unprojected", "ka-1m-seed0", "ka-1m", 1.87, **groups.UNPROJECTED)])
+    write_results(in_tmp, [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i / 100, seed=i,
+                                       **groups.UNPROJECTED) for i in (0, 1)]
+                  + [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15),
+                     fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.60),
+                     fake_result("pycode-unprojected", "ka-1m-seed0", "ka-1m", 1.87, **groups.UNPROJECTED)])
     text = results.superseded_section("main-unprojected", "on ψ(θ)")
     assert "2 seeds (2.3000, 2.3100): test BPC 2.3050 ± 0.0071" in text and "(main): +0.1550" in text
     text = results.superseded_section("pycode-unprojected", "on ψ(θ)", "BPB")
@@ -572,7 +564,7 @@ def test_superseded_section_reads_its_transformer_from_the_matching_group(in_tmp
 
 
 def _sweep(tmp, groups_=("lr",)):
-    write(tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
+    write_results(tmp, [fake_result("lr", f"{p}-lr-0.002", p, 2.0, lr=2e-3) for p in ("ka-1m", "tf-1m")])
 
 
 def test_run_says_the_order_and_how_long_and_dry_run_trains_nothing(in_tmp, capsys, monkeypatch):
@@ -605,13 +597,13 @@ def test_rerun_trains_recorded_runs_again_and_keeps_the_old(in_tmp, capsys, monk
     spec = groups.plan("main")[0]
     fresh = fake_result("main", spec.name, spec.preset, 1.9, lr=2e-3)
     fresh["model"], fresh["train"] = records.expected_configs(spec)
-    write(in_tmp, [fresh])
+    write_results(in_tmp, [fresh])
     (in_tmp / "runs" / "main" / spec.name).mkdir(parents=True)
     trained = []
 
     def fake_run_spec(s, _data_dir):
         trained.append(s.name)
-        write(in_tmp, [{**fresh, "eval_bpc": 1.8}])
+        write_results(in_tmp, [{**fresh, "eval_bpc": 1.8}])
         return {**fresh, "eval_bpc": 1.8}
 
     monkeypatch.setattr(experiment, "run_spec", fake_run_spec)
@@ -647,13 +639,13 @@ def test_studies_without_trained_runs_say_what_to_train(in_tmp, capsys):
     them, in one line (no traceback, no "pass a run directory" the user did not name)."""
     from lab.cli import main
 
-    write(in_tmp, [fake_result("main", f"{p}-seed0", p, 2.0) for p in ("ka-1m", "tf-1m")])
+    write_results(in_tmp, [fake_result("main", f"{p}-seed0", p, 2.0) for p in ("ka-1m", "tf-1m")])
     for argv in (["gap"], ["dynamics", "main"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "\n" not in err and "needs trained models" in err, err
         assert "python -m lab run main" in err and "pass a run directory" not in err
-    write(in_tmp, [{**fake_result("confirm", "ka-x", "ka-1m", 2.0)}])
+    write_results(in_tmp, [{**fake_result("confirm", "ka-x", "ka-1m", 2.0)}])
     from lab.studies import missing_runs
 
     with pytest.raises(ConfigError, match="git checkout 7d67ce1 && kuramoto experiment run confirm"):
@@ -679,7 +671,7 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     rows = [fake_result("main", f"{p}-seed0", p, b, lr=lr) for p, b, lr in (("ka-1m", 2.2, 4e-3),
                                                                           ("tf-1m", 2.1, 8e-3))]
     rows.append(fake_result("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12, lr=4e-3))
-    write(in_tmp, rows)
+    write_results(in_tmp, rows)
     text = compute.budget_section()
     assert "`python -m lab run budget40`" in text and "| 10M | ka-1m-tuned | main-tuned/ka-1m-tuned-seed0 |" in text
     assert "| +0.0200 |" in text
@@ -688,7 +680,7 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
            for p, b in (("tf-1m", 1.9), ("ka-1m-tuned", 1.95), ("ka-1m", 2.05))]
     eq = {**fake_result("flops", "ka-1m-tuned-flops-tf-10m", "ka-1m-tuned", 2.2), "tokens": 6_000_000,
           "curve": _curve(6_000_000, end=2.2)}
-    write(in_tmp, [*b40, eq])
+    write_results(in_tmp, [*b40, eq])
     text = compute.budget_section()
     assert "| 40M | ka-1m-tuned | budget40/ka-1m-tuned-40m | test | 1.9500 | +0.0500 |" in text
     assert "from 20.0M" in text and "passes" in text and "not run yet" not in text

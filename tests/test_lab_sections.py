@@ -5,21 +5,13 @@ print must be the one computed from the fabricated JSON."""
 import json
 import statistics
 
-import pytest
 import torch
+from conftest import write_results
 
 from lab import groups, protocol
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
 from lab.studies import gap
 from lab.writers import common, compute, gap_budget, geometries, leads, results_md, size, summary
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(protocol, "RESULTS", tmp_path / "results")  # every reader and writer reads protocol's
-    monkeypatch.setattr(protocol, "RUNS", tmp_path / "runs")
-    return tmp_path
 
 
 def run(group: str, name: str, preset: str, bpc: float, lr: float = 4e-3, seed: int = 0, tokens: int = 10_000_000,
@@ -37,13 +29,6 @@ def run(group: str, name: str, preset: str, bpc: float, lr: float = 4e-3, seed: 
     return r
 
 
-def write(tmp, rows):
-    for r in rows:
-        path = tmp / "results" / r["group"] / f"{r['name']}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(r))
-
-
 def seeds(group, preset, vals, rate=20_000.0, lr=4e-3):
     return [run(group, f"{preset}-seed{s}", preset, v, lr=lr, seed=s, rate=rate) for s, v in enumerate(vals)]
 
@@ -51,8 +36,8 @@ def seeds(group, preset, vals, rate=20_000.0, lr=4e-3):
 def test_not_run_names_the_command_and_what_must_run_first(in_tmp):
     assert common.not_run("main-su2").startswith("Not run yet: `python -m lab run main-su2 --out ")  # a tmp root
     assert common.not_run("main-su2").endswith("(after `lr-su2`, `lr10m-su2`)")
-    write(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", 2.5, lr=lr, split="valid") for lr in
-                   protocol.LRS])
+    write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", 2.5, lr=lr, split="valid") for lr in
+                           protocol.LRS])
     assert common.not_run("main-su2").endswith("(after `lr10m-su2`)")  # the sweep is done: no longer named
 
 
@@ -74,14 +59,14 @@ def test_su2_section_without_results_says_what_to_run(in_tmp):
 
 
 def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp):
-    write(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
-                   for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
-    write(in_tmp, [run("lr10m-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, split="valid")
-                   for lr, b in ((4e-3, 2.3), (8e-3, 2.32))])
+    write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
+                           for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
+    write_results(in_tmp, [run("lr10m-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, split="valid")
+                           for lr, b in ((4e-3, 2.3), (8e-3, 2.32))])
     mine, ka, tuned, tf = [2.20, 2.22, 2.21], [2.25, 2.24, 2.26], [2.16, 2.17, 2.15], [2.14, 2.15, 2.13]
-    write(in_tmp, [*seeds("main-su2", "ka-su2-1m", mine, rate=15_000.0), *seeds("main", "ka-1m", ka),
-                   *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
-                   *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
+    write_results(in_tmp, [*seeds("main-su2", "ka-su2-1m", mine, rate=15_000.0), *seeds("main", "ka-1m", ka),
+                           *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
+                           *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
     text = geometries.section(geometries.SU2)
     assert "| ka-su2-1m | lr-su2 | (preset) | 0.004 | 3.0M | 2.5000 |" in text
     assert "Best rate at 3M tokens: 0.004" in text
@@ -129,17 +114,17 @@ def test_sphere_section_without_results_says_what_to_run(in_tmp):
 
 
 def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(in_tmp):
-    write(in_tmp, [run("lr-sphere", f"ka-sphere-1m-lr-{lr:g}", "ka-sphere-1m", b, lr=lr, tokens=3_000_000,
-                       split="valid") for lr, b in zip(protocol.LRS, (2.45, 2.5, 2.55), strict=True)])
+    write_results(in_tmp, [run("lr-sphere", f"ka-sphere-1m-lr-{lr:g}", "ka-sphere-1m", b, lr=lr, tokens=3_000_000,
+                               split="valid") for lr, b in zip(protocol.LRS, (2.45, 2.5, 2.55), strict=True)])
     best = protocol.LRS[0]
-    write(in_tmp, [run("lr10m-sphere", f"ka-sphere-1m-lr-{lr:g}", "ka-sphere-1m", b, lr=lr, split="valid")
-                   for lr, b in ((best, 2.28), (protocol.LRS[1], 2.31))])
+    write_results(in_tmp, [run("lr10m-sphere", f"ka-sphere-1m-lr-{lr:g}", "ka-sphere-1m", b, lr=lr, split="valid")
+                           for lr, b in ((best, 2.28), (protocol.LRS[1], 2.31))])
     mine, su, ka, tuned, tf = [2.18, 2.19, 2.23], [2.20, 2.22, 2.21], [2.25, 2.24, 2.26], [2.16, 2.17, 2.15], \
         [2.14, 2.15, 2.13]
-    write(in_tmp, [*seeds("main-sphere", "ka-sphere-1m", mine, rate=17_000.0, lr=best),
-                   *seeds("main-su2", "ka-su2-1m", su, rate=15_000.0), *seeds("main", "ka-1m", ka),
-                   *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
-                   *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
+    write_results(in_tmp, [*seeds("main-sphere", "ka-sphere-1m", mine, rate=17_000.0, lr=best),
+                           *seeds("main-su2", "ka-su2-1m", su, rate=15_000.0), *seeds("main", "ka-1m", ka),
+                           *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
+                           *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
     text = geometries.section(geometries.SPHERE)
     assert f"| ka-sphere-1m | lr-sphere | (preset) | {best:g} | 3.0M | 2.4500 |" in text
     assert f"Best rate at 3M tokens: {best:g}" in text
@@ -191,11 +176,11 @@ def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_
 
 
 def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
-    write(in_tmp, [run("lr-5m-tuned", f"ka-5m-tuned-lr-{lr:g}", "ka-5m-tuned", b, lr=lr, tokens=3_000_000,
-                       split="valid") for lr, b in ((5e-4, 2.3), (1e-3, 2.2), (2e-3, 2.25))])
-    write(in_tmp, [run("scale", "ka-5m", "ka-5m", 2.0, lr=2e-3), run("scale", "tf-5m", "tf-5m", 1.9, lr=1e-3)])
+    write_results(in_tmp, [run("lr-5m-tuned", f"ka-5m-tuned-lr-{lr:g}", "ka-5m-tuned", b, lr=lr, tokens=3_000_000,
+                               split="valid") for lr, b in ((5e-4, 2.3), (1e-3, 2.2), (2e-3, 2.25))])
+    write_results(in_tmp, [run("scale", "ka-5m", "ka-5m", 2.0, lr=2e-3), run("scale", "tf-5m", "tf-5m", 1.9, lr=1e-3)])
     ka, tf = [1.90, 1.94, 1.91], [1.88, 1.89, 1.93]
-    write(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
+    write_results(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
     text = size.section()
     assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 |" in text
     assert (f"| ka-5m-tuned | 1,000,000 | 3 | 1.9000, 1.9400, 1.9100 | {statistics.mean(ka):.4f} ± "
@@ -210,7 +195,7 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
         summary.size_section()
     # a run at the equal-FLOP budget, wherever it was made, turns the planned figure into a measured one
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
-    write(in_tmp, [run("flops", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens)])
+    write_results(in_tmp, [run("flops", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens)])
     text = size.section()
     assert "not measured" not in text
     assert f"test BPC 1.9700, a gap of **{1.97 - statistics.mean(tf):+.4f}** to tf-5m's mean" in text
@@ -218,9 +203,9 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
 
 def _tuned_base(tmp, vals=(2.15, 2.16, 2.17, 2.14, 2.18, 2.16)):
     """main-tuned's seeds and the rate stage its plan (and the leads') read."""
-    write(tmp, [run("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr, split="valid")
-                for lr, b in ((4e-3, 2.1), (8e-3, 2.12))])
-    write(tmp, seeds("main-tuned", "ka-1m-tuned", list(vals)))
+    write_results(tmp, [run("lr10m-tuned", f"ka-1m-tuned-lr-{lr:g}", "ka-1m-tuned", b, lr=lr, split="valid")
+                        for lr, b in ((4e-3, 2.1), (8e-3, 2.12))])
+    write_results(tmp, seeds("main-tuned", "ka-1m-tuned", list(vals)))
     return list(vals)
 
 
@@ -237,8 +222,8 @@ def test_leads_section_without_results_says_what_to_run(in_tmp):
 def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     base = _tuned_base(in_tmp)
     bpcs = {k: 2.10 + 0.02 * i for i, k in enumerate(groups.LEADS)}  # the first lead the best
-    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
-                       **groups.LEADS[k].model) for k, b in bpcs.items()])
+    write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
+                               **groups.LEADS[k].model) for k, b in bpcs.items()])
     first = next(iter(groups.LEADS))
     text = leads.section()
     mean = statistics.mean(base)
@@ -249,10 +234,10 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"{first} 2.1000 (Δ {2.10 - 2.15:+.4f} against ka-1m-tuned's seed 0" in leads.summary_line()
     assert "At 40M: not run yet: `python -m lab run leads40" in leads.summary_line()
     b40 = 40_001_536
-    write(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
-                       train=groups.LEADS[first].train, **groups.LEADS[first].model),
-                   run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
-                   run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3)])
+    write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
+                               train=groups.LEADS[first].train, **groups.LEADS[first].model),
+                           run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
+                           run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3)])
     text = leads.section()
     assert f"| ka-1m-tuned-{first}-40m |" in text and f"| 40.0M | 1.9300 | {1.93 - 1.95:+.4f} | {1.93 - 1.9:+.4f} |" \
         in text
@@ -263,8 +248,8 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
 
 def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     _tuned_base(in_tmp)
-    write(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
-                   for k, v in groups.LEADS.items()])
+    write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
+                           for k, v in groups.LEADS.items()])
     text = leads.section()
     assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
     assert "At 40M: none trained" in leads.summary_line()
@@ -310,7 +295,7 @@ def test_gap_at_40m_without_and_with_the_study(in_tmp):
 
 
 def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
-    write(in_tmp, [*seeds("main", "ka-1m", [2.25, 2.24]), *seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3)])
+    write_results(in_tmp, [*seeds("main", "ka-1m", [2.25, 2.24]), *seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3)])
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
     for heading in ("## SU(2): the non-abelian state (issue 25)",
@@ -327,13 +312,13 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert page.index("**SU(2)**") < page.index("**The sphere S³ ⊂ R⁴**") < page.index("**Structural leads")
     assert "planned, not run yet: `python -m lab run main-sphere" in page
     assert "**Structural leads on ka-1m-tuned**" in page and "`python -m lab run main-5m" in page
-    write(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
+    write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
     assert text.index("## Where the gap is after 40M tokens: per-byte loss") > text.index("## SU(2)")
     assert "ka-su2-1m beats ka-1m by" in text and "test BPC 2.2050 ± " in page
-    write(in_tmp, seeds("main-sphere", "ka-sphere-1m", [2.3, 2.31]))
+    write_results(in_tmp, seeds("main-sphere", "ka-sphere-1m", [2.3, 2.31]))
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
     assert "ka-sphere-1m trails ka-su2-1m by" in text and "test BPC 2.3050 ± " in page

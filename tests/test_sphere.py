@@ -4,26 +4,26 @@ tests/test_su2.py checks SU(2)'s."""
 import itertools
 import math
 from dataclasses import replace
+from functools import partial
 
+import geometry_checks as checks
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_paths_agree, random_phases
+from geometry_checks import FIELDS, B, D, H, N, T
 
 from kuramoto_attention.diagnostics import flops
 from kuramoto_attention.diagnostics.measure import diagnose, global_order, local_order
 from kuramoto_attention.layers import naive_sphere
-from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.kuramoto_attention import GEOMETRIES, KuramotoAttention
 from kuramoto_attention.layers.sphere import AMBIENT, Sphere, exp_map, project, rotate_planes
 from kuramoto_attention.layers.su2 import exp_pure
 from kuramoto_attention.models.config import apply_overrides
-from kuramoto_attention.models.kuramoto import KuramotoConfig, KuramotoLM
-from kuramoto_attention.models.presets import NOMINAL, build_model, get_preset
+from kuramoto_attention.models.kuramoto import KuramotoConfig
+from kuramoto_attention.models.presets import build_model, get_preset
 from kuramoto_attention.training.train import TrainConfig, make_optimizer
 
-B, T, N, H = 2, 7, 8, 2
-D = N // H  # oscillators per head
 C = AMBIENT  # the sphere's ambient dimension: states are unit vectors of R^C
 P = C // 2  # drift planes per oscillator
 
@@ -33,21 +33,9 @@ def random_states(*shape: int, dim: int = C, dtype: torch.dtype = torch.float64)
     return F.normalize(torch.randn(*shape, dim, dtype=dtype), dim=-1)
 
 
-def make_layer(**fields) -> KuramotoAttention:
-    layer = KuramotoAttention(N, H, group="sphere", **fields).double()
-    with torch.no_grad():  # away from the symmetric init so that every term matters
-        for p in layer.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    return layer
-
-
-def gates_of(layer: KuramotoAttention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    module = layer.gate_module
-    if module is None:
-        ones = torch.ones(x.shape[0], H, x.shape[1], D, dtype=x.dtype)
-        return ones, ones
-    gq, gk = metric_gates(module(x.flatten(-2)), H).unbind(0)
-    return gq, gk
+make_layer = partial(checks.perturbed_layer, "sphere")
+invariant_layer = partial(checks.invariant_layer, "sphere")
+tiny_model = partial(checks.tiny_model, "sphere")  # as `--model group=sphere` does
 
 
 def rotation_matrix(angles: torch.Tensor) -> torch.Tensor:
@@ -113,9 +101,7 @@ def test_tangent_identity_on_both_paths():
     layer, x = make_layer(bound="elementwise", radius_init=1e6), random_states(B, T, N)
     xi_ref, attn = layer.coupling(x)
     assert xi_ref.shape == (B, T, N, C)
-    with torch.no_grad():
-        layer.value_gate.weight.zero_()
-        layer.value_gate.bias.fill_(1.0)
+    checks.set_unit_value_gate(layer)
     xi_fused = log_map(x, layer(x))  # x' = exp_x(ξ), |ξ| ≤ 1 < π
     xh = x.view(B, T, H, D, C).transpose(1, 2)  # (B, H, T, d, C)
     g = torch.einsum("bhtu,bhujc->bhtjc", attn, xh)
@@ -130,19 +116,10 @@ def test_tangent_identity_on_both_paths():
     assert (xi_ref * x).sum(-1).abs().max() < 1e-14
 
 
-def literal_scores(layer: KuramotoAttention, x: torch.Tensor) -> torch.Tensor:
-    """s_{t,u} = τ/√d Σ_j g^q g^k ⟨R(tΩ_j) x_{t,j}, R(uΩ_j) x_{u,j}⟩, loops over heads, t, u, rotation matrices."""
-    gq, gk = gates_of(layer, x)
-    omega, tau = layer.omega.view(H, D, P), layer.log_tau.exp()
-    s = torch.full((x.shape[0], H, T, T), float("-inf"), dtype=x.dtype)
-    for h in range(H):
-        xh = x[:, :, h * D:(h + 1) * D]
-        for t in range(T):
-            for u in range(t + 1):
-                a = (rotation_matrix(t * omega[h]) @ xh[:, t, :, :, None])[..., 0]
-                b = (rotation_matrix(u * omega[h]) @ xh[:, u, :, :, None])[..., 0]
-                s[:, h, t, u] = tau[h] / math.sqrt(D) * (gq[:, h, t] * gk[:, h, u] * (a * b).sum(-1)).sum(-1)
-    return s
+def rotation_drift(angles: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """R(tΩ_j) x_{t,j} with rotation matrices (the literal scores' drift): s_{t,u} = τ/√d Σ_j g^q g^k ⟨R(tΩ_j) x_{t,j},
+    R(uΩ_j) x_{u,j}⟩."""
+    return (rotation_matrix(angles) @ x[..., None])[..., 0]
 
 
 def test_scores_match_the_issue_formula_and_remark1():
@@ -150,27 +127,11 @@ def test_scores_match_the_issue_formula_and_remark1():
     relative form ⟨x_t, R((u − t)Ω) x_u⟩); Remark 1's analogue: the drift is a rotation of queries and keys, the fused
     path's features R(tΩ) x_t give the same scores."""
     layer, x = make_layer(), random_states(B, T, N)
-    _, attn = layer.coupling(x)
-    s = literal_scores(layer, x)
-    assert torch.allclose(attn, torch.softmax(s, -1), atol=1e-12)
-    pos = torch.arange(T, dtype=torch.float64)
-    logits = layer.gate_module(x.flatten(-2))
-    qf, kf = layer.geometry.query_key(x, pos, layer.omega, logits, H, layer.log_tau.exp(), torch.float64)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    assert torch.allclose((qf @ kf.transpose(-1, -2) / math.sqrt(D))[..., mask], s[..., mask], atol=1e-12)
+    checks.assert_scores_match_the_formula_and_remark1(layer, x, rotation_drift)
 
 
 def test_relative_position_shifting_every_position_leaves_A_unchanged():
-    layer, x = make_layer(), random_states(B, T, N)
-    logits = layer.gate_module(x.flatten(-2))
-    scores = []
-    for shift in (0.0, 5.0, 1234.0):
-        pos = torch.arange(T, dtype=torch.float64) + shift
-        qf, kf = layer.geometry.query_key(x, pos, layer.omega, logits, H, layer.log_tau.exp(), torch.float64)
-        scores.append(torch.softmax((qf @ kf.transpose(-1, -2)).masked_fill(~torch.ones(T, T).tril().bool(), -1e30),
-                                    -1))
-    for s in scores[1:]:
-        assert torch.allclose(s, scores[0], atol=1e-10)
+    checks.assert_shifting_every_position_leaves_A_unchanged(make_layer(), random_states(B, T, N))
 
 
 def test_lemma3_increment_is_the_riemannian_gradient_of_the_coherence_energy():
@@ -191,10 +152,6 @@ def test_lemma3_increment_is_the_riemannian_gradient_of_the_coherence_energy():
         eps = torch.zeros(B, N, C, dtype=torch.float64, requires_grad=True)
         (along,) = torch.autograd.grad(energy(exp_map(x[:, t], project(x[:, t], eps)), t), eps)
         assert torch.allclose(along, xi[:, t], atol=1e-12)
-
-
-FIELDS = list(itertools.product([True, False], ["learned", "zero"], ["circular", "projection"],
-                                ["norm", "elementwise"], ["learned", "fixed"]))
 
 
 def assert_fused_equals_reference(layer: KuramotoAttention) -> torch.Tensor:
@@ -227,14 +184,6 @@ class Circle(Sphere):
         super().__init__(2)
 
 
-def lift_columns(w: torch.Tensor, n: int, dim: int) -> torch.Tensor:
-    """A torus weight reading ψ(θ) = [cos θ, sin θ] (…, 2n) as one reading φ(x) (…, dim·n), oscillator-major: cos θ_j
-    is x_j's coordinate 0, sin θ_j its coordinate 1; the other columns get noise (they multiply zeros on the circle)."""
-    out = torch.randn(*w.shape[:-1], n, dim, dtype=w.dtype)
-    out[..., 0], out[..., 1] = w[..., :n], w[..., n:]
-    return out.flatten(-2)
-
-
 def circle_states(theta: torch.Tensor, dim: int) -> torch.Tensor:
     """(cos θ, sin θ, 0, …): (…, n) -> (…, n, dim), the great circle in the first drift plane."""
     out = torch.zeros(*theta.shape, dim, dtype=theta.dtype)
@@ -244,20 +193,16 @@ def circle_states(theta: torch.Tensor, dim: int) -> torch.Tensor:
 
 def sphere_twin(torus: KuramotoAttention, group: str) -> KuramotoAttention:
     """A sphere layer whose weights act on great-circle states exactly as the torus layer's do on phases."""
-    names = ("gates", "omega", "value", "bound", "tau", "self_coupling", "clock")
-    layer = KuramotoAttention(N, H, group=group, **{f: getattr(torus.config, f) for f in names}).double()
-    dim = layer.geometry.components
-    src = dict(torus.state_dict())
-    with torch.no_grad():
-        for name, p in layer.state_dict().items():
-            w = src[name]
-            if name == "omega":  # plane 0 drifts at ω; the others at anything (the states have no part there)
-                p.copy_(torch.cat((w[:, None], torch.randn(N, dim // 2 - 1, dtype=w.dtype)), dim=-1))
-            elif name in ("gates.proj.weight", "value_gate.weight"):
-                p.copy_(lift_columns(w, N, dim))
-            else:
-                p.copy_(w)
-    return layer
+    dim = GEOMETRIES[group]().components
+
+    def convert(name: str, w: torch.Tensor) -> torch.Tensor:
+        if name == "omega":  # plane 0 drifts at ω; the others at anything (the states have no part there)
+            return torch.cat((w[:, None], torch.randn(N, dim // 2 - 1, dtype=w.dtype)), dim=-1)
+        if name in ("gates.proj.weight", "value_gate.weight"):
+            return checks.lift_columns(w, N, dim)
+        return w
+
+    return checks.twin(torus, group, convert)
 
 
 @pytest.mark.parametrize("group", ["sphere", "circle"])
@@ -270,55 +215,31 @@ def test_reduction_to_the_torus(group, fields, monkeypatch):
     The elementwise bound and the value projection do not reduce: they act on ambient coordinates, which on the
     circle mix the tangent direction with the radial one (a torus weight has no fixed ambient image)."""
     monkeypatch.setitem(GEOMETRIES, "circle", Circle)
-    torus = KuramotoAttention(N, H, **fields).double()
-    with torch.no_grad():
-        for p in torus.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
+    torus = checks.perturbed_layer("torus", **fields)
     layer, theta = sphere_twin(torus, group), random_phases(B, T, N)
     dim = layer.geometry.components
-    x = circle_states(theta, dim)
-    for path in ("fused", "reference"):
-        assert torch.allclose(layer(x, path=path), circle_states(torus(theta, path=path), dim), atol=1e-12)
-    a_t, attn_t = torus.coupling(theta)
-    xi, attn = layer.coupling(x)
-    assert torch.allclose(attn, attn_t, atol=1e-13)
+    a_t, xi = checks.assert_reduces_to_the_torus(torus, layer, theta, partial(circle_states, dim=dim))
     assert torch.allclose(xi, a_t[..., None] * circle_states(theta + math.pi / 2, dim), atol=1e-13)
 
 
 def test_reduction_to_the_torus_of_the_whole_model():
     """Embedding (w = (θ, 0, 0)), every layer and the readout: the sphere model on the great circle gives the torus
     model's logits (no feed-forward: its ambient output, like the value projection's, has no torus image)."""
+
+    def convert(name: str, w: torch.Tensor) -> torch.Tensor:
+        if name == "phase_embedding":
+            return torch.stack((w, torch.zeros_like(w), torch.zeros_like(w)), dim=-1)  # w = (θ, 0, 0)
+        if name.endswith("omega"):
+            return torch.stack((w, torch.randn_like(w)), dim=-1)
+        if name.endswith(("gates.proj.weight", "value_gate.weight")) or name == "prototypes.weight":
+            return checks.lift_columns(w, N, C)
+        return w
+
     cfg = KuramotoConfig(dim=N, depth=2, heads=H, ff="none")
-    torus = KuramotoLM(cfg).double()
-    sphere = KuramotoLM(replace(cfg, attention=replace(cfg.attention, group="sphere"))).double()
-    with torch.no_grad():
-        for p in torus.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-        src = torus.state_dict()
-        for name, p in sphere.state_dict().items():
-            w = src[name]
-            if name == "phase_embedding":
-                p.copy_(torch.stack((w, torch.zeros_like(w), torch.zeros_like(w)), dim=-1))  # w = (θ, 0, 0)
-            elif name.endswith("omega"):
-                p.copy_(torch.stack((w, torch.randn_like(w)), dim=-1))
-            elif name.endswith(("gates.proj.weight", "value_gate.weight")) or name == "prototypes.weight":
-                p.copy_(lift_columns(w, N, C))
-            else:
-                p.copy_(w)
-    idx = torch.randint(0, 256, (B, T))
-    assert torch.allclose(sphere.embed(idx), circle_states(torus.embed(idx), C), atol=1e-15)
-    assert torch.allclose(sphere(idx), torus(idx), atol=1e-10)
+    checks.assert_model_reduces_to_the_torus(cfg, "sphere", convert, partial(circle_states, dim=C))
 
 
 # --------------------------------------------------------------------------- symmetry
-def invariant_layer(**fields) -> KuramotoAttention:
-    """Gates off and a constant value gate: nothing the layer reads sees the state except through the score."""
-    layer = make_layer(gates=False, **fields)
-    with torch.no_grad():
-        layer.value_gate.weight.zero_()
-    return layer
-
-
 def random_orthogonal(n: int) -> torch.Tensor:
     """n random orthogonal matrices (n, C, C), reflections included (Q from the QR of a Gaussian, signs fixed)."""
     q, r = torch.linalg.qr(torch.randn(n, C, C, dtype=torch.float64))
@@ -335,22 +256,7 @@ def test_rotations_that_commute_with_the_drift_are_a_symmetry():
     unchanged, and the update is equivariant, Q x'_t, when the gates are off and the value gate is constant: ξ ↦ Q ξ,
     the norm bound sees the same norm, and exp_{Qx}(Q w) = Q exp_x(w)."""
     x, q = random_states(B, T, N), rotation_matrix(torch.randn(N, P, dtype=torch.float64) * 3)
-    gated = make_layer()
-    kern = gated.geometry.reference_kernel(x, gated.omega, H)
-    assert torch.allclose(gated.geometry.reference_kernel(act(q, x), gated.omega, H), kern, atol=1e-12)
-    for fields in ({}, {"self_coupling": False, "clock": 2}, {"omega": "zero"}):
-        layer = invariant_layer(**fields)
-        for path in ("fused", "reference"):
-            assert torch.allclose(layer(act(q, x), path=path), act(q, layer(x, path=path)), atol=1e-12)
-        assert torch.allclose(layer.coupling(act(q, x))[1], layer.coupling(x)[1], atol=1e-12)
-    # what breaks it: gates and the value gate read φ(x), which Q changes; so does a per-coordinate (elementwise)
-    # bound, which does not commute with rotating an increment
-    broken = [make_layer(), invariant_layer(bound="elementwise")]
-    with torch.no_grad():
-        broken.append(invariant_layer())
-        broken[-1].value_gate.weight.normal_()
-    for layer in broken:
-        assert not torch.allclose(layer(act(q, x)), act(q, layer(x)), atol=1e-6)
+    checks.assert_a_symmetry_with_the_gates_off("sphere", x, partial(act, q))
 
 
 def test_every_orthogonal_map_is_a_symmetry_only_without_drift():
@@ -365,79 +271,31 @@ def test_every_orthogonal_map_is_a_symmetry_only_without_drift():
 def test_norm_preserved_over_many_layers_and_a_long_sequence_in_bf16_autocast():
     """T = 1024, 2 layers applied 6 times each under bf16 autocast: the state stays float32 and on S³ to float32
     rounding, and every move's re-normalisation corrects only rounding (its input's norm is 1 to a few ulps)."""
-    torch.manual_seed(0)
-    layers = [KuramotoAttention(4, 1, group="sphere") for _ in range(2)]
-    with torch.no_grad():
-        for layer in layers:
-            layer.bound.log_radius.fill_(math.log(3.0))  # large steps: far from x
-    corrections = []
-    move = Sphere.move
 
-    def recording(self, x, step, bound):
-        w = project(x, bound(step).to(x.dtype).unflatten(-1, (-1, C)))
-        e = exp_pure(w)
-        corrections.append((torch.linalg.vector_norm(e[..., :1] * x + e[..., 1:], dim=-1) - 1).abs().max().item())
-        return move(self, x, step, bound)
+    def unnormalised(x, step, bound):  # cos|w| x + sin|w| w/|w|, before the division by its norm
+        e = exp_pure(project(x, bound(step).to(x.dtype).unflatten(-1, (-1, C))))
+        return e[..., :1] * x + e[..., 1:]
 
-    x = random_states(1, 1024, 4, dtype=torch.float32)
-    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Sphere, "move", recording)
-        for _ in range(6):
-            for layer in layers:
-                x = layer(x)
-                assert x.dtype == torch.float32
-    assert len(corrections) == 12 and max(corrections) < 1e-6
-    assert (torch.linalg.vector_norm(x, dim=-1) - 1).abs().max() < 1e-6
-    assert torch.isfinite(x).all()
+    checks.assert_unit_norm_kept_in_bf16_autocast(Sphere, random_states, 1024, unnormalised)
 
 
 # --------------------------------------------------------------------------- causality, cache, gradcheck, API
-def tiny_model(**fields) -> KuramotoLM:
-    cfg = KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=16)
-    return KuramotoLM(apply_overrides("kuramoto", cfg, {"group": "sphere", **fields}))  # as `--model group=sphere`
-
-
 def test_layer_and_model_are_causal():
-    layer, x = make_layer(), random_states(1, T, N)
-    changed = x.clone()
-    changed[:, 4:] = random_states(1, T - 4, N)
-    for path in ("fused", "reference"):
-        assert torch.allclose(layer(x, path=path)[:, :4], layer(changed, path=path)[:, :4], atol=1e-12)
-    model = tiny_model().double()
-    idx = torch.randint(0, 256, (1, 12))
-    other = idx.clone()
-    other[:, 7:] = (other[:, 7:] + 1) % 256
-    assert torch.allclose(model(idx)[:, :7], model(other)[:, :7], atol=1e-12)
+    checks.assert_layer_and_model_are_causal("sphere", random_states)
 
 
 @pytest.mark.parametrize("fields", [{}, {"ff_proj": "shared", "self_coupling": False, "clock": 2}])
 def test_cache_equals_recomputation(fields):
-    model = tiny_model(**fields).double().eval()
-    idx = torch.randint(0, 256, (2, 10))
-    full = model(idx)
-    caches = model.new_caches(4)  # grows past its first capacity on the way
-    steps = [model(idx[:, :3], caches=caches)] + [model(idx[:, t:t + 1], caches=caches) for t in range(3, 10)]
-    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-10)
-    prompt = idx[:, :4]
-    assert torch.equal(model.generate(prompt, 6, temperature=0), model.generate(prompt, 6, temperature=0,
-                                                                                use_cache=False))
+    checks.assert_cache_equals_recomputation(tiny_model(**fields).double().eval())
 
 
 def test_gradcheck_layer():
-    layer = KuramotoAttention(4, 2, group="sphere").double()
-    x = random_states(1, 4, 4).requires_grad_()
-    assert torch.autograd.gradcheck(lambda s: layer(s), (x,))
-    assert torch.autograd.gradcheck(lambda s: layer(s, path="reference"), (x,))
+    checks.assert_layer_passes_gradcheck("sphere", random_states)
 
 
 def test_api_shapes_and_refusals():
     layer, x = make_layer(), random_states(B, T, N)
-    new, attn = layer(x, return_attention=True)
-    assert new.shape == (B, T, N, C) and attn.shape == (B, H, T, T)
-    assert torch.allclose(attn.sum(-1), torch.ones(B, H, T, dtype=torch.float64)) and (attn.triu(1) == 0).all()
-    xi, attn2 = layer.coupling(x)
-    assert xi.shape == (B, T, N, C) and torch.equal(attn, attn2)
-    assert (torch.linalg.vector_norm(xi, dim=-1) <= 1 + 1e-12).all()  # |P_x G| ≤ |G| ≤ 1
+    checks.assert_api_shapes(layer, x, C, C)  # |P_x G| ≤ |G| ≤ 1
     for wrong in (random_phases(B, T, N), random_states(B, T, N, dim=3), random_states(B, T, N + 1)):
         with pytest.raises(ValueError, match=r"\(B, T, 8, 4\)"):
             layer(wrong)
@@ -461,11 +319,7 @@ def test_init_drift_embedding_and_optimizer_groups():
     assert torch.allclose(geo.drift_rate(omega), omega.square().mean(-1).sqrt())
     torus_omega = KuramotoAttention(N, H).omega.detach()
     assert torch.allclose(Circle().init_drift(N, H, 10000.0)[:, 0], torus_omega)  # D = 2: the torus's ω
-    table = geo.init_embedding(256, N)
-    assert table.shape == (256, N, C - 1) and (torch.linalg.vector_norm(table, dim=-1) <= math.pi + 1e-6).all()
-    states = geo.embed(table, torch.arange(256)[None])
-    assert (torch.linalg.vector_norm(states, dim=-1) - 1).abs().max() < 1e-6
-    assert states.mean(dim=(0, 1, 2)).abs().max() < 0.05  # uniform on S³: mean 0 over 256 × 8 draws (sd 1/64)
+    checks.assert_embedding_uniform_on_the_manifold(geo, C - 1)  # uniform on S³
     theta = random_phases(5, N)[..., None]
     assert torch.allclose(Circle().embed(theta, torch.arange(5)[None])[0], circle_states(theta[..., 0], 2))
     model = tiny_model()
@@ -562,9 +416,5 @@ def test_model_flops_count_what_a_forward_pass_multiplies(fields, monkeypatch):
 
 
 def test_preset_within_three_percent_of_one_million():
-    family, cfg = get_preset("ka-sphere-1m")
-    assert cfg.attention.group == "sphere"
-    with torch.device("meta"):
-        n = build_model(family, cfg).num_params()
-    assert abs(n / NOMINAL["ka-sphere-1m"] - 1) <= 0.03
-    assert n == 1_000_472  # 64 unit vectors of R⁴, 4 layers of 4 heads, ff 437 behind a shared P (256 -> 64)
+    # 64 unit vectors of R⁴, 4 layers of 4 heads, ff 437 behind a shared P (256 -> 64)
+    checks.assert_preset_within_three_percent_of_one_million("ka-sphere-1m", "sphere", 1_000_472)
