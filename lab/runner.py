@@ -156,8 +156,9 @@ def describe(group: str) -> str:
             continue
         n, seconds, scaled = est
         total += seconds
-        steps.append(f"{g}: {n} runs, about {_hours(seconds)}" + (f" ({scaled} estimated from their preset's "
-                                                                   "seconds per token)" if scaled else ""))
+        steps.append(f"{g}: {n} run{'s' * (n != 1)}, about {_hours(seconds)}"
+                     + (f" ({scaled} not yet recorded, estimated from their preset's seconds per token, or from the "
+                        "median seconds per model FLOP for a preset never run)" if scaled else ""))
     upstream = " → ".join(order(group))
     return (f"order: {upstream} (each sweep before the groups that read its best rate); " + "; ".join(steps)
             + (f"; about {_hours(total)} in all" if len(steps) > 1 else "")
@@ -210,7 +211,8 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
                   "split), skipping (--rerun trains it here)", flush=True)
             continue
         todo.append(spec)
-    print(f"[{group}] {len(specs)} runs planned, {len(todo)} to train under {results} and {runs}"
+    planned = f"{len(specs)} run{'s' * (len(specs) != 1)} planned"
+    print(f"[{group}] {planned}, {len(todo)} to train under {results} and {runs}"
           + (" (dry run: nothing trained)" if dry_run else ""), flush=True)
     if dry_run:
         for spec in todo:
