@@ -347,5 +347,6 @@ def test_readme_presets_table_is_written_from_the_presets(tmp_path):
 def test_gap_by_position_reads_the_near_and_the_farthest_bin():
     rows = [{"from": 4, "to": 8, "tuned_gap": 0.5}, {"from": 8, "to": 16, "tuned_gap": 0.1},
             {"from": 128, "to": 256, "tuned_gap": 0.3}]
-    assert gap_budget._by_position({"by_position": rows}, "tuned") == "+0.100 at positions 8–15 and +0.300 at 128–255"
-    assert gap_budget._by_position({"by_position": rows[:1]}, "tuned") == ""  # no bin from 8: said nothing
+    text = gap_budget.by_position_text({"by_position": rows}, "tuned")
+    assert text == "+0.100 at positions 8–15 and +0.300 at 128–255"
+    assert gap_budget.by_position_text({"by_position": rows[:1]}, "tuned") == ""  # no bin from 8: said nothing

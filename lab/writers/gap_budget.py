@@ -36,7 +36,7 @@ def _copying(res: dict[str, Any], key: str) -> float | None:
 NEAR_FROM = 8  # the position bin read as "near the window's start" beside the last bin (the farthest context)
 
 
-def _by_position(res: dict[str, Any], col: str) -> str:
+def by_position_text(res: dict[str, Any], col: str) -> str:
     """The gap in the bin starting at NEAR_FROM and in the last bin of the window: does it grow with the context?"""
     rows = res.get("by_position", [])
     near = next((r for r in rows if r["from"] == NEAR_FROM), None)
@@ -63,7 +63,7 @@ def _at_10m(ten: dict[str, Any] | None, key: str) -> str:
     recall = (f", {copy:+.3f} on the bytes copying predicts" if copy is not None
               else "; its recall classes not measured (the study predates that breakdown)")
     seeds = ", ".join(map(str, ten.get("seeds", [])))
-    where = _by_position(ten, col if col == "variant" else "ka")
+    where = by_position_text(ten, col if col == "variant" else "ka")
     return (f"at 10M (gap.json, seeds {seeds}, {who}): pooled {ten[col] - ten['tf']:+.3f}"
             + (f", {where}" if where else "") + recall)
 
@@ -83,7 +83,7 @@ def summary_line() -> str | None:
             continue
         preset = res["runs"][key].rsplit("-", 1)[0]
         copy = _copying(res, key)
-        where = _by_position(res, key)
+        where = by_position_text(res, key)
         parts.append(f"{preset} pooled gap {res[key] - res['tf']:+.3f}"
                      + (f", {where}" if where else "")
                      + (f', {copy:+.3f} on the class "{RECALL_NAMES[COPYING]}"' if copy is not None else "")
