@@ -350,3 +350,19 @@ def test_gap_by_position_reads_the_near_and_the_farthest_bin():
     text = gap_budget.by_position_text({"by_position": rows}, "tuned")
     assert text == "+0.100 at positions 8–15 and +0.300 at 128–255"
     assert gap_budget.by_position_text({"by_position": rows[:1]}, "tuned") == ""  # no bin from 8: said nothing
+
+
+def test_leads_say_what_the_40m_studies_measured(in_tmp):
+    assert leads._why() == ""  # no studies yet: nothing claimed
+    (in_tmp / "results").mkdir(exist_ok=True)
+    pos = [{"from": 8, "to": 16, "tuned_gap": 0.09}, {"from": 128, "to": 256, "tuned_gap": 0.15}]
+    (in_tmp / "results" / "gap-budget40.json").write_text(json.dumps(
+        {"runs": {"tuned": "ka-1m-tuned-40m", "tf": "tf-1m-40m"}, "by_position": pos,
+         "by_recall": [{"recall": 1, "tuned_gap": 0.2}]}))
+    (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
+        [{"run": "budget40/ka-1m-tuned-40m", "group": "budget40", "slow_fraction": [0.0, 0.04],
+          "attn_saturation": [1.0, 0.9]}]))
+    text = leads._why()
+    assert "+0.090 at positions 8–15 and +0.150 at 128–255, and +0.200 on the bytes copying" in text
+    assert "2% of the trained oscillators drift slower than once per 256-byte context" in text
+    assert "95% of attention increments sit on the bound" in text and "% at RoPE's start" in text
