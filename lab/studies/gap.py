@@ -12,7 +12,8 @@ Where group confirm holds ``GAP_VARIANT`` on the same seeds (the preset ka-1m-tu
 column too: what is left of the gap once the variant has closed part of it.
 
 ``python -m lab gap budget40`` does the same for the 40M-token runs (seed 0: ka-1m-tuned and, once trained, ka-1m
-against tf-1m) and writes ``results/gap-budget40.{json,md}``, with one more breakdown (both modes):
+and the best run of ``LEADS_AT_BUDGET`` (leads40), against tf-1m) and writes ``results/gap-budget40.{json,md}``, with
+one more breakdown (both modes):
 
 * by recall: bytes whose preceding ``RECALL_ORDER`` bytes occurred earlier in the window, split by whether the byte
   after their latest occurrence is this byte (copying predicts it: what an induction head does) or not, against
@@ -39,6 +40,7 @@ WINDOWS = 64
 RECALL_ORDER = 4  # bytes of context whose earlier occurrence in the window makes a byte "seen"
 RECALL_NAMES = ("context new to the window", "seen, copying predicts the byte", "seen, copying predicts another byte")
 BUDGET_PAIR = {"budget40": {"tuned": "ka-1m-tuned-40m", "ka": "ka-1m-40m", "tf": "tf-1m-40m"}}
+LEADS_AT_BUDGET = {"budget40": "leads40"}  # the group whose runs (the leads at that budget) join the study as "lead"
 GAP_VARIANT = TUNED_CANDIDATE  # ka-1m-tuned: confirm's runs of it are main-tuned's seeds 0-2
 
 
@@ -146,6 +148,10 @@ def measure_budget(group: str, data_dir: str | None, windows: int = WINDOWS) -> 
 
     done = {r["name"]: r for r in with_twins(group)}
     names = {key: name for key, name in BUDGET_PAIR[group].items() if name in done}
+    leads = sorted(with_twins(LEADS_AT_BUDGET[group]), key=lambda r: r["eval_bpc"])  # the best lead, if trained
+    if leads:
+        done[leads[0]["name"]] = leads[0]
+        names = {"lead": leads[0]["name"], **names}
     if "tf" not in names or len(names) < 2:
         raise ConfigError(f"gap {group} needs {BUDGET_PAIR[group]['tf']} and a Kuramoto run of results/{group}; "
                           f"run `{protocol.run_command(group)}` first")
@@ -215,7 +221,7 @@ def write(res: dict[str, Any]) -> Path:
 def _write_budget(res: dict[str, Any]) -> Path:
     group, runs = res["group"], res["runs"]
     (protocol.RESULTS / f"gap-{group}.json").write_text(json.dumps(res, indent=1) + "\n")
-    labels = {key: runs[key].rsplit("-", 1)[0] for key in ("tuned", "ka", "tf") if key in runs}  # the presets
+    labels = {key: runs[key].rsplit("-", 1)[0] for key in ("lead", "tuned", "ka", "tf") if key in runs}  # the runs
     pooled = ", ".join(f"{labels[m]} {res[m]:.3f}" for m in labels)
     lines = [
         f"## Where the gap is after {max(res['tokens'].values()) / 1e6:.0f}M tokens: per-byte loss against tf-1m",
