@@ -366,3 +366,16 @@ def test_leads_say_what_the_40m_studies_measured(in_tmp):
     assert "+0.090 at positions 8–15 and +0.150 at 128–255, and +0.200 on the bytes copying" in text
     assert "2% of the trained oscillators drift slower than once per 256-byte context" in text
     assert "95% of attention increments sit on the bound" in text and "% at RoPE's start" in text
+
+
+def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
+    assert "`python -m lab dynamics lr10m-su2` (then `main-su2`)" in geometries.sync_table(geometries.SU2)
+    (in_tmp / "results").mkdir(exist_ok=True)
+    row = {"local_order": [0.9, 0.8], "global_order": [0.5, 0.4, 0.3], "timescale_tokens": [3.0, None],
+           "slow_fraction": [0.5, 0.25], "attn_saturation": [1.0, 0.5]}
+    (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
+        [{**row, "run": "ka-1m-seed0", "group": "main"}, {**row, "run": "lr10m-su2/x", "group": "lr10m-su2"},
+         {**row, "run": "confirm/y", "group": "confirm"}]))
+    text = geometries.sync_table(geometries.SU2)
+    assert "| lr10m-su2/x | 0.90 → 0.80 | 0.50 → 0.40 → 0.30 | 3.00 → — | 50% → 25% | 100% → 50% |" in text
+    assert text.index("lr10m-su2/x") < text.index("ka-1m-seed0") and "confirm/y" not in text

@@ -8,6 +8,7 @@ write either.
 The issue asks whether such a state helps: every comparison here is computed from the results (the sign and size of
 each difference, beside the seeds' spread), none is written in advance."""
 
+import json
 import re
 import statistics
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
+from lab import protocol
 from lab.groups import flops_per_token
 from lab.writers.common import fmt, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import fmt_per_token
@@ -167,6 +169,36 @@ def intro(study: Study) -> str:
             "alike; model FLOPs per token are the bench's analytic count (`groups.flops_per_token`).")
 
 
+SYNC_REFERENCE = ("main", "budget40")  # the torus models whose dynamics rows the studies' are read beside
+
+
+def _pct(values: list[float | None] | None) -> str:
+    return " → ".join("—" if v is None else f"{v:.0%}" for v in values) if values else "—"
+
+
+def _arrow(values: list[float | None] | None) -> str:
+    return " → ".join("—" if v is None else f"{v:.2f}" for v in values) if values else "—"
+
+
+def sync_table(study: Study) -> str:
+    """The study's synchronisation diagnostics (``python -m lab dynamics``'s rows of its groups) beside the torus
+    models' rows, layer by layer: local and global order, ω slower than the context, increments on the bound."""
+    path = protocol.RESULTS / "dynamics.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    own = [r for r in rows if r["group"] in (study.second, study.main)]
+    if not own:
+        return (f"_Synchronisation diagnostics not measured yet: `python -m lab dynamics {study.second}` (then "
+                f"`{study.main}`) once trained; its rows join the recorded ones._")
+    ref = [r for r in rows if r["group"] in SYNC_REFERENCE]
+    body = [[r["run"], _arrow(r["local_order"]), _arrow(r["global_order"]), _arrow(r.get("timescale_tokens")),
+             _pct(r.get("slow_fraction")), _pct(r.get("attn_saturation"))] for r in [*own, *ref]]
+    return ("Synchronisation, from `python -m lab dynamics` (8 validation windows per run; each value from the first "
+            "layer to the last, means over heads; the torus rows are main's ka-1m, whose feed-forward read ψ(θ) "
+            "itself then, and budget40's ka-1m-tuned after 40M tokens):\n\n"
+            + table(["run", "local order \\|G\\|", "global order (embedding → last)", "timescale 2π/\\|ω\\| (tokens)",
+                     "ω slower than the context", "attention on the bound"], body))
+
+
 def section(study: Study) -> str:
     """The notebook's section on one study (its heading is the caller's: ``study.title``): what the preset is, its
     two sweep stages, the comparison and what it says."""
@@ -182,6 +214,7 @@ def section(study: Study) -> str:
         parts.append(verdict(study, runs))
     else:
         parts.append(f"_{not_run(study.main)}; its runs: {planned(study.main)}._")
+    parts += ["", sync_table(study)]
     return "\n".join(parts)
 
 
