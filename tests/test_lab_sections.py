@@ -379,3 +379,11 @@ def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
     text = geometries.sync_table(geometries.SU2)
     assert "| lr10m-su2/x | 0.90 → 0.80 | 0.50 → 0.40 → 0.30 | 3.00 → — | 50% → 25% | 100% → 50% |" in text
     assert text.index("lr10m-su2/x") < text.index("ka-1m-seed0") and "confirm/y" not in text
+
+
+def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
+    write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000,
+                               split="valid") for lr, b in ((2e-3, 2.7), (4e-3, 2.6))])
+    write_results(in_tmp, [run("lr", "ka-1m-lr-0.004", "ka-1m", 2.5, tokens=3_000_000, split="valid")])
+    line = geometries.summary_line(geometries.SU2)
+    assert "its 3M sweep (2 rates so far) is best at lr 0.004: valid 2.6000, against ka-1m's 2.5000" in line

@@ -18,6 +18,7 @@ from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
 from lab.groups import flops_per_token
+from lab.protocol import load_results
 from lab.writers.common import fmt, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import fmt_per_token
 from lab.writers.sweeps import second_stage_section, sweep_section
@@ -218,13 +219,36 @@ def section(study: Study) -> str:
     return "\n".join(parts)
 
 
+def _early(study: Study) -> str:
+    """Before the seeds: the 3M sweep's best so far beside the torus presets' 3M bests, and the synchronisation of
+    its first trained 10M run beside budget40's torus model's (from dynamics.json)."""
+    text = ""
+    sweep = load_results(study.sweep)
+    if sweep:
+        best = min(sweep, key=lambda r: r["eval_bpc"])
+        sweeps = (("ka-1m", "lr"), ("ka-1m-tuned", "lr-tuned"))  # the torus presets' own 3M sweeps
+        pools = ([r for r in load_results(g) if r["preset"] == p] for p, g in sweeps)
+        torus = [min(rs, key=lambda r: r["eval_bpc"]) for rs in pools if rs]
+        others = ", ".join(f"{r['preset']}'s {fmt(r['eval_bpc'])}" for r in torus)
+        text += (f"; its 3M sweep ({len(sweep)} rates so far) is best at lr {best['train']['lr']:g}: valid "
+                 f"{fmt(best['eval_bpc'])}, against {others}")
+    path = protocol.RESULTS / "dynamics.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    own = next((r for r in rows if r["group"] == study.second), None)
+    ref = next((r for r in rows if r["group"] == "budget40"), None)
+    if own and ref:
+        text += (f"; synchronisation of {own['run']} (first → last layer): local |G| {_arrow(own['local_order'])}, "
+                 f"against {ref['run']}'s {_arrow(ref['local_order'])} (the notebook has the full table)")
+    return text
+
+
 def summary_line(study: Study) -> str:
     """RESULTS.md's one line on a study: the measured comparison once its main group has results, else the plan."""
     runs = comparison(study)
     mine, tf = _vals(runs[study.preset]), _vals(runs[REFERENCE])
     lead = f"- **{study.label}** ({study.issue}, `{study.preset}`"
     if not mine:
-        return f"{lead}): planned, {not_run(study.main, 'not run yet')}."
+        return f"{lead}): planned, {not_run(study.main, 'not run yet')}" + _early(study) + "."
     gap = f", gap to {REFERENCE} {statistics.mean(mine) - statistics.mean(tf):+.4f}" if tf else ""
     deltas = [f"{statistics.mean(mine) - statistics.mean(_vals(runs[p])):+.4f} against {p}"
               for p in _others(study) if p != REFERENCE and runs[p]]
