@@ -232,14 +232,10 @@ class KuramotoAttention(nn.Module):
         if self.value_proj is not None:  # the ablation: A · W_v φ(x) is the increment itself
             return geo.move(x, geo.tangent_gate(value.to(x.dtype)) * merge_heads(mean).to(x.dtype), self.bound)
         if self.harmonics is not None:
-            first, higher = mean.split((v.shape[-1] - self.harmonics_width(), self.harmonics_width()), dim=-1)
+            first, higher = mean[..., :2 * self.head_dim], mean[..., 2 * self.head_dim:]  # ψ(θ_u), then ψ(mθ_u)
             inc = geo.increment(x, lifted, first) + self.harmonics.increment(x, higher)
             return geo.move(x, geo.tangent_gate(value.to(x.dtype)) * inc, self.bound)
         return geo.step(x, lifted, mean, value, self.bound)
-
-    def harmonics_width(self) -> int:
-        """The value features per head the harmonics beyond the first add: 2d(M − 1) (0 without)."""
-        return 0 if self.harmonics is None else 2 * self.head_dim * (self.harmonics.order - 1)
 
     def _reference(self, x: Tensor, lifted: Tensor) -> tuple[Tensor, Tensor]:
         """(increment, A) from the literal formulas (``naive.py``): the T × T kernel and the sum over u."""
