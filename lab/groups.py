@@ -13,6 +13,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned   the protocol again for ka-1m-tuned
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
+  screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
@@ -245,6 +246,24 @@ def _leads40() -> list[Spec]:
     return specs
 
 
+# Issue 25's "a variant of it": what of ka-1m-tuned's recipe applies off the torus (no self term, 8 clocks per head,
+# one pair of metric gates reading the shared P, as the value gate does; the phase lag is the torus's only), k = 80
+# paid for as ka-1m-tuned's 160 was; and ω (here the drift's pure quaternions) at the base rate, issue 26's lead.
+# Screened at the 3M sweep's settings and its best rate, on valid, against that sweep's run
+SU2_VARIANTS: dict[str, Lead] = {
+    "tuned": Lead({"self_coupling": False, "clock": 8, "clock_init": 4.0, "shared_gates": True,
+                   "value_gate_input": "ff-proj", "gates_input": "ff-proj", "dim": 80, "ff_hidden": 494}),
+    "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}),
+}
+SU2_VARIANTS["tuned-omega-lr-1"] = Lead(SU2_VARIANTS["tuned"].model, SU2_VARIANTS["omega-lr-1"].train)
+
+
+def _screen_su2() -> list[Spec]:
+    lr = best_lr("ka-su2-1m", "lr-su2")
+    return [Spec("screen-su2", f"ka-su2-1m-{k}", "ka-su2-1m", v.model, {**SWEEP, "lr": lr, **v.train}, "valid")
+            for k, v in SU2_VARIANTS.items()]
+
+
 def _second_stage(group: str, sweep: str, preset: str) -> list[Spec]:
     """A sweep's second stage: its two best 3M rates at the main protocol, seed 0, scored on valid."""
     ranked = sorted((r for r in load_results(sweep) if r["preset"] == preset), key=lambda r: r["eval_bpc"])
@@ -327,6 +346,7 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr-su2": lambda: _lr("lr-su2", presets=("ka-su2-1m",)),
     "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
     "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
+    "screen-su2": _screen_su2,  # the tuned recipe's ingredients on SU(2), at 3M tokens
     # issue 25's stretch: the sphere S³ ⊂ R⁴ (presets.py ka-sphere-1m, AKOrN's oscillators), the same three stages
     "lr-sphere": lambda: _lr("lr-sphere", presets=("ka-sphere-1m",)),
     "lr10m-sphere": lambda: _second_stage("lr10m-sphere", "lr-sphere", "ka-sphere-1m"),

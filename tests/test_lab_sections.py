@@ -90,6 +90,24 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
     assert f"{d_ka:+.4f} against ka-1m, {d_tuned:+.4f} against ka-1m-tuned (means)" in line
 
 
+def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
+    before = geometries.section(geometries.SU2)
+    assert "Not run yet: `python -m lab run screen-su2" in before and "(after `lr-su2`)" in before
+    write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
+                           for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
+    write_results(in_tmp, [run("screen-su2", f"ka-su2-1m-{k}", "ka-su2-1m", b, tokens=3_000_000, split="valid",
+                               train=groups.SU2_VARIANTS[k].train, **groups.SU2_VARIANTS[k].model)
+                           for k, b in (("tuned", 2.42), ("omega-lr-1", 2.53))])
+    text = geometries.section(geometries.SU2)
+    assert "best rate (0.004), seed 0" in text
+    # best first, each with its change and its difference from the plain preset's 2.5 at the same rate
+    tuned = text.index("| tuned | self_coupling=False, clock=8")
+    assert tuned < text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 2.5300 | +0.0300 |")
+    assert "| 2.4200 | -0.0800 |" in text[tuned:]
+    assert "its best variant at 3M (screen-su2), tuned: valid 2.4200 (Δ -0.0800)" in geometries.summary_line(
+        geometries.SU2)
+
+
 def test_the_studies_name_their_label_and_issue_from_the_title():
     assert [(s.label, s.issue) for s in geometries.STUDIES] == [("SU(2)", "issue 25"),
                                                                 ("The sphere S³ ⊂ R⁴", "issue 25's stretch")]

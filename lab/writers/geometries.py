@@ -17,7 +17,7 @@ from typing import Any
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import flops_per_token
+from lab.groups import SU2_VARIANTS, flops_per_token
 from lab.protocol import load_results
 from lab.writers.common import fmt, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import fmt_per_token
@@ -43,6 +43,7 @@ class Study:
     state: str
     files: str
     beside: tuple[tuple[str, str], ...] = ()
+    screen: str = ""  # a group of variants of the preset at the 3M sweep's settings and best rate, if any
 
     @property
     def label(self) -> str:
@@ -62,7 +63,7 @@ class Study:
 
 
 SU2 = Study(title="SU(2): the non-abelian state (issue 25)", preset="ka-su2-1m", sweep="lr-su2",
-            second="lr10m-su2", main="main-su2",
+            second="lr10m-su2", main="main-su2", screen="screen-su2",
             state="`dim` unit quaternions (SU(2), the 3-sphere) instead of phases on the torus, so its rotations do "
                   "not commute",
             files="layers/su2.py, docs/su2.md")
@@ -200,6 +201,29 @@ def sync_table(study: Study) -> str:
                      "ω slower than the context", "attention on the bound"], body))
 
 
+VARIANTS = {"screen-su2": SU2_VARIANTS}  # each screen group's variants (groups.py), by name after the preset's
+
+
+def screen_rows(study: Study) -> list[tuple[str, dict[str, Any], float]]:
+    """Each screened variant: (name, its record, its valid BPC minus the sweep's run at the same rate)."""
+    base = {r["train"]["lr"]: r["eval_bpc"] for r in load_results(study.sweep) if r["preset"] == study.preset}
+    return [(r["name"].removeprefix(f"{study.preset}-"), r, r["eval_bpc"] - base[r["train"]["lr"]])
+            for r in load_results(study.screen) if r["train"]["lr"] in base]
+
+
+def screen_section(study: Study) -> str:
+    """The screen's table: each variant's change, size, valid BPC at 3M and its difference from the plain preset."""
+    rows = screen_rows(study)
+    if not rows:
+        return f"_{not_run(study.screen)}; its runs: {planned(study.screen)}._"
+    lr = rows[0][1]["train"]["lr"]
+    body = [[name, VARIANTS[study.screen][name].change(), f"{r['params']:,}", fmt(r["eval_bpc"]), f"{d:+.4f}"]
+            for name, r, d in sorted(rows, key=lambda x: x[2])]
+    return (f"Each at the 3M sweep's settings and its best rate ({lr:g}), seed 0, against the sweep's own run at "
+            "that rate:\n\n" + table(["variant", "change", "params", "valid BPC at 3M", f"Δ against {study.preset}"],
+                                       body))
+
+
 def section(study: Study) -> str:
     """The notebook's section on one study (its heading is the caller's: ``study.title``): what the preset is, its
     two sweep stages, the comparison and what it says."""
@@ -209,6 +233,8 @@ def section(study: Study) -> str:
              sweep_section(study.sweep, study.preset), "",
              f"### The 3M sweep's two best rates at 10M tokens ({study.second})", "",
              second_stage_section(study.second, study.sweep, study.preset, study.main), "",
+             *([f"### Variants of {study.preset} at 3M tokens ({study.screen})", "", screen_section(study), ""]
+               if study.screen else []),
              f"### {study.preset} against {against} (test BPC, 10M tokens)", "",
              comparison_table(study, runs), ""]
     if runs[study.preset]:
@@ -217,6 +243,14 @@ def section(study: Study) -> str:
         parts.append(f"_{not_run(study.main)}; its runs: {planned(study.main)}._")
     parts += ["", sync_table(study)]
     return "\n".join(parts)
+
+
+def _best_variant(study: Study) -> str:
+    screened = screen_rows(study) if study.screen else []
+    if not screened:
+        return ""
+    name, r, d = min(screened, key=lambda x: x[2])
+    return f"; its best variant at 3M ({study.screen}), {name}: valid {fmt(r['eval_bpc'])} (Δ {d:+.4f})"
 
 
 def _early(study: Study) -> str:
@@ -232,6 +266,7 @@ def _early(study: Study) -> str:
         others = ", ".join(f"{r['preset']}'s {fmt(r['eval_bpc'])}" for r in torus)
         text += (f"; its 3M sweep ({len(sweep)} rates so far) is best at lr {best['train']['lr']:g}: valid "
                  f"{fmt(best['eval_bpc'])}, against {others}")
+    text += _best_variant(study)
     path = protocol.RESULTS / "dynamics.json"
     rows = json.loads(path.read_text()) if path.exists() else []
     own = next((r for r in rows if r["group"] == study.second), None)
@@ -255,4 +290,4 @@ def summary_line(study: Study) -> str:
     return (f"{lead}, group {study.main}): test BPC {mean_sd(mine)} over {len(mine)} "
             f"seed{'s' * (len(mine) > 1)}{gap}" + (f"; {', '.join(deltas)} (means)" if deltas else "")
             + f"; {flops_per_token(study.preset) / flops_per_token(REFERENCE):.2f}× {REFERENCE}'s model FLOPs per "
-              "token.")
+              "token" + _best_variant(study) + ".")
