@@ -15,6 +15,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
+  leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
   main-unprojected, ablation-unprojected, pycode-unprojected, lr-unprojected
@@ -222,28 +223,41 @@ def _leads() -> list[Spec]:
                  {**PROTOCOL, "seed": 0, "lr": lr, **lead.train}) for k, lead in LEADS.items()]
 
 
-def _leads40() -> list[Spec]:
-    """Every lead that beat ka-1m-tuned's mean over main-tuned's own seeds (3-5: the seeds its choice played no part
-    in) at the protocol, best first, trained as budget40's runs: the gap grows with the budget, so a lead is judged
-    there. Leads not yet screened join when they are."""
+def _leads_beating_tuned(group: str) -> list[tuple[str, Lead]]:
+    """Every lead whose seed-0 run beat ka-1m-tuned's mean over main-tuned's own runs at the protocol (not their
+    twins, confirm's runs, which chose the preset), best first: what ``group`` confirms. Raises, with the numbers,
+    when leads has no results yet or none beat it."""
     base = [r["eval_bpc"] for r in load_results("main-tuned")]
     done = load_results("leads")
     if not base or not done:
-        raise ConfigError(f"leads40 trains the leads that beat ka-1m-tuned: {len(done)} of the {len(LEADS)} leads "
+        raise ConfigError(f"{group} trains the leads that beat ka-1m-tuned: {len(done)} of the {len(LEADS)} leads "
                           "are in results/leads (and main-tuned's runs are needed); run `python -m lab run leads`")
     mean = sum(base) / len(base)
     better = sorted((r for r in done if r["eval_bpc"] < mean), key=lambda r: r["eval_bpc"])
     if not better:
         best = min(done, key=lambda r: r["eval_bpc"])
         raise ConfigError(f"no lead beat ka-1m-tuned at the protocol (best {best['name']}: {best['eval_bpc']:.4f} "
-                          f"against main-tuned's mean {mean:.4f}): nothing to confirm at 40M")
-    specs = []
-    for r in better:
-        lead = LEADS[r["name"].removeprefix("ka-1m-tuned-")]
-        specs += [Spec("leads40", f"{r['name']}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
-                       {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr("ka-1m-tuned"), **lead.train})
-                  for b in BUDGETS]
-    return specs
+                          f"against main-tuned's mean {mean:.4f}): nothing for {group} to confirm")
+    return [(r["name"], LEADS[r["name"].removeprefix("ka-1m-tuned-")]) for r in better]
+
+
+def _leads40() -> list[Spec]:
+    """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``), trained as budget40's runs: the
+    gap grows with the budget, so a lead is judged there. Leads not yet screened join when they are."""
+    return [Spec("leads40", f"{name}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
+                 {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr("ka-1m-tuned"), **lead.train})
+            for name, lead in _leads_beating_tuned("leads40") for b in BUDGETS]
+
+
+LEAD_SEEDS = (1, 2)  # beside leads' seed 0: a lead's mean over three seeds against main-tuned's over six
+
+
+def _leads_seeds() -> list[Spec]:
+    """The same leads at the protocol on two more seeds: one seed cannot tell a lead from seed noise (main-tuned's
+    sd is about 0.006), and a lead that holds becomes the tuned protocol's setting."""
+    return [Spec("leads-seeds", f"{name}-seed{s}", "ka-1m-tuned", lead.model,
+                 {**PROTOCOL, "seed": s, "lr": _own_lr("ka-1m-tuned"), **lead.train})
+            for name, lead in _leads_beating_tuned("leads-seeds") for s in LEAD_SEEDS]
 
 
 # Issue 25's "a variant of it": what of ka-1m-tuned's recipe applies off the torus (no self term, 8 clocks per head,
@@ -339,7 +353,7 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
                                         variants=TUNED_ABLATIONS),
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
-    "budget40": _budget40, "flops": _flops, "leads": _leads, "leads40": _leads40,
+    "budget40": _budget40, "flops": _flops, "leads": _leads, "leads40": _leads40, "leads-seeds": _leads_seeds,
     # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
     "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
     # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds

@@ -266,6 +266,24 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
         leads.summary_line()
 
 
+def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
+    base = _tuned_base(in_tmp)
+    bpcs = {k: 2.20 for k in groups.LEADS} | {"omega-lr-1": 2.14}  # one lead beats main-tuned's mean
+    write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
+                               **groups.LEADS[k].model) for k, b in bpcs.items()])
+    planned = groups.plan("leads-seeds")
+    assert [(s.name, s.train["seed"], s.train["omega_lr_mult"]) for s in planned] == [
+        (f"ka-1m-tuned-omega-lr-1-seed{s}", s, 1.0) for s in groups.LEAD_SEEDS]
+    assert "| — | — |" in leads.section()  # one seed: no mean yet
+    write_results(in_tmp, [run("leads-seeds", s.name, "ka-1m-tuned", b, seed=s.train["seed"], train=s.train)
+                           for s, b in zip(planned, (2.15, 2.16), strict=True)])
+    vals, mean = [2.14, 2.15, 2.16], statistics.mean(base)
+    cell = f"| {statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f} (3) | {statistics.mean(vals) - mean:+.4f} |"
+    assert cell in leads.section()
+    assert f"over 3 seeds {statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f}, Δ " \
+           f"{statistics.mean(vals) - mean:+.4f}" in leads.summary_line()
+
+
 def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     _tuned_base(in_tmp)
     write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
