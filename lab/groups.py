@@ -214,6 +214,9 @@ LEADS: dict[str, Lead] = {
     # (more than half do at init; `python -m lab dynamics budget40`), yet slow oscillators are what compare content
     # far apart, and at 40M tokens the gap grows with the distance (`python -m lab gap budget40`)
     "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}), "omega-frozen": Lead(train={"omega_lr_mult": 0.0}),
+    # the same diagnosis, answered in the parametrisation: ω learned as log ω (layers/log_rate.py), at the phase
+    # group's rate, so every rate moves by a relative step and the slow ones stay slow while the fast ones adapt
+    "omega-log": Lead({"omega": "log"}),
 }
 
 

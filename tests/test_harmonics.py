@@ -100,7 +100,7 @@ def test_gradcheck():
     ({"harmonics": 0}, "harmonics must be an integer >= 1"),
     ({"harmonics": 2.0}, "harmonics must be an integer >= 1"),
     ({"harmonics": 2, "value": "projection"}, "harmonics > 1 needs value='circular'"),
-    ({"harmonics": 2, "group": "su2"}, "harmonics is defined on the torus only"),
+    ({"harmonics": 2, "group": "su2"}, "harmonics=2 is defined on the torus only"),
 ])
 def test_bad_fields_raise(fields, message):
     with pytest.raises(ValueError, match=message):

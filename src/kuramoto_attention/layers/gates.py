@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from kuramoto_attention.layers.log_rate import raw
 from kuramoto_attention.ops.attention import rotary_angles
 
 
@@ -94,7 +95,7 @@ class PositionalClock(nn.Module):
 
     def angles(self) -> list[nn.Parameter]:
         """The parameters that are angles (the optimizer's phase group)."""
-        return [self.omega, self.lag]
+        return [raw(self, "omega"), self.lag]
 
     def features(self, pos: Tensor, tau: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """(query, key) features (1, H, T, 2c) for positions pos (T,); tau (H,) the heads' temperatures."""

@@ -26,6 +26,7 @@ from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates, PositionalClock, metric_gates, read
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.layers.harmonics import Harmonics
+from kuramoto_attention.layers.log_rate import learn_in_log, raw
 from kuramoto_attention.layers.sphere import Sphere
 from kuramoto_attention.layers.su2 import SU2
 from kuramoto_attention.layers.torus import Torus
@@ -41,7 +42,9 @@ class AttentionConfig:
 
     group: str = "torus"  # the compact group the states live on (GEOMETRIES)
     gates: bool = True  # learned metric gates; False: every gate 1 (the bare kernel; ablation)
-    omega: Literal["learned", "zero"] = "learned"  # the drift rates ω: learned, or ω ≡ 0 (no position; ablation)
+    # the drift rates ω: learned; learned as log ω, the clocks' too (log_rate.py: each step moves a rate by a relative
+    # amount, so RoPE's slow rates survive training; the torus only); or ω ≡ 0 (no position; ablation)
+    omega: Literal["learned", "log", "zero"] = "learned"
     # "circular": A averages the states themselves (the Kuramoto step); "projection": values W_v φ(x) (ablation)
     value: Literal["circular", "projection"] = "circular"
     # "norm": r·tanh(‖x‖)·x/‖x‖ over a token's increment, one learned r; "elementwise": r ⊙ tanh(x/r), r per coordinate
@@ -71,7 +74,7 @@ class AttentionConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.group in GEOMETRIES, f"group must be one of {tuple(GEOMETRIES)}"),
-            (self.omega in ("learned", "zero"), "omega must be 'learned' or 'zero'"),
+            (self.omega in ("learned", "log", "zero"), "omega must be 'learned', 'log' or 'zero'"),
             (self.value in ("circular", "projection"), "value must be 'circular' or 'projection'"),
             (self.bound in ("norm", "elementwise"), "bound must be 'norm' or 'elementwise'"),
             (self.bound_scale == "one" or (self.bound_scale == "learned" and self.bound == "norm"),
@@ -133,9 +136,10 @@ class KuramotoAttention(nn.Module):
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
         self.config, self.dim, self.heads, self.head_dim = cfg, dim, heads, dim // heads
         self.geometry = GEOMETRIES[cfg.group]()
-        for name, plain in (("phase_lag", False), ("harmonics", 1)):  # != plain: True in (False, 1) is True
-            if getattr(cfg, name) != plain and not isinstance(self.geometry, Torus):
-                raise ValueError(f"{name} is defined on the torus only, got group={cfg.group!r}")
+        # != plain: True in (False, 1) is True; omega="log" needs rates that are numbers (the torus's), not axes
+        for name, plain in (("phase_lag", (False,)), ("harmonics", (1,)), ("omega", ("learned", "zero"))):
+            if getattr(cfg, name) not in plain and not isinstance(self.geometry, Torus):
+                raise ValueError(f"{name}={getattr(cfg, name)!r} is defined on the torus only, got group={cfg.group!r}")
         lift_dim = self.geometry.components * dim
 
         # built in this order so that every config draws the same initial numbers from the same seed
@@ -145,12 +149,15 @@ class KuramotoAttention(nn.Module):
             if gate_input is not None:
                 self.gates.read_through(gate_input)
         self.shared_gates = Borrowed(shared_gates if cfg.gates else None)
-        if cfg.omega == "learned":
-            self.omega = nn.Parameter(self.geometry.init_drift(dim, heads, cfg.omega_base))
-        else:
+        if cfg.omega == "zero":
             self.register_buffer("omega", self.geometry.zero_drift(dim), persistent=False)
+        else:
+            self.omega = nn.Parameter(self.geometry.init_drift(dim, heads, cfg.omega_base))
         self.lag = nn.Parameter(torch.zeros(dim)) if cfg.phase_lag else None
         self.clock = PositionalClock(heads, cfg.clock, cfg.omega_base, cfg.clock_init) if cfg.clock else None
+        if cfg.omega == "log":
+            for owner in (self, self.clock) if self.clock is not None else (self,):
+                learn_in_log(owner, "omega")
         log_tau = torch.full((heads,), math.log(cfg.tau_init))
         if cfg.tau == "learned":
             self.log_tau = nn.Parameter(log_tau)
@@ -173,8 +180,14 @@ class KuramotoAttention(nn.Module):
 
     def angles(self) -> list[nn.Parameter]:
         """The parameters that are angles (the optimizer's phase group; never decayed)."""
-        own = [p for p in (self.omega, self.lag) if isinstance(p, nn.Parameter)]
+        own = [p for p in (raw(self, "omega"), self.lag) if isinstance(p, nn.Parameter)]
         return own + (self.clock.angles() if self.clock is not None else [])
+
+    def drift_parameters(self) -> list[nn.Parameter]:
+        """The parameters the optimiser steps for the drift rates ω, the state's and the clocks' (log ω for
+        omega="log"; none for ω ≡ 0)."""
+        rates = [raw(self, "omega")] + ([raw(self.clock, "omega")] if self.clock is not None else [])
+        return [p for p in rates if isinstance(p, nn.Parameter)]
 
     def input_maps(self) -> list[nn.Linear]:
         """The borrowed maps P one forward pass applies, once per application (FLOP counting)."""

@@ -174,9 +174,7 @@ class KuramotoLM(ByteLM):
 
     def drift_parameters(self) -> list[nn.Parameter]:
         """The drift rates ω of the state and of the clocks (``omega_lr_mult``, when set, is their own)."""
-        rates = [block.attn.omega for block in self.blocks]
-        rates += [block.attn.clock.omega for block in self.blocks if block.attn.clock is not None]
-        return [p for p in rates if isinstance(p, nn.Parameter)]  # ω ≡ 0 is a buffer
+        return [p for block in self.blocks for p in block.attn.drift_parameters()]
 
     def no_weight_decay(self) -> set[str]:
         # the embedding: decaying angles toward 0 has no meaning on the torus (nor shrinking a state's coordinates)

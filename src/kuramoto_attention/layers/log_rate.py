@@ -1,0 +1,44 @@
+"""Drift rates learned in log space: ω = exp(ℓ), the optimiser stepping ℓ (``omega="log"``; the torus only).
+
+Why: Adam's step is about the same size for every parameter of a group, so a rate learned as itself moves by an
+absolute amount each step, the same for RoPE's fastest rate (1 rad per token) as for its slowest (1e-4). At the phase
+group's rate that absolute step is far larger than the slow rates: they are gone within the first steps, and trained,
+almost no oscillator drifts slower than once per context (`python -m lab dynamics budget40`). Learned as log ω, each
+rate moves by a relative amount instead, so the geometric spectrum RoPE starts from keeps its slow end.
+
+The rates stay positive (RoPE's all are), which costs nothing on the torus: cos(θ_t − θ_u + ω(t − u)) with −ω is the
+same score on the mirrored phases.
+
+``learn_in_log(module, "omega")`` re-parametrises a module's positive rate parameter in place (torch's parametrize:
+``module.omega`` still reads ω, so every path and diagnostic is unchanged); ``raw(module, "omega")`` is the
+parameter the optimiser holds (ℓ, or ω itself when not re-parametrised).
+"""
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
+
+
+class LogRate(nn.Module):
+    """ω = exp(ℓ); ``right_inverse`` gives ℓ = log ω for the initial rates (which must be > 0)."""
+
+    def forward(self, log_rate: Tensor) -> Tensor:
+        return log_rate.exp()
+
+    def right_inverse(self, rate: Tensor) -> Tensor:
+        if not bool((rate > 0).all()):
+            raise ValueError("rates learned in log space must start > 0")
+        return rate.log()
+
+
+def learn_in_log(module: nn.Module, name: str) -> None:
+    """Re-parametrise ``module.<name>`` (a positive rate parameter) as exp of a learned log rate."""
+    with torch.no_grad():
+        parametrize.register_parametrization(module, name, LogRate())
+
+
+def raw(module: nn.Module, name: str) -> Tensor:
+    """The tensor the optimiser steps for ``module.<name>``: its log rate when re-parametrised, else itself."""
+    if parametrize.is_parametrized(module, name):
+        return getattr(module.parametrizations, name).original
+    return getattr(module, name)
