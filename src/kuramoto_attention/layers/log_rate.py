@@ -26,7 +26,7 @@ class LogRate(nn.Module):
         return log_rate.exp()
 
     def right_inverse(self, rate: Tensor) -> Tensor:
-        if not bool((rate > 0).all()):
+        if not rate.is_meta and not bool((rate > 0).all()):  # a meta tensor (a model sized, not built) has no values
             raise ValueError("rates learned in log space must start > 0")
         return rate.log()
 
