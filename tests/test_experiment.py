@@ -697,6 +697,20 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     assert "(at equal tokens +0.0200)" in text and "![budget](budget.png)" in text
 
 
+def test_the_compute_plots_seconds_are_the_benchs_side_by_side_rates(in_tmp):
+    from lab.writers import compute
+
+    assert compute.bench_rates(("ka-1m", "tf-1m")) is None and compute.compute_caption() == ""
+    row = {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-1m", "median": 20_000.0},
+           "tf": {"preset": "tf-1m", "median": 25_000.0}}
+    other = {**row, "precision": "fp32", "ka": {"preset": "ka-1m", "median": 1.0}}  # another mode: not read
+    (in_tmp / "results").mkdir(exist_ok=True)
+    (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [other, row]}))
+    assert compute.bench_rates(("ka-1m", "tf-1m")) == {"ka-1m": 20_000.0, "tf-1m": 25_000.0}
+    assert compute.bench_rates(("ka-1m-tuned", "tf-1m")) is None
+    assert "tokens/s: ka-1m 20,000 / tf-1m 25,000)" in compute.compute_caption()
+
+
 def test_the_flop_count_is_the_benchs():
     from kuramoto_attention.diagnostics.flops import model_flops
     from lab.writers import compute

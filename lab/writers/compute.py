@@ -1,7 +1,8 @@
 """The notebook's and the summary's budget and compute sections (issue 26): test BPC and the gap per token budget
 (3M sweep, 10M main, 20M budget, 40M budget40), where training starts to overfit (the runs' train/valid "curve"),
 each model's model FLOPs per token and training FLOPs, the gap at equal FLOPs (group flops) beside the gap at equal
-tokens, and the plots of test BPC against budget and of validation BPC against training FLOPs and wall-clock."""
+tokens, and the plots of test BPC against budget and of validation BPC against training FLOPs and seconds of training
+(at the bench's side-by-side rates)."""
 
 import contextlib
 import functools
@@ -213,25 +214,50 @@ def _curves(p: str) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
     return out
 
 
+BENCH_MODE = ("compile", "bf16")  # the protocol's training mode, as the bench names it
+
+
+def bench_rates(pair: tuple[str, str]) -> dict[str, float] | None:
+    """The pair's training tokens/s as the bench measured them side by side on an idle machine in the protocol's mode
+    (results/bench.json, `python -m benchmarks`), or None where it has no such row.
+
+    The runs' own recorded seconds are not comparable: they ran on whichever machine and load each session had (the
+    same tf-1m trained at 20.6k tokens/s in one session and 32.3k in another), and a few intervals ran beside other
+    work. One side-by-side measurement per pair turns each run's tokens into seconds on one machine."""
+    path = protocol.RESULTS / "bench.json"
+    if not path.exists():
+        return None
+    for row in json.loads(path.read_text()).get("training", []):
+        if (row["ka"]["preset"], row["tf"]["preset"]) == pair and (row["mode"], row["precision"]) == BENCH_MODE:
+            return {row["ka"]["preset"]: row["ka"]["median"], row["tf"]["preset"]: row["tf"]["median"]}
+    return None
+
+
 def compute_plot(out: Path) -> Path | None:
-    """Validation BPC against training FLOPs and against wall-clock seconds, one row of panels per pair."""
+    """Validation BPC against training FLOPs and against seconds of training on the bench's machine (each run's
+    tokens over its preset's side-by-side bench rate, ``bench_rates``), one row of panels per pair."""
     if not any(_curves(p) for pair in PAIRS for p in pair):
         return None
     plt = _plt()
     fig, axes = plt.subplots(len(PAIRS), 2, figsize=(11, 4 * len(PAIRS)), dpi=110, squeeze=False)
     for row, pair in zip(axes, PAIRS, strict=True):
-        for ax, x in zip(row, ("flops", "elapsed_s"), strict=True):
+        rates = bench_rates(pair)
+        for ax, x in zip(row, ("flops", "seconds"), strict=True):
             drawn = False
             for p in pair:
                 for r, pts in _curves(p):
                     per = flops_per_token(r)
-                    xs = [q["tokens"] * per if x == "flops" and per else q.get("elapsed_s") for q in pts]
+                    if x == "flops":
+                        xs = [q["tokens"] * per if per else None for q in pts]
+                    else:
+                        xs = [q["tokens"] / rates[p] if rates else None for q in pts]
                     keep = [(a, q["valid_bpc"]) for a, q in zip(xs, pts, strict=True) if a]
                     if keep:
                         ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
                                 label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
                         drawn = True
-            ax.set_xlabel("training FLOPs" if x == "flops" else "wall-clock seconds of training")
+            ax.set_xlabel("training FLOPs" if x == "flops" else
+                          f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates")
             ax.set_ylabel("validation BPC (estimate)")
             ax.set_ylim(top=3.2)
             ax.grid(alpha=0.3, which="both")
@@ -240,13 +266,30 @@ def compute_plot(out: Path) -> Path | None:
                 ax.set_xscale("log")
                 ax.legend(fontsize=7)
             else:
-                ax.text(0.5, 0.5, "no recorded wall clock yet\n(`python -m lab run budget40`)", ha="center",
-                        va="center", transform=ax.transAxes)
+                ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else
+                        f"no {' '.join(BENCH_MODE)} row for this pair\nin results/bench.json (`python -m benchmarks`)",
+                        ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def compute_caption() -> str:
+    """What the compute plot's seconds are, with the bench's rates and the spread of the runs' own recorded rates."""
+    from lab.writers.common import throughput
+
+    rates = [(pair, bench_rates(pair)) for pair in PAIRS]
+    known = "; ".join(f"{a} {r[a]:,.0f} / {b} {r[b]:,.0f}" for (a, b), r in rates if r)
+    if not known:
+        return ""
+    own = [x for r, _ in _curves(REFERENCE) if (x := throughput(r)) is not None]
+    spread = (f" (the same {REFERENCE} recorded {min(own):,.0f} tokens/s in one run and {max(own):,.0f} in another)"
+              if len(own) > 1 else "")
+    return (f"Right-hand panels: each run's tokens over its preset's training rate in `python -m benchmarks`' side-by-"
+            f"side {' '.join(BENCH_MODE)} measurement on an idle machine (results/bench.json, tokens/s: {known}). The "
+            f"runs' own recorded seconds are not comparable: they ran under whatever load each session had{spread}.")
 
 
 def plots() -> dict[str, Path | None]:

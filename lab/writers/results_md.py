@@ -577,8 +577,8 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "",
         compute.flops_section(),
         "",
-        *([f"![validation BPC against training FLOPs and wall clock]({link(plots['compute'])})", ""]
-          if plots.get("compute") else []),
+        *([f"![validation BPC against training FLOPs and seconds]({link(plots['compute'])})", "",
+           compute.compute_caption(), ""] if plots.get("compute") else []),
         "### Structural leads on ka-1m-tuned (issue 26)",
         "",
         leads.section(),
