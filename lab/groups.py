@@ -214,9 +214,9 @@ LEADS: dict[str, Lead] = {
     # (more than half do at init; `python -m lab dynamics budget40`), yet slow oscillators are what compare content
     # far apart, and at 40M tokens the gap grows with the distance (`python -m lab gap budget40`)
     "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}), "omega-frozen": Lead(train={"omega_lr_mult": 0.0}),
-    # the same diagnosis, answered in the parametrisation: ω learned as log ω (layers/log_rate.py), at the phase
-    # group's rate, so every rate moves by a relative step and the slow ones stay slow while the fast ones adapt
-    "omega-log": Lead({"omega": "log"}),
+    # the same diagnosis, answered in the parametrisation: ω learned as log ω (layers/log_rate.py), so each step moves
+    # a rate by a factor (at most e^{lr·mult}) instead of by an amount: at the phase group's rate, and at the base rate
+    "omega-log": Lead({"omega": "log"}), "omega-log-lr-1": Lead({"omega": "log"}, {"omega_lr_mult": 1.0}),
 }
 
 
@@ -232,9 +232,12 @@ def _leads_beating_tuned(group: str) -> list[tuple[str, Lead]]:
     when leads has no results yet or none beat it."""
     base = [r["eval_bpc"] for r in load_results("main-tuned")]
     done = load_results("leads")
-    if not base or not done:
-        raise ConfigError(f"{group} trains the leads that beat ka-1m-tuned: {len(done)} of the {len(LEADS)} leads "
-                          "are in results/leads (and main-tuned's runs are needed); run `python -m lab run leads`")
+    if not base:
+        raise ConfigError(f"{group} trains the leads that beat ka-1m-tuned's mean over main-tuned's runs, and "
+                          "results/main-tuned has none; run `python -m lab run main-tuned`")
+    if not done:
+        raise ConfigError(f"{group} trains the leads that beat ka-1m-tuned: none of the {len(LEADS)} leads is in "
+                          "results/leads; run `python -m lab run leads`")
     mean = sum(base) / len(base)
     better = sorted((r for r in done if r["eval_bpc"] < mean), key=lambda r: r["eval_bpc"])
     if not better:
@@ -267,9 +270,11 @@ def _leads_seeds() -> list[Spec]:
 # one pair of metric gates reading the shared P, as the value gate does; the phase lag is the torus's only), k = 80
 # paid for as ka-1m-tuned's 160 was; and ω (here the drift's pure quaternions) at the base rate, issue 26's lead.
 # Screened at the 3M sweep's settings and its best rate, on valid, against that sweep's run
+_SU2_PRESET = flat_fields(get_preset("ka-su2-1m")[1])
 SU2_VARIANTS: dict[str, Lead] = {
-    "tuned": Lead({"self_coupling": False, "clock": 8, "clock_init": 4.0, "shared_gates": True,
-                   "value_gate_input": "ff-proj", "gates_input": "ff-proj", "dim": 80, "ff_hidden": 494}),
+    "tuned": Lead({**{k: v for k, v in VARIANTS[TUNED_CANDIDATE].items()
+                      if k not in ("phase_lag", "dim", "ff_hidden") and _SU2_PRESET[k] != v},
+                   "dim": 80, "ff_hidden": 494}),
     "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}),
 }
 SU2_VARIANTS["tuned-omega-lr-1"] = Lead(SU2_VARIANTS["tuned"].model, SU2_VARIANTS["omega-lr-1"].train)

@@ -62,16 +62,27 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
     return ", ".join(diffs) or None
 
 
-def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None, any_split: bool = False) -> dict[str, Any] | None:
     """A finished run of another group that trained and evaluated exactly what ``spec`` asks for (same
     full model and training configs, seed and split), or None: a spec need not be run twice. ``pool``:
-    the results to search (default: every group's), for callers that ask about many specs."""
+    the results to search (default: every group's), for callers that ask about many specs. ``any_split``: trained
+    the same, scored on any split (``same_training``)."""
     family = get_preset(spec.preset)[0]
     for r in all_results() if pool is None else pool:
-        if (r["group"], r["name"]) != (spec.group, spec.name) and r["eval_split"] == spec.eval_split \
+        if (r["group"], r["name"]) != (spec.group, spec.name) and (any_split or r["eval_split"] == spec.eval_split) \
                 and r["family"] == family and not _config_diffs(spec, r["model"], r["train"]):
             return r
     return None
+
+
+def same_training(spec: Spec) -> dict[str, Any] | None:
+    """A finished run of another group that trained exactly what ``spec`` asks for but was scored on another split
+    (a sweep's second stage picks its rate on valid; the seeds at that rate are scored on test), whose checkpoint is
+    on this machine: the spec needs only its evaluation, not its training (runner.py records it as ``trained_in``)."""
+    r = same_run(spec, any_split=True)
+    if r is None or r["eval_split"] == spec.eval_split:
+        return None
+    return r if (run_dir_of(r) / "checkpoint").exists() else None
 
 
 def with_twins(group: str) -> list[dict[str, Any]]:
@@ -90,5 +101,8 @@ def with_twins(group: str) -> list[dict[str, Any]]:
 
 
 def run_dir_of(result: dict[str, Any]) -> Path:
-    """Where a result's model was trained (a twin's: the other group's run)."""
-    return protocol.RUNS / (result["twin"] if "twin" in result else f"{result['group']}/{result['name']}")
+    """Where a result's model was trained (a twin's, or a run scored on a split of its own that another group
+    trained: the other group's run)."""
+    # a twin's row carries the twin's own trained_in, if it has one
+    source = result.get("trained_in") or result.get("twin") or f"{result['group']}/{result['name']}"
+    return protocol.RUNS / source

@@ -35,16 +35,20 @@ from kuramoto_attention.training.train import load_run, prepare_run, train
 from lab import protocol
 from lab.groups import all_results, flops_per_token, order, plan
 from lab.protocol import Spec, load_results
-from lab.records import _config_diffs, mismatch, same_run
+from lab.records import _config_diffs, mismatch, run_dir_of, same_run, same_training
 
 
-def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
-    """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json."""
+def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json. ``trained``:
+    another group's result that trained exactly this spec (``records.same_training``): its checkpoint is evaluated
+    on this spec's split instead, and the result says where it was trained (``trained_in``) and what that cost."""
     out = protocol.RESULTS / spec.group / f"{spec.name}.json"
-    run_dir = protocol.RUNS / spec.group / spec.name
+    run_dir = run_dir_of(trained) if trained else protocol.RUNS / spec.group / spec.name
     train_overrides = {**spec.train, "data_dir": data_dir}
     started = time.time()
-    if _has_checkpoint(run_dir) and (run_dir / "run.json").exists():
+    if trained:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    elif _has_checkpoint(run_dir) and (run_dir / "run.json").exists():
         # resume only what this spec would start: the stored run.json, not the spec, says what was trained
         saved = json.loads((run_dir / "run.json").read_text())
         diffs = _config_diffs(spec, saved["model"], saved["train"])
@@ -79,14 +83,20 @@ def run_spec(spec: Spec, data_dir: str | None) -> dict[str, Any]:
         "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
         "valid_curve": curve, "curve": points,
         "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
-        "wall_s": round(time.time() - started, 1), "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d"),
+        "wall_s": trained["wall_s"] if trained and "wall_s" in trained else round(time.time() - started, 1),
+        "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
     }
+    if trained:
+        result["trained_in"] = str(run_dir.relative_to(protocol.RUNS))
     if run.family == "kuramoto":
         result["diagnostics"] = run_diagnostics(run_dir, data_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)
     return result
+
+
+def _trained_name(result: dict[str, Any]) -> str:
+    return str(run_dir_of(result).relative_to(protocol.RUNS))
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
@@ -210,23 +220,32 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
             print(f"[{group}] {spec.name}: already run as {twin['group']}/{twin['name']} (same config, seed and "
                   "split), skipping (--rerun trains it here)", flush=True)
             continue
-        todo.append(spec)
+        todo.append((spec, same_training(spec) if not rerun else None))
     planned = f"{len(specs)} run{'s' * (len(specs) != 1)} planned"
-    print(f"[{group}] {planned}, {len(todo)} to train under {results} and {runs}"
+    evaluate = sum(trained is not None for _, trained in todo)
+    print(f"[{group}] {planned}, {len(todo) - evaluate} to train"
+          + (f" and {evaluate} to evaluate from another group's training" if evaluate else "")
+          + f" under {results} and {runs}"
           + (" (dry run: nothing trained)" if dry_run else ""), flush=True)
     if dry_run:
-        for spec in todo:
-            print(f"[{group}] {spec.name}: would train ({spec.train.get('tokens'):,} tokens)", flush=True)
+        for spec, trained in todo:
+            print(f"[{group}] {spec.name}: " + (f"would evaluate {_trained_name(trained)}'s checkpoint on "
+                                               f"{spec.eval_split}" if trained else
+                                               f"would train ({spec.train.get('tokens'):,} tokens)"), flush=True)
         return
-    for spec in todo:
+    for spec, trained in todo:
         recorded = results / group / f"{spec.name}.json"
         if rerun and recorded.exists():  # a finished run: start again (an interrupted rerun has no result: resumed)
             for old in (recorded, runs / group / spec.name):
                 if old.exists():
                     print(f"[{group}] {spec.name}: rerun: the old {old} is kept as {old.name}.replaced", flush=True)
                     _move_aside(old)
-        print(f"[{group}] {spec.name}: training", flush=True)
-        r = run_spec(spec, data_dir)
+        if trained:
+            print(f"[{group}] {spec.name}: trained as {_trained_name(trained)} (same config and seed, scored on "
+                  f"{trained['eval_split']}): evaluating its checkpoint on {spec.eval_split}", flush=True)
+        else:
+            print(f"[{group}] {spec.name}: training", flush=True)
+        r = run_spec(spec, data_dir, trained)
         print(f"[{group}] {spec.name}: {r['eval_split']} {r['eval_bpc']:.4f} after {r['tokens']:,} tokens", flush=True)
     if todo:
         out = "" if results == Path("results") else f" --out {results.parent}"

@@ -14,6 +14,7 @@ from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import groups, protocol, records, retired
 from lab import runner as experiment
+from lab.writers import common
 from lab.writers import results_md as results
 
 
@@ -592,6 +593,35 @@ def test_run_in_a_fresh_folder_says_to_run_the_sweep_first(tmp_path, monkeypatch
     assert type(protocol.RESULTS)("results") == protocol.RESULTS  # --out lasts one command
 
 
+def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_retrained(in_tmp, monkeypatch, capsys):
+    """A sweep's second stage scores its runs on valid; the seed-0 run at the chosen rate is the same training, scored
+    on test: the runner evaluates the other group's checkpoint instead of training it again."""
+    text = in_tmp / "tiny.txt"
+    words = [b"kuramoto ", b"phase ", b"torus ", b"attention ", b"sync ", b"\n"]
+    text.write_bytes(b"".join(words[(i * 7919) % 13 % 6] for i in range(3000)))  # valid and test differ
+    train = {"corpus": f"text:{text}", "batch_size": 2, "context": 32, "tokens": 640, "warmup": 2, "eval_every": 5,
+             "eval_batches": 1, "ckpt_every": 5, "precision": "fp32", "compile": False, "progress": False, "lr": 1e-2}
+    monkeypatch.setitem(groups.GROUPS, "stage", lambda: [protocol.Spec("stage", "ka-a", "ka-tiny", {}, train, "valid")])
+    monkeypatch.setitem(groups.GROUPS, "seeds", lambda: [protocol.Spec("seeds", "ka-s0", "ka-tiny", {}, train)])
+    experiment.run_group("stage", None)
+    stage = protocol.load_results("stage")[0]
+    monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
+    experiment.run_group("seeds", None, dry_run=True)
+    assert "ka-s0: would evaluate stage/ka-a's checkpoint on test" in capsys.readouterr().out
+    experiment.run_group("seeds", None)
+    out = capsys.readouterr().out
+    assert "0 to train and 1 to evaluate from another group's training" in out
+    assert "ka-s0: trained as stage/ka-a (same config and seed, scored on valid): evaluating" in out
+    r = protocol.load_results("seeds")[0]
+    assert r["trained_in"] == "stage/ka-a" and r["eval_split"] == "test" and r["eval_bpc"] != stage["eval_bpc"]
+    assert r["curve"] == stage["curve"] and r["wall_s"] == stage["wall_s"] and r["params"] == stage["params"]
+    assert records.run_dir_of(r) == protocol.RUNS / "stage" / "ka-a"
+    assert records.mismatch(groups.plan("seeds")[0], r) is None  # a record of its own spec, not stale
+    assert common.label(r) == "ka-s0 (trained as stage/ka-a: same config and seed, scored here on test)"
+    experiment.run_group("seeds", None)  # done now: nothing to evaluate again
+    assert "ka-s0: done, skipping" in capsys.readouterr().out
+
+
 def test_rerun_trains_recorded_runs_again_and_keeps_the_old(in_tmp, capsys, monkeypatch):
     _sweep(in_tmp)
     spec = groups.plan("main")[0]
@@ -601,7 +631,7 @@ def test_rerun_trains_recorded_runs_again_and_keeps_the_old(in_tmp, capsys, monk
     (in_tmp / "runs" / "main" / spec.name).mkdir(parents=True)
     trained = []
 
-    def fake_run_spec(s, _data_dir):
+    def fake_run_spec(s, _data_dir, _trained=None):
         trained.append(s.name)
         write_results(in_tmp, [{**fresh, "eval_bpc": 1.8}])
         return {**fresh, "eval_bpc": 1.8}
@@ -697,18 +727,20 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     assert "(at equal tokens +0.0200)" in text and "![budget](budget.png)" in text
 
 
-def test_the_compute_plots_seconds_are_the_benchs_side_by_side_rates(in_tmp):
+def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tmp):
     from lab.writers import compute
 
     assert compute.bench_rates(("ka-1m", "tf-1m")) is None and compute.compute_caption() == ""
     row = {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-1m", "median": 20_000.0},
            "tf": {"preset": "tf-1m", "median": 25_000.0}}
     other = {**row, "precision": "fp32", "ka": {"preset": "ka-1m", "median": 1.0}}  # another mode: not read
+    failed = {"pair": "ka-1m vs tf-1m", "mode": "compile", "precision": "bf16", "error": "no C++ compiler"}
     (in_tmp / "results").mkdir(exist_ok=True)
-    (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [other, row]}))
+    (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [failed, other, row],
+                                                               "machine": {"load_average_at_start": 0.25}}))
     assert compute.bench_rates(("ka-1m", "tf-1m")) == {"ka-1m": 20_000.0, "tf-1m": 25_000.0}
     assert compute.bench_rates(("ka-1m-tuned", "tf-1m")) is None
-    assert "tokens/s: ka-1m 20,000 / tf-1m 25,000)" in compute.compute_caption()
+    assert "tokens/s: ka-1m 20,000 / tf-1m 25,000; load average 0.25 at its start)" in compute.compute_caption()
 
 
 def test_the_flop_count_is_the_benchs():

@@ -99,10 +99,10 @@ def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp)
                                train=groups.SU2_VARIANTS[k].train, **groups.SU2_VARIANTS[k].model)
                            for k, b in (("tuned", 2.42), ("omega-lr-1", 2.53))])
     text = geometries.section(geometries.SU2)
-    assert "best rate (0.004), seed 0" in text
+    assert "its best rate when it ran, seed 0" in text
     # best first, each with its change and its difference from the plain preset's 2.5 at the same rate
     tuned = text.index("| tuned | self_coupling=False, clock=8")
-    assert tuned < text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 2.5300 | +0.0300 |")
+    assert tuned < text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 0.004 | 2.5300 | +0.0300 |")
     assert "| 2.4200 | -0.0800 |" in text[tuned:]
     assert "its best variant at 3M (screen-su2), tuned: valid 2.4200 (Δ -0.0800)" in geometries.summary_line(
         geometries.SU2)

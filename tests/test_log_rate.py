@@ -88,13 +88,16 @@ def test_an_adam_step_moves_every_rate_by_the_same_factor():
 
 def test_log_rates_are_the_omega_group_and_angles():
     model = tiny(omega="log", clock=2)
-    groups = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=20.0, omega_lr_mult=1.0)).param_groups
+    # a multiplier no other group has: ℓ must be in ω's own group, not merely undecayed
+    groups = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=20.0, omega_lr_mult=5.0)).param_groups
     by_id = {id(p): g for g in groups for p in g["params"]}
     attn = model.blocks[0].attn
-    for owner in (attn, attn.clock):
+    for owner, name in ((attn, "blocks.0.attn.parametrizations.omega.original"),
+                        (attn.clock, "blocks.0.attn.clock.parametrizations.omega.original")):
         ell = raw(owner, "omega")
-        assert isinstance(ell, torch.nn.Parameter) and by_id[id(ell)]["lr_mult"] == 1.0
+        assert isinstance(ell, torch.nn.Parameter) and by_id[id(ell)]["lr_mult"] == 5.0
         assert by_id[id(ell)]["weight_decay"] == 0
+        assert name in model.omega_parameter_names() and name in model.phase_parameter_names()
         torch.testing.assert_close(owner.omega, ell.exp())
     assert by_id[id(attn.clock.lag)]["lr_mult"] == 20.0
 

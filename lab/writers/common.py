@@ -108,7 +108,11 @@ def settings(r: dict[str, Any]) -> str:
 
 
 def label(r: dict[str, Any]) -> str:
-    return f"{r['name']} (= {r['twin']}: same config, seed and split)" if "twin" in r else r["name"]
+    if "twin" in r:
+        return f"{r['name']} (= {r['twin']}: same config, seed and split)"
+    if "trained_in" in r:
+        return f"{r['name']} (trained as {r['trained_in']}: same config and seed, scored here on {r['eval_split']})"
+    return r["name"]
 
 
 def saturation(r: dict[str, Any]) -> str:

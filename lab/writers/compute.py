@@ -203,7 +203,7 @@ def budget_plot(out: Path) -> Path | None:
 
 def _curves(p: str) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
     """Every seed-0 run of preset ``p`` on its own model at the protocol (10M, 40M and the equal-FLOP budgets), with
-    its validation points ({tokens, valid_bpc} and elapsed_s where the run recorded them)."""
+    its validation points ({tokens, valid_bpc, ...})."""
     pool = [r for g in ("main", "main-tuned", "budget40", "flops") for r in with_twins(g)]
     out = []
     for r in pool:
@@ -214,20 +214,23 @@ def _curves(p: str) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
     return out
 
 
-BENCH_MODE = ("compile", "bf16")  # the protocol's training mode, as the bench names it
+# the protocol's training mode, as the bench names it
+BENCH_MODE = ("compile" if PROTOCOL["compile"] else "eager", PROTOCOL["precision"])
 
 
 def bench_rates(pair: tuple[str, str]) -> dict[str, float] | None:
-    """The pair's training tokens/s as the bench measured them side by side on an idle machine in the protocol's mode
-    (results/bench.json, `python -m benchmarks`), or None where it has no such row.
+    """The pair's training tokens/s as the bench measured them side by side (ka and tf alternating) in the protocol's
+    mode (results/bench.json, `python -m benchmarks`), or None where it has no such row (or that row failed).
 
-    The runs' own recorded seconds are not comparable: they ran on whichever machine and load each session had (the
-    same tf-1m trained at 20.6k tokens/s in one session and 32.3k in another), and a few intervals ran beside other
-    work. One side-by-side measurement per pair turns each run's tokens into seconds on one machine."""
+    The runs' own recorded seconds are not comparable: they ran on whichever machine and load each session had
+    (``compute_caption`` gives the spread), so one side-by-side measurement per pair turns each run's tokens into
+    seconds on one machine."""
     path = protocol.RESULTS / "bench.json"
     if not path.exists():
         return None
     for row in json.loads(path.read_text()).get("training", []):
+        if "ka" not in row or "tf" not in row:  # a mode that failed on the bench's machine: its error only
+            continue
         if (row["ka"]["preset"], row["tf"]["preset"]) == pair and (row["mode"], row["precision"]) == BENCH_MODE:
             return {row["ka"]["preset"]: row["ka"]["median"], row["tf"]["preset"]: row["tf"]["median"]}
     return None
@@ -284,12 +287,15 @@ def compute_caption() -> str:
     known = "; ".join(f"{a} {r[a]:,.0f} / {b} {r[b]:,.0f}" for (a, b), r in rates if r)
     if not known:
         return ""
+    load = json.loads((protocol.RESULTS / "bench.json").read_text()).get("machine", {}).get("load_average_at_start")
     own = [x for r, _ in _curves(REFERENCE) if (x := throughput(r)) is not None]
     spread = (f" (the same {REFERENCE} recorded {min(own):,.0f} tokens/s in one run and {max(own):,.0f} in another)"
               if len(own) > 1 else "")
-    return (f"Right-hand panels: each run's tokens over its preset's training rate in `python -m benchmarks`' side-by-"
-            f"side {' '.join(BENCH_MODE)} measurement on an idle machine (results/bench.json, tokens/s: {known}). The "
-            f"runs' own recorded seconds are not comparable: they ran under whatever load each session had{spread}.")
+    return (f"Right-hand panels: each run's tokens over its preset's training rate in `python -m benchmarks`' "
+            f"{' '.join(BENCH_MODE)} measurement, ka and tf alternating (results/bench.json, tokens/s: {known}"
+            + (f"; load average {load:.2f} at its start" if isinstance(load, int | float) else "")
+            + "), so a pair's ratio is fair and the absolute seconds are that machine's. The runs' own recorded "
+            f"seconds are not comparable: they ran under whatever load each session had{spread}.")
 
 
 def plots() -> dict[str, Path | None]:

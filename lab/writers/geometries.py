@@ -11,15 +11,15 @@ each difference, beside the seeds' spread), none is written in advance."""
 import json
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import SU2_VARIANTS, flops_per_token
+from lab.groups import SU2_VARIANTS, Lead, flops_per_token
 from lab.protocol import load_results
-from lab.writers.common import fmt, mean_sd, not_run, planned, seed_runs, table, throughput
+from lab.writers.common import fmt, label, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import fmt_per_token
 from lab.writers.sweeps import second_stage_section, sweep_section
 
@@ -44,6 +44,7 @@ class Study:
     files: str
     beside: tuple[tuple[str, str], ...] = ()
     screen: str = ""  # a group of variants of the preset at the 3M sweep's settings and best rate, if any
+    variants: dict[str, Lead] = field(default_factory=dict)  # the screen's variants by name (groups.py), if any
 
     @property
     def label(self) -> str:
@@ -63,7 +64,7 @@ class Study:
 
 
 SU2 = Study(title="SU(2): the non-abelian state (issue 25)", preset="ka-su2-1m", sweep="lr-su2",
-            second="lr10m-su2", main="main-su2", screen="screen-su2",
+            second="lr10m-su2", main="main-su2", screen="screen-su2", variants=SU2_VARIANTS,
             state="`dim` unit quaternions (SU(2), the 3-sphere) instead of phases on the torus, so its rotations do "
                   "not commute",
             files="layers/su2.py, docs/su2.md")
@@ -201,9 +202,6 @@ def sync_table(study: Study) -> str:
                      "ω slower than the context", "attention on the bound"], body))
 
 
-VARIANTS = {"screen-su2": SU2_VARIANTS}  # each screen group's variants (groups.py), by name after the preset's
-
-
 def screen_rows(study: Study) -> list[tuple[str, dict[str, Any], float]]:
     """Each screened variant: (name, its record, its valid BPC minus the sweep's run at the same rate)."""
     base = {r["train"]["lr"]: r["eval_bpc"] for r in load_results(study.sweep) if r["preset"] == study.preset}
@@ -216,12 +214,11 @@ def screen_section(study: Study) -> str:
     rows = screen_rows(study)
     if not rows:
         return f"_{not_run(study.screen)}; its runs: {planned(study.screen)}._"
-    lr = rows[0][1]["train"]["lr"]
-    body = [[name, VARIANTS[study.screen][name].change(), f"{r['params']:,}", fmt(r["eval_bpc"]), f"{d:+.4f}"]
-            for name, r, d in sorted(rows, key=lambda x: x[2])]
-    return (f"Each at the 3M sweep's settings and its best rate ({lr:g}), seed 0, against the sweep's own run at "
-            "that rate:\n\n" + table(["variant", "change", "params", "valid BPC at 3M", f"Δ against {study.preset}"],
-                                       body))
+    body = [[name, study.variants[name].change(), f"{r['params']:,}", f"{r['train']['lr']:g}", fmt(r["eval_bpc"]),
+             f"{d:+.4f}"] for name, r, d in sorted(rows, key=lambda x: x[2])]
+    return ("Each at the 3M sweep's settings and its best rate when it ran, seed 0, against the sweep's own run at "
+            "that rate:\n\n" + table(["variant", "change", "params", "lr", "valid BPC at 3M",
+                                        f"Δ against {study.preset}"], body))
 
 
 def section(study: Study) -> str:
@@ -239,6 +236,9 @@ def section(study: Study) -> str:
              comparison_table(study, runs), ""]
     if runs[study.preset]:
         parts.append(verdict(study, runs))
+        reused = [label(r) for r in runs[study.preset] if "trained_in" in r]
+        if reused:  # the second stage's run at the chosen rate is seed 0's training: scored again, on test
+            parts.append("Not trained again: " + "; ".join(reused) + ".")
     else:
         parts.append(f"_{not_run(study.main)}; its runs: {planned(study.main)}._")
     parts += ["", sync_table(study)]

@@ -44,11 +44,16 @@ def _seed_vals(name: str, r: dict[str, Any] | None) -> list[float]:
     return [x["eval_bpc"] for x in ([r] if r else []) + more]
 
 
-def _seeds_text(vals: list[float], mean: float | None) -> tuple[str, str]:
-    """(mean ± sd over the seeds, Δ of that mean against main-tuned's): dashes until a second seed exists."""
+def _over_seeds(vals: list[float], mean: float | None) -> tuple[str, str] | None:
+    """(mean ± sd over the seeds, Δ of that mean against main-tuned's mean), or None until a second seed exists."""
     if len(vals) < 2:
-        return "—", "—"
-    return f"{mean_sd(vals)} ({len(vals)})", f"{statistics.mean(vals) - mean:+.4f}" if mean is not None else "—"
+        return None
+    return mean_sd(vals), f"{statistics.mean(vals) - mean:+.4f}" if mean is not None else "—"
+
+
+def _seeds_cells(vals: list[float], mean: float | None) -> list[str]:
+    seeds = _over_seeds(vals, mean)
+    return [f"{seeds[0]} ({len(vals)})", seeds[1]] if seeds else ["—", "—"]
 
 
 def _flops(lead: Lead, r: dict[str, Any] | None) -> str:
@@ -101,7 +106,7 @@ def section() -> str:
     leads = _lead_rows()
     body = [[name, overrides(r) if r else lead.change(),
              f"{r['params']:,}" if r else "—", _flops(lead, r), fmt(r["eval_bpc"]) if r else "not run",
-             _delta(r, _bpc(seed0)), _delta(r, mean), *_seeds_text(_seed_vals(name, r), mean)]
+             _delta(r, _bpc(seed0)), _delta(r, mean), *_seeds_cells(_seed_vals(name, r), mean)]
             for name, lead, r in leads]
     ref = (f"ka-1m-tuned's seed 0 ({label(seed0)}; {seed0['params']:,} params, "
            f"{fmt_per_token(flops_per_token(seed0))} model FLOPs per token): test BPC {fmt(seed0['eval_bpc'])}"
@@ -149,11 +154,10 @@ def _why() -> str:
             "learning rate and its parametrisation (log ω), the bound's scale, and the coupling's second harmonic. ")
 
 
-def _over_seeds(name: str, r: dict[str, Any], mean: float | None) -> str:
+def _seeds_phrase(name: str, r: dict[str, Any], mean: float | None) -> str:
     vals = _seed_vals(name, r)
-    if len(vals) < 2 or mean is None:
-        return ""
-    return f"; over {len(vals)} seeds {mean_sd(vals)}, Δ {statistics.mean(vals) - mean:+.4f}"
+    seeds = _over_seeds(vals, mean)
+    return f"; over {len(vals)} seeds {seeds[0]}, Δ {seeds[1]}" if seeds else ""
 
 
 def summary_line() -> str:
@@ -165,7 +169,7 @@ def summary_line() -> str:
     seed0, base = _base()
     mean = statistics.mean(r["eval_bpc"] for r in base) if base else None
     parts = [f"{k} {fmt(r['eval_bpc'])} (Δ {_delta(r, _bpc(seed0))} against ka-1m-tuned's seed 0, "
-             f"{_delta(r, mean)} against main-tuned's mean{_over_seeds(f'{PRESET}-{k}', r, mean)})"
+             f"{_delta(r, mean)} against main-tuned's mean{_seeds_phrase(f'{PRESET}-{k}', r, mean)})"
              if r else f"{k} not run yet" for k, r in leads]
     long = with_twins(LONG_GROUP)
     ref = _budget_run(PRESET)

@@ -42,8 +42,8 @@ class AttentionConfig:
 
     group: str = "torus"  # the compact group the states live on (GEOMETRIES)
     gates: bool = True  # learned metric gates; False: every gate 1 (the bare kernel; ablation)
-    # the drift rates ω: learned; learned as log ω, the clocks' too (log_rate.py: each step moves a rate by a relative
-    # amount, so RoPE's slow rates survive training; the torus only); or ω ≡ 0 (no position; ablation)
+    # the drift rates ω: learned; learned as log ω, the clocks' too (log_rate.py: each step moves a rate by a factor,
+    # not by an amount that swamps RoPE's slow rates; the torus only); or ω ≡ 0 (no position; ablation)
     omega: Literal["learned", "log", "zero"] = "learned"
     # "circular": A averages the states themselves (the Kuramoto step); "projection": values W_v φ(x) (ablation)
     value: Literal["circular", "projection"] = "circular"
@@ -136,7 +136,8 @@ class KuramotoAttention(nn.Module):
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
         self.config, self.dim, self.heads, self.head_dim = cfg, dim, heads, dim // heads
         self.geometry = GEOMETRIES[cfg.group]()
-        # != plain: True in (False, 1) is True; omega="log" needs rates that are numbers (the torus's), not axes
+        # fields whose other values need the torus's geometry: a scalar phase (lag, harmonics) or a rate that is a
+        # number (log ω), not a rotation axis
         for name, plain in (("phase_lag", (False,)), ("harmonics", (1,)), ("omega", ("learned", "zero"))):
             if getattr(cfg, name) not in plain and not isinstance(self.geometry, Torus):
                 raise ValueError(f"{name}={getattr(cfg, name)!r} is defined on the torus only, got group={cfg.group!r}")

@@ -3,15 +3,19 @@
 Why: Adam's step is about the same size for every parameter of a group, so a rate learned as itself moves by an
 absolute amount each step, the same for RoPE's fastest rate (1 rad per token) as for its slowest (1e-4). At the phase
 group's rate that absolute step is far larger than the slow rates: they are gone within the first steps, and trained,
-almost no oscillator drifts slower than once per context (`python -m lab dynamics budget40`). Learned as log ω, each
-rate moves by a relative amount instead, so the geometric spectrum RoPE starts from keeps its slow end.
+almost no oscillator drifts slower than once per context (`python -m lab dynamics budget40`). Learned as log ω, a
+step moves each rate by a factor of at most e^{lr·mult} instead, whatever its size; whether the slow end of RoPE's
+spectrum then survives training is what the lead measures (lab groups.LEADS).
 
-The rates stay positive (RoPE's all are), which costs nothing on the torus: cos(θ_t − θ_u + ω(t − u)) with −ω is the
-same score on the mirrored phases.
+The rates stay positive (RoPE's all start so): unlike a rate learned as itself, none can change sign. The state is
+shared by every layer, so that forbids an oscillator drifting one way in one layer and the other way in another; a
+clock's sign is absorbed by its lag β.
 
-``learn_in_log(module, "omega")`` re-parametrises a module's positive rate parameter in place (torch's parametrize:
-``module.omega`` still reads ω, so every path and diagnostic is unchanged); ``raw(module, "omega")`` is the
-parameter the optimiser holds (ℓ, or ω itself when not re-parametrised).
+``learn_in_log(module, "omega")`` re-parametrises a module's positive rate parameter in place (torch's parametrize):
+``module.omega`` still reads ω, so every path and diagnostic is unchanged, but writes must assign
+(``module.omega = w`` under ``torch.no_grad()``, which stores log w): ``module.omega.copy_(w)`` or ``.data = w``
+change a computed tensor and are lost. ``raw(module, "omega")`` is the parameter the optimiser holds (ℓ, or ω itself
+when not re-parametrised).
 """
 
 import torch
@@ -27,7 +31,7 @@ class LogRate(nn.Module):
 
     def right_inverse(self, rate: Tensor) -> Tensor:
         if not rate.is_meta and not bool((rate > 0).all()):  # a meta tensor (a model sized, not built) has no values
-            raise ValueError("rates learned in log space must start > 0")
+            raise ValueError(f"rates learned as log ω must be > 0, got a minimum of {rate.min().item():.3g}")
         return rate.log()
 
 
