@@ -7,7 +7,10 @@ ones) and writes one small JSON summary per run under ``results/GROUP/``;
 runs/experiments/, so that a group is rerun from scratch beside the committed results; ``--rerun`` trains a group's
 runs again even where they are recorded (the committed results count as finished otherwise). Before training, the
 runner says in which order the groups run (a sweep before the groups that read its best rate) and about how long
-each takes (the recorded wall-clock seconds of the committed runs).
+each takes (the recorded wall-clock seconds of the committed runs). A run another group already made identically is
+not made again (a twin: the notebook reads it under both names); one another group trained identically but scored on
+another split (a sweep's second stage scores on valid, the seeds at its chosen rate on test) is evaluated from that
+group's checkpoint, when it is on this machine, and its result names where it was trained (``trained_in``).
 
 The groups and their runs are defined in ``groups.py``; the settings they share in ``protocol.py``.
 """
