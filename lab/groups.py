@@ -14,6 +14,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
+  lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's tuned variant as a preset, the same stages
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
@@ -77,7 +78,8 @@ def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tupl
         ) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
     # at 5M both families preferred rates below their 1M best (scale): the 5M sweep starts one step lower
-    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "ka-sphere-1m": LRS, "tf-1m": (*LRS, 1.6e-2),
+    grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "ka-su2-1m-tuned": LRS, "ka-sphere-1m": LRS,
+            "tf-1m": (*LRS, 1.6e-2),
             "ka-5m-tuned": tuple(lr / 4 for lr in LRS)}
     return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {}, {**SWEEP, "lr": lr},
                  "valid") for p in presets for lr in grid[p]]
@@ -369,6 +371,10 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
     "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
     "screen-su2": _screen_su2,  # the tuned recipe's ingredients on SU(2), at 3M tokens
+    # the screen's best (its "tuned", presets.py ka-su2-1m-tuned), through the same three stages
+    "lr-su2-tuned": lambda: _lr("lr-su2-tuned", presets=("ka-su2-1m-tuned",)),
+    "lr10m-su2-tuned": lambda: _second_stage("lr10m-su2-tuned", "lr-su2-tuned", "ka-su2-1m-tuned"),
+    "main-su2-tuned": lambda: _main(group="main-su2-tuned", presets=("ka-su2-1m-tuned",), lr_group="lr10m-su2-tuned"),
     # issue 25's stretch: the sphere S³ ⊂ R⁴ (presets.py ka-sphere-1m, AKOrN's oscillators), the same three stages
     "lr-sphere": lambda: _lr("lr-sphere", presets=("ka-sphere-1m",)),
     "lr10m-sphere": lambda: _second_stage("lr10m-sphere", "lr-sphere", "ka-sphere-1m"),

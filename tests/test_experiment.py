@@ -250,6 +250,15 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
     assert "| 0.004 | — | 2.0100 |" in second and "| 0.008 | — | 2.0000 |" in second and "train at 0.008" in second
 
 
+def test_the_tuned_su2_preset_is_its_screen_variant():
+    """ka-su2-1m-tuned is screen-su2's "tuned" model exactly, so that screen's run is its sweep's run at that rate."""
+    family, base = get_preset("ka-su2-1m")
+    assert apply_overrides(family, base, groups.SU2_VARIANTS["tuned"].model) == get_preset("ka-su2-1m-tuned")[1]
+    sweep = next(s for s in groups.plan("lr-su2-tuned") if s.train["lr"] == 4e-3)
+    screen = next(s for s in groups.plan("screen-su2") if s.name == "ka-su2-1m-tuned")
+    assert records.expected_configs(sweep) == records.expected_configs(screen) and sweep.eval_split == screen.eval_split
+
+
 def test_the_tuned_preset_is_its_confirm_candidate():
     """ka-1m-tuned is TUNED_CANDIDATE's model exactly, so confirm's runs of it are main-tuned's seeds 0-2 (twins)."""
     family, base = get_preset("ka-1m")

@@ -110,6 +110,7 @@ def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp)
 
 def test_the_studies_name_their_label_and_issue_from_the_title():
     assert [(s.label, s.issue) for s in geometries.STUDIES] == [("SU(2)", "issue 25"),
+                                                                ("SU(2) with the tuned recipe", "issue 25"),
                                                                 ("The sphere S³ ⊂ R⁴", "issue 25's stretch")]
     assert geometries.SPHERE.compared[:2] == (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2"))
 

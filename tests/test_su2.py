@@ -271,3 +271,5 @@ def test_init_drift_embedding_and_optimizer_groups():
 def test_preset_within_three_percent_of_one_million():
     # 64 quaternions, 4 layers of 4 heads, ff 524 behind a shared P (256 -> 64)
     checks.assert_preset_within_three_percent_of_one_million("ka-su2-1m", "su2", 1_000_216)
+    # the tuned recipe: 80 quaternions, one pair of gates for all layers on P, ff 494
+    checks.assert_preset_within_three_percent_of_one_million("ka-su2-1m-tuned", "su2", 999_864)

@@ -68,13 +68,18 @@ SU2 = Study(title="SU(2): the non-abelian state (issue 25)", preset="ka-su2-1m",
             state="`dim` unit quaternions (SU(2), the 3-sphere) instead of phases on the torus, so its rotations do "
                   "not commute",
             files="layers/su2.py, docs/su2.md")
+SU2_TUNED = Study(title="SU(2) with the tuned recipe: ka-1m-tuned's ingredients on SU(2) (issue 25)",
+                  preset="ka-su2-1m-tuned", sweep="lr-su2-tuned", second="lr10m-su2-tuned", main="main-su2-tuned",
+                  state="`dim` unit quaternions, as ka-su2-1m's, with what of ka-1m-tuned's recipe applies off the "
+                        "torus (its screen-su2 variant \"tuned\", the best there at 3M tokens)",
+                  files="layers/su2.py, docs/su2.md", beside=((SU2.preset, SU2.main),))
 SPHERE = Study(title="The sphere S³ ⊂ R⁴: AKOrN's oscillators (issue 25's stretch)", preset="ka-sphere-1m",
                sweep="lr-sphere", second="lr10m-sphere", main="main-sphere",
                state="`dim` unit vectors of R⁴ (AKOrN's oscillators on the sphere S³) instead of phases on the "
                      "torus: SU(2)'s manifold without its product, each step a geodesic move along an increment in "
                      "ambient coordinates, the drift a rotation of fixed coordinate planes",
                files="layers/sphere.py, docs/sphere.md", beside=((SU2.preset, SU2.main),))
-STUDIES = (SU2, SPHERE)  # the notebook's order
+STUDIES = (SU2, SU2_TUNED, SPHERE)  # the notebook's order
 
 
 def _vals(runs: list[dict[str, Any]]) -> list[float]:

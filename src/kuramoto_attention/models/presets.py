@@ -42,6 +42,12 @@ PRESETS: dict[str, tuple[str, Any]] = {
     # feed-forward, which emits a 3n-wide su(2) increment), the feed-forward's width filling the budget
     "ka-su2-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=524, ff_proj="shared",
                                              attention=AttentionConfig(group="su2"))),
+    # ka-1m-tuned's recipe on SU(2) (issue 25): what of it applies off the torus (no self term, 8 clocks per head, one
+    # pair of metric gates for all layers, they and the value gate reading the shared P; the phase lag is the torus's
+    # only), the oscillators it pays for taken as ka-1m-tuned's were (64 -> 80 quaternions)
+    "ka-su2-1m-tuned": ("kuramoto", KuramotoConfig(
+        dim=80, depth=4, heads=4, ff_hidden=494, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
+        gates_input="ff-proj", attention=AttentionConfig(group="su2", self_coupling=False, clock=8, clock_init=4.0))),
     # the sphere S³ ⊂ R⁴ (issue 25's stretch goal, AKOrN's oscillators): ka-su2-1m's layout, the lift as wide; the
     # feed-forward emits a 4n-wide ambient increment (4 numbers per oscillator, not 3), so it is narrower
     "ka-sphere-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=437, ff_proj="shared",
@@ -63,12 +69,14 @@ SUMMARY = {
     "tf-1m": "RoPE + SwiGLU, pre-RMSNorm, tied embeddings",
     "ka-1m-tuned": "no self term, phase lag, 8 clocks, shared gates reading P ψ(θ)",
     "ka-su2-1m": "ka-1m's layout on SU(2): 64 unit quaternions per token",
+    "ka-su2-1m-tuned": "ka-1m-tuned's recipe on SU(2), less the phase lag: 80 quaternions",
     "ka-sphere-1m": "ka-1m's layout on the sphere S³ ⊂ R⁴ (AKOrN's oscillators)",
     "ka-5m-tuned": "ka-1m-tuned's recipe at 5M: k = 320 in 8 heads",
     "ka-5m": "the 5M Kuramoto model", "tf-5m": "the 5M transformer",
 }
 
-NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000, "ka-sphere-1m": 1_000_000,
+NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000, "ka-su2-1m-tuned": 1_000_000,
+           "ka-sphere-1m": 1_000_000,
            "tf-1m": 1_000_000, "ka-5m": 5_000_000, "ka-5m-tuned": 5_000_000, "tf-5m": 5_000_000}
 
 
