@@ -14,7 +14,8 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
-  lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's tuned variant as a preset, the same stages
+  lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's best variant (ka-su2-1m-tuned, ω at the
+                                   base rate), through the same stages
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
@@ -75,21 +76,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tuple[str, ...] = ("ka-1m", "tf-1m"),
-        ) -> list[Spec]:
+        train: dict[str, Any] | None = None) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
     # at 5M both families preferred rates below their 1M best (scale): the 5M sweep starts one step lower
     grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "ka-su2-1m-tuned": LRS, "ka-sphere-1m": LRS,
             "tf-1m": (*LRS, 1.6e-2),
             "ka-5m-tuned": tuple(lr / 4 for lr in LRS)}
-    return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {}, {**SWEEP, "lr": lr},
-                 "valid") for p in presets for lr in grid[p]]
+    return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {},
+                 {**SWEEP, "lr": lr, **(train or {})}, "valid") for p in presets for lr in grid[p]]
 
 
 def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str = "main",
           presets: tuple[str, ...] = ("ka-1m", "tf-1m"), model: dict[str, Any] | None = None,
-          lr_group: str = "lr") -> list[Spec]:
+          lr_group: str = "lr", train: dict[str, Any] | None = None) -> list[Spec]:
     return [Spec(group, f"{p}-seed{s}", p, model or {},
-                 {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p, lr_group)})
+                 {**PROTOCOL, "corpus": corpus, "seed": s, "lr": best_lr(p, lr_group), **(train or {})})
             for p in presets for s in seeds]
 
 
@@ -280,6 +281,9 @@ SU2_VARIANTS: dict[str, Lead] = {
     "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}),
 }
 SU2_VARIANTS["tuned-omega-lr-1"] = Lead(SU2_VARIANTS["tuned"].model, SU2_VARIANTS["omega-lr-1"].train)
+# ka-su2-1m-tuned's studies train as the screen's best did: ω at the base rate (valid 2.3461 at 3M against "tuned"'s
+# 2.3728 at ×20; the plain preset gained 0.10 from it)
+SU2_TUNED_TRAIN = SU2_VARIANTS["tuned-omega-lr-1"].train
 
 
 def _screen_su2() -> list[Spec]:
@@ -288,15 +292,16 @@ def _screen_su2() -> list[Spec]:
             for k, v in SU2_VARIANTS.items()]
 
 
-def _second_stage(group: str, sweep: str, preset: str) -> list[Spec]:
-    """A sweep's second stage: its two best 3M rates at the main protocol, seed 0, scored on valid."""
+def _second_stage(group: str, sweep: str, preset: str, train: dict[str, Any] | None = None) -> list[Spec]:
+    """A sweep's second stage: its two best 3M rates at the main protocol, seed 0, scored on valid (``train``: the
+    sweep's training overrides, kept)."""
     ranked = sorted((r for r in load_results(sweep) if r["preset"] == preset), key=lambda r: r["eval_bpc"])
-    planned = len(_lr(sweep, presets=(preset,)))
+    planned = len(_lr(sweep, presets=(preset,), train=train))
     if len(ranked) < planned:
         raise ConfigError(f"the 3M sweep of {preset} has {len(ranked)} of its {planned} rates in results/{sweep}; "
                           f"run `python -m lab run {sweep}`")
     return [Spec(group, f"{preset}-lr-{r['train']['lr']:g}", preset, {},
-                 {**PROTOCOL, "seed": 0, "lr": r["train"]["lr"]}, "valid") for r in ranked[:2]]
+                 {**PROTOCOL, "seed": 0, "lr": r["train"]["lr"], **(train or {})}, "valid") for r in ranked[:2]]
 
 
 def _main_5m() -> list[Spec]:
@@ -371,10 +376,11 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
     "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
     "screen-su2": _screen_su2,  # the tuned recipe's ingredients on SU(2), at 3M tokens
-    # the screen's best (its "tuned", presets.py ka-su2-1m-tuned), through the same three stages
-    "lr-su2-tuned": lambda: _lr("lr-su2-tuned", presets=("ka-su2-1m-tuned",)),
-    "lr10m-su2-tuned": lambda: _second_stage("lr10m-su2-tuned", "lr-su2-tuned", "ka-su2-1m-tuned"),
-    "main-su2-tuned": lambda: _main(group="main-su2-tuned", presets=("ka-su2-1m-tuned",), lr_group="lr10m-su2-tuned"),
+    # the screen's best, "tuned-omega-lr-1" (presets.py ka-su2-1m-tuned, ω at the base rate), the same three stages
+    "lr-su2-tuned": lambda: _lr("lr-su2-tuned", presets=("ka-su2-1m-tuned",), train=SU2_TUNED_TRAIN),
+    "lr10m-su2-tuned": lambda: _second_stage("lr10m-su2-tuned", "lr-su2-tuned", "ka-su2-1m-tuned", SU2_TUNED_TRAIN),
+    "main-su2-tuned": lambda: _main(group="main-su2-tuned", presets=("ka-su2-1m-tuned",), lr_group="lr10m-su2-tuned",
+                                    train=SU2_TUNED_TRAIN),
     # issue 25's stretch: the sphere S³ ⊂ R⁴ (presets.py ka-sphere-1m, AKOrN's oscillators), the same three stages
     "lr-sphere": lambda: _lr("lr-sphere", presets=("ka-sphere-1m",)),
     "lr10m-sphere": lambda: _second_stage("lr10m-sphere", "lr-sphere", "ka-sphere-1m"),

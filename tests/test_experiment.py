@@ -251,11 +251,12 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
 
 
 def test_the_tuned_su2_preset_is_its_screen_variant():
-    """ka-su2-1m-tuned is screen-su2's "tuned" model exactly, so that screen's run is its sweep's run at that rate."""
+    """ka-su2-1m-tuned is screen-su2's "tuned" model exactly, and its studies train as the screen's best,
+    "tuned-omega-lr-1", did: that screen run is its sweep's run at the screen's rate."""
     family, base = get_preset("ka-su2-1m")
     assert apply_overrides(family, base, groups.SU2_VARIANTS["tuned"].model) == get_preset("ka-su2-1m-tuned")[1]
     sweep = next(s for s in groups.plan("lr-su2-tuned") if s.train["lr"] == 4e-3)
-    screen = next(s for s in groups.plan("screen-su2") if s.name == "ka-su2-1m-tuned")
+    screen = next(s for s in groups.plan("screen-su2") if s.name == "ka-su2-1m-tuned-omega-lr-1")
     assert records.expected_configs(sweep) == records.expected_configs(screen) and sweep.eval_split == screen.eval_split
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import SU2_VARIANTS, Lead, flops_per_token
+from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token
 from lab.protocol import load_results
 from lab.writers.common import fmt, label, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import fmt_per_token
@@ -44,6 +44,7 @@ class Study:
     files: str
     beside: tuple[tuple[str, str], ...] = ()
     screen: str = ""  # a group of variants of the preset at the 3M sweep's settings and best rate, if any
+    train: dict[str, Any] = field(default_factory=dict)  # training overrides of all three stages (groups.py)
     variants: dict[str, Lead] = field(default_factory=dict)  # the screen's variants by name (groups.py), if any
 
     @property
@@ -71,8 +72,8 @@ SU2 = Study(title="SU(2): the non-abelian state (issue 25)", preset="ka-su2-1m",
 SU2_TUNED = Study(title="SU(2) with the tuned recipe: ka-1m-tuned's ingredients on SU(2) (issue 25)",
                   preset="ka-su2-1m-tuned", sweep="lr-su2-tuned", second="lr10m-su2-tuned", main="main-su2-tuned",
                   state="`dim` unit quaternions, as ka-su2-1m's, with what of ka-1m-tuned's recipe applies off the "
-                        "torus (its screen-su2 variant \"tuned\", the best there at 3M tokens)",
-                  files="layers/su2.py, docs/su2.md", beside=((SU2.preset, SU2.main),))
+                        "torus (screen-su2's variant \"tuned-omega-lr-1\", the best there at 3M tokens)",
+                  files="layers/su2.py, docs/su2.md", beside=((SU2.preset, SU2.main),), train=SU2_TUNED_TRAIN)
 SPHERE = Study(title="The sphere S³ ⊂ R⁴: AKOrN's oscillators (issue 25's stretch)", preset="ka-sphere-1m",
                sweep="lr-sphere", second="lr10m-sphere", main="main-sphere",
                state="`dim` unit vectors of R⁴ (AKOrN's oscillators on the sphere S³) instead of phases on the "
@@ -167,9 +168,11 @@ def _against(study: Study) -> str:
 def intro(study: Study) -> str:
     base, mine = flat_fields(get_preset(BASE)[1]), flat_fields(get_preset(study.preset)[1])
     changed = ", ".join(f"{k}={v}" for k, v in mine.items() if base.get(k) != v)
+    trained = (" Every stage trains with " + ", ".join(f"{k}={v:g}" for k, v in study.train.items())
+               + "; the presets it is read against train at the protocol's settings." if study.train else "")
     return (f"`{study.preset}` is {BASE} with {changed} (presets.py): each token's state is {study.state} "
-            f"({study.files}). Its rate is swept in two stages as ka-1m-tuned's was ({study.sweep} at 3M tokens, "
-            f"then its two best rates at 10M, {study.second}, on the validation split), then over seeds at the "
+            f"({study.files}).{trained} Its rate is swept in two stages as ka-1m-tuned's was ({study.sweep} at 3M "
+            f"tokens, then its two best rates at 10M, {study.second}, on the validation split), then over seeds at the "
             f"protocol ({study.main}, test split), read against {_against(study)}, each on all its seeds. "
             "Throughput: each run's recorded `train_tokens_per_s` (the median of the trainer's logged rates, the "
             "first, which includes compilation, left out; a record without it: its curve's last tokens over elapsed "
