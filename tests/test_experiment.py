@@ -260,6 +260,20 @@ def test_the_tuned_su2_preset_is_its_screen_variant():
     assert records.expected_configs(sweep) == records.expected_configs(screen) and sweep.eval_split == screen.eval_split
 
 
+def test_the_tuned_su2_stages_carry_its_training_setting(in_tmp):
+    """lr-su2-tuned → lr10m-su2-tuned → main-su2-tuned all train with ω at the base rate, each reading the last."""
+    write_results(in_tmp, [{**fake_result("lr-su2-tuned", s.name, s.preset, b, lr=s.train["lr"]), "eval_split": "valid"}
+                           for s, b in zip(groups.plan("lr-su2-tuned"), (2.40, 2.35, 2.38), strict=True)])
+    second = groups.plan("lr10m-su2-tuned")
+    assert [(s.train["lr"], s.eval_split) for s in second] == [(4e-3, "valid"), (8e-3, "valid")]
+    write_results(in_tmp, [{**fake_result("lr10m-su2-tuned", s.name, s.preset, b, lr=s.train["lr"]),
+                            "eval_split": "valid"} for s, b in zip(second, (2.20, 2.19), strict=True)])
+    seeds = groups.plan("main-su2-tuned")
+    assert [(s.train["seed"], s.train["lr"], s.eval_split) for s in seeds] == [(k, 8e-3, "test") for k in range(3)]
+    for s in (*groups.plan("lr-su2-tuned"), *second, *seeds):
+        assert s.train["omega_lr_mult"] == groups.SU2_TUNED_TRAIN["omega_lr_mult"] == 1.0
+
+
 def test_the_tuned_preset_is_its_confirm_candidate():
     """ka-1m-tuned is TUNED_CANDIDATE's model exactly, so confirm's runs of it are main-tuned's seeds 0-2 (twins)."""
     family, base = get_preset("ka-1m")
