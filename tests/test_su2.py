@@ -235,7 +235,10 @@ def test_layer_and_model_are_causal():
     checks.assert_layer_and_model_are_causal("su2", random_quaternions)
 
 
-@pytest.mark.parametrize("fields", [{}, {"ff_proj": "shared", "self_coupling": False, "clock": 2}])
+# the last: ka-su2-1m-tuned's recipe (one pair of gates for all layers, they and the value gate reading P)
+@pytest.mark.parametrize("fields", [{}, {"ff_proj": "shared", "self_coupling": False, "clock": 2},
+                                    {"ff_proj": "shared", "self_coupling": False, "clock": 2, "shared_gates": True,
+                                     "value_gate_input": "ff-proj", "gates_input": "ff-proj"}])
 def test_cache_equals_recomputation(fields):
     checks.assert_cache_equals_recomputation(tiny_model(**fields).double().eval())
 
