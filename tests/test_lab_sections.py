@@ -381,6 +381,18 @@ def test_readme_presets_table_is_written_from_the_presets(tmp_path):
     assert readme.update(plain) is None and plain.read_text() == "no markers\n"
 
 
+def test_readme_headline_adds_su2_once_measured(in_tmp):
+    from lab.writers import readme
+
+    write_results(in_tmp, [*seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3), *seeds("main", "ka-1m", [2.25, 2.24])])
+    assert "ka-su2-1m" not in readme.headline()  # not measured: no row
+    write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.27, 2.26]))
+    text = readme.headline()
+    row = "| `ka-su2-1m` | the same layer on SU(2) (unit quaternions) | 2 | 2.2650 ± 0.0071 | +0.1200 | — | — |"
+    assert row in text
+    assert "ka-su2-1m-tuned" not in text
+
+
 def test_gap_by_position_reads_the_near_and_the_farthest_bin():
     rows = [{"from": 4, "to": 8, "tuned_gap": 0.5}, {"from": 8, "to": 16, "tuned_gap": 0.1},
             {"from": 128, "to": 256, "tuned_gap": 0.3}]

@@ -16,15 +16,18 @@ START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /head
 PRESETS_START, PRESETS_END = "<!-- presets: written by `python -m lab report` -->", "<!-- /presets -->"
 ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
         ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration"))
+# shown once their groups have runs: the same layer on SU(2), the paper's non-abelian case (issue 25)
+MEASURED_ROWS = (("ka-su2-1m", "main-su2", "the same layer on SU(2) (unit quaternions)"),
+                 ("ka-su2-1m-tuned", "main-su2-tuned", "on SU(2) with the tuned recipe"))
 
 
 def headline() -> str:
-    runs = {p: seed_runs(g, p) for p, g, _ in ROWS}
+    runs = {p: seed_runs(g, p) for p, g, _ in (*ROWS, *MEASURED_ROWS)}
     if not runs["tf-1m"]:
         return "_No main runs yet: `python -m lab run lr`, then `python -m lab run main`._"
     tf = statistics.mean(r["eval_bpc"] for r in runs["tf-1m"])
     body = []
-    for p, _, what in ROWS:
+    for p, _, what in (*ROWS, *((p, g, w) for p, g, w in MEASURED_ROWS if runs[p])):
         vals = [r["eval_bpc"] for r in runs[p]]
         gap = "—" if p == "tf-1m" or not vals else f"{statistics.mean(vals) - tf:+.4f}"
         paper = PAPER_1M.get(p, "—")
