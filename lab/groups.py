@@ -218,7 +218,8 @@ LEADS: dict[str, Lead] = {
     # far apart, and at 40M tokens the gap grows with the distance (`python -m lab gap budget40`)
     "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}), "omega-frozen": Lead(train={"omega_lr_mult": 0.0}),
     # the same diagnosis, answered in the parametrisation: ω learned as log ω (layers/log_rate.py), so each step moves
-    # a rate by a factor (at most e^{lr·mult}) instead of by an amount: at the phase group's rate, and at the base rate
+    # a rate by a factor (about e^{±lr·mult} at most) instead of by an amount: at the phase group's rate, and at the
+    # base rate
     "omega-log": Lead({"omega": "log"}), "omega-log-lr-1": Lead({"omega": "log"}, {"omega_lr_mult": 1.0}),
 }
 

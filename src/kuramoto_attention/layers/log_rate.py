@@ -4,8 +4,9 @@ Why: Adam's step is about the same size for every parameter of a group, so a rat
 absolute amount each step, the same for RoPE's fastest rate (1 rad per token) as for its slowest (1e-4). At the phase
 group's rate that absolute step is far larger than the slow rates: they are gone within the first steps, and trained,
 almost no oscillator drifts slower than once per context (`python -m lab dynamics budget40`). Learned as log ω, a
-step moves each rate by a factor of at most e^{lr·mult} instead, whatever its size; whether the slow end of RoPE's
-spectrum then survives training is what the lead measures (lab groups.LEADS).
+step moves each rate by a factor of about e^{±lr·mult} at most (Adam's steps are about the learning rate in size)
+instead, whatever its size; whether the slow end of RoPE's spectrum then survives training is what the lead
+measures (lab groups.LEADS).
 
 The rates stay positive (RoPE's all start so): unlike a rate learned as itself, none can change sign. The state is
 shared by every layer, so that forbids an oscillator drifting one way in one layer and the other way in another; a
