@@ -196,7 +196,9 @@ def sync_table(study: Study) -> str:
     models' rows, layer by layer: local and global order, ω slower than the context, increments on the bound."""
     path = protocol.RESULTS / "dynamics.json"
     rows = json.loads(path.read_text()) if path.exists() else []
-    own = [r for r in rows if r["group"] in (study.second, study.main)]
+    # a seed evaluated from the second stage's run is that run: shown once, under the seed's name
+    again = {r["trained_in"] for r in load_results(study.main) if "trained_in" in r}
+    own = [r for r in rows if r["group"] in (study.second, study.main) and r["run"] not in again]
     if not own:
         return (f"_Synchronisation diagnostics not measured yet: `python -m lab dynamics {study.second}` (then "
                 f"`{study.main}`) once trained; its rows join the recorded ones._")
