@@ -171,7 +171,14 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
             f"{med - statistics.median(tf):+.4f}") in text
     flops_su = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("ka-su2-1m")
     assert f"Per token ka-sphere-1m costs {flops_su:.2f}× ka-su2-1m's" in text
-    assert f"it trained at {17_000 / 15_000:.2f}× ka-su2-1m's" in text and f"{17_000 / 24_000:.2f}× tf-1m's" in text
+    assert f"its runs trained at {17_000 / 15_000:.2f}× ka-su2-1m's" in text
+    assert f"{17_000 / 24_000:.2f}× tf-1m's" in text
+    assert "side by side" not in text  # no bench.json here
+    (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [
+        {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-sphere-1m", "median": 20_000.0},
+         "tf": {"preset": "tf-1m", "median": 25_000.0}}]}))
+    assert "side by side in `python -m benchmarks` (compile bf16): 20,000 against tf-1m's 25,000 tokens/s (0.80×)" \
+        in geometries.section(geometries.SPHERE)
     line = geometries.summary_line(geometries.SPHERE)
     assert line.startswith("- **The sphere S³ ⊂ R⁴** (issue 25's stretch, `ka-sphere-1m`, group main-sphere): "
                            f"test BPC {statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f} over 3 seeds, "

@@ -20,7 +20,7 @@ from lab import protocol
 from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token
 from lab.protocol import load_results
 from lab.writers.common import fmt, label, mean_sd, not_run, planned, seed_runs, table, throughput
-from lab.writers.compute import fmt_per_token
+from lab.writers.compute import BENCH_MODE, bench_rates, fmt_per_token
 from lab.writers.sweeps import second_stage_section, sweep_section
 
 REFERENCE = "tf-1m"
@@ -144,8 +144,14 @@ def _cost(study: Study, runs: dict[str, list[dict[str, Any]]]) -> str:
     rates = {p: [x for x in map(throughput, rs) if x is not None] for p, rs in runs.items()}
     if rates[study.preset]:
         mean = statistics.mean(rates[study.preset])
-        text += ("; it trained at " + ", ".join(f"{mean / statistics.mean(v):.2f}× {p}'s" for p, v in rates.items()
-                                                 if v and p != study.preset) + " tokens per second")
+        text += ("; its runs trained at " + ", ".join(f"{mean / statistics.mean(v):.2f}× {p}'s" for p, v in
+                                                      rates.items() if v and p != study.preset)
+                 + " tokens per second (as recorded, under each session's load)")
+    bench = bench_rates((study.preset, REFERENCE))
+    if bench:  # one side-by-side measurement on one machine: the fair ratio
+        text += (f"; side by side in `python -m benchmarks` ({' '.join(BENCH_MODE)}): {bench[study.preset]:,.0f} "
+                 f"against {REFERENCE}'s {bench[REFERENCE]:,.0f} tokens/s "
+                 f"({bench[study.preset] / bench[REFERENCE]:.2f}×)")
     return text + "."
 
 
