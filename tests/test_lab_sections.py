@@ -435,6 +435,13 @@ def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
     text = geometries.sync_table(geometries.SU2)
     assert "| lr10m-su2/x | 0.90 → 0.80 | 0.50 → 0.40 → 0.30 | 3.00 → — | 50% → 25% | 100% → 50% |" in text
     assert text.index("lr10m-su2/x") < text.index("ka-1m-seed0") and "confirm/y" not in text
+    # a seed evaluated from the second stage's run is that model: its row stands for both
+    write_results(in_tmp, [{**run("main-su2", "ka-su2-1m-seed0", "ka-su2-1m", 2.27), "trained_in": "lr10m-su2/x"}])
+    rows = json.loads((in_tmp / "results" / "dynamics.json").read_text())
+    (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
+        [*rows, {**row, "run": "main-su2/ka-su2-1m-seed0", "group": "main-su2"}]))
+    text = geometries.sync_table(geometries.SU2)
+    assert "| main-su2/ka-su2-1m-seed0 |" in text and "lr10m-su2/x" not in text
 
 
 def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
