@@ -108,6 +108,15 @@ def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp)
         geometries.SU2)
 
 
+def test_a_second_stage_with_one_of_its_two_rates_names_no_winner(in_tmp):
+    write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
+                           for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
+    write_results(in_tmp, [run("lr10m-su2", "ka-su2-1m-lr-0.004", "ka-su2-1m", 2.3, lr=4e-3, split="valid")])
+    text = geometries.section(geometries.SU2)
+    assert "1 of its 2 rates so far: main-su2 trains at the better of the two once both are in" in text
+    assert "the best at 10M" not in text
+
+
 def test_the_studies_name_their_label_and_issue_from_the_title():
     assert [(s.label, s.issue) for s in geometries.STUDIES] == [("SU(2)", "issue 25"),
                                                                 ("SU(2) with the tuned recipe", "issue 25"),

@@ -4,7 +4,7 @@ rate is always read from these results (``protocol.best_lr``), never typed."""
 
 from typing import Any
 
-from lab.protocol import PROTOCOL, SWEEP, best_lr, load_results
+from lab.protocol import PROTOCOL, SWEEP, best_lr, load_results, run_command
 from lab.writers.common import fmt, not_run, overrides, table
 
 
@@ -39,6 +39,11 @@ def second_stage_section(second: str, sweep: str, preset: str, users: str) -> st
     body = [[f"{r['train']['lr']:g}", fmt(at_sweep[r["train"]["lr"]]) if r["train"]["lr"] in at_sweep else "—",
              fmt(r["eval_bpc"])] for r in rows]
     short, full = _millions(SWEEP["tokens"]), _millions(PROTOCOL["tokens"])
+    ranked = len([r for r in load_results(sweep) if r["preset"] == preset])
+    if len(rows) < min(2, ranked):  # the stage trains the sweep's two best rates: until both are in, no choice
+        return (table(["lr", f"valid BPC at {short} ({sweep})", f"valid BPC at {full} ({second}, seed 0)"], body)
+                + f"\n\n{len(rows)} of its 2 rates so far: {users} trains at the better of the two once both are in "
+                f"(`{run_command(second)}`).")
     return (table(["lr", f"valid BPC at {short} ({sweep})", f"valid BPC at {full} ({second}, seed 0)"], body)
             + f"\n\n{users} train at {best_lr(preset, second):g}, the best at {full} (chosen on the validation "
             "split; the test split scores only the runs that use it).")
