@@ -75,11 +75,11 @@ def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None, any_split: bo
     return None
 
 
-def same_training(spec: Spec) -> dict[str, Any] | None:
+def same_training(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """A finished run of another group that trained exactly what ``spec`` asks for but was scored on another split
     (a sweep's second stage picks its rate on valid; the seeds at that rate are scored on test), whose checkpoint is
     on this machine: the spec needs only its evaluation, not its training (runner.py records it as ``trained_in``)."""
-    r = same_run(spec, any_split=True)
+    r = same_run(spec, pool, any_split=True)
     if r is None or r["eval_split"] == spec.eval_split:
         return None
     return r if (run_dir_of(r) / "checkpoint").exists() else None

@@ -90,7 +90,7 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
     }
     if trained:
-        result["trained_in"] = str(run_dir.relative_to(protocol.RUNS))
+        result["trained_in"] = _trained_name(trained)
     if run.family == "kuramoto":
         result["diagnostics"] = run_diagnostics(run_dir, data_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +210,7 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
                 r["diagnostics"] = run_diagnostics(run_dir, data_dir)
                 write_json_atomic(results / group / f"{r['name']}.json", r)
     done = {r["name"]: r for r in load_results(group)}
+    pool = all_results()  # every group's results, read once for the twin checks below
     todo = []
     for spec in specs:
         if spec.name in done and not rerun:
@@ -218,12 +219,12 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
                      f"away, or pass --rerun, to rerun it" if why else "done")
             print(f"[{group}] {spec.name}: {state}, skipping", flush=True)
             continue
-        twin = same_run(spec) if not rerun else None
+        twin = same_run(spec, pool) if not rerun else None
         if twin is not None:  # the notebook shows the twin's result in this group's table, marked as such
             print(f"[{group}] {spec.name}: already run as {twin['group']}/{twin['name']} (same config, seed and "
                   "split), skipping (--rerun trains it here)", flush=True)
             continue
-        todo.append((spec, same_training(spec) if not rerun else None))
+        todo.append((spec, same_training(spec, pool) if not rerun else None))
     planned = f"{len(specs)} run{'s' * (len(specs) != 1)} planned"
     evaluate = sum(trained is not None for _, trained in todo)
     print(f"[{group}] {planned}, {len(todo) - evaluate} to train"

@@ -197,11 +197,15 @@ def _arrow(values: list[float | None] | None) -> str:
     return " → ".join("—" if v is None else f"{v:.2f}" for v in values) if values else "—"
 
 
+def _dynamics_rows() -> list[dict[str, Any]]:
+    path = protocol.RESULTS / "dynamics.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
 def sync_table(study: Study) -> str:
     """The study's synchronisation diagnostics (``python -m lab dynamics``'s rows of its groups) beside the torus
     models' rows, layer by layer: local and global order, ω slower than the context, increments on the bound."""
-    path = protocol.RESULTS / "dynamics.json"
-    rows = json.loads(path.read_text()) if path.exists() else []
+    rows = _dynamics_rows()
     # a seed evaluated from the second stage's run is that run: shown once, under the seed's name
     again = {r["trained_in"] for r in load_results(study.main) if "trained_in" in r}
     own = [r for r in rows if r["group"] in (study.second, study.main) and r["run"] not in again]
@@ -283,8 +287,7 @@ def _early(study: Study) -> str:
         text += (f"; its 3M sweep ({len(sweep)} rates so far) is best at lr {best['train']['lr']:g}: valid "
                  f"{fmt(best['eval_bpc'])}, against {others}")
     text += _best_variant(study)
-    path = protocol.RESULTS / "dynamics.json"
-    rows = json.loads(path.read_text()) if path.exists() else []
+    rows = _dynamics_rows()
     own = next((r for r in rows if r["group"] == study.second), None)
     ref = next((r for r in rows if r["group"] == "budget40"), None)
     if own and ref:

@@ -40,10 +40,9 @@ def second_stage_section(second: str, sweep: str, preset: str, users: str) -> st
              fmt(r["eval_bpc"])] for r in rows]
     short, full = _millions(SWEEP["tokens"]), _millions(PROTOCOL["tokens"])
     ranked = len([r for r in load_results(sweep) if r["preset"] == preset])
+    text = table(["lr", f"valid BPC at {short} ({sweep})", f"valid BPC at {full} ({second}, seed 0)"], body)
     if len(rows) < min(2, ranked):  # the stage trains the sweep's two best rates: until both are in, no choice
-        return (table(["lr", f"valid BPC at {short} ({sweep})", f"valid BPC at {full} ({second}, seed 0)"], body)
-                + f"\n\n{len(rows)} of its 2 rates so far: {users} trains at the better of the two once both are in "
-                f"(`{run_command(second)}`).")
-    return (table(["lr", f"valid BPC at {short} ({sweep})", f"valid BPC at {full} ({second}, seed 0)"], body)
-            + f"\n\n{users} train at {best_lr(preset, second):g}, the best at {full} (chosen on the validation "
+        return (text + f"\n\n{len(rows)} of its 2 rates so far: {users} trains at the better of the two once both "
+                f"are in (`{run_command(second)}`).")
+    return (text + f"\n\n{users} train at {best_lr(preset, second):g}, the best at {full} (chosen on the validation "
             "split; the test split scores only the runs that use it).")
