@@ -119,6 +119,17 @@ def test_cached_generation_matches_recomputation_with_log_rates():
                        model.generate(prompt, 8, temperature=0, use_cache=False))
 
 
+def test_a_rate_assigned_below_zero_is_refused_and_nothing_changes():
+    layer = KuramotoAttention(K, H, omega="log")
+    before = layer.omega.detach().clone()
+    with torch.no_grad(), pytest.raises(ValueError, match="rates learned as log ω must be > 0, got a minimum of -1"):
+        layer.omega = torch.full_like(before, -1.0)
+    torch.testing.assert_close(layer.omega, before)
+    with torch.no_grad():  # a positive assignment is stored as its log
+        layer.omega = before * 2
+    torch.testing.assert_close(raw(layer, "omega"), (before * 2).log())
+
+
 def test_log_rates_off_the_torus_are_refused():
     with pytest.raises(ValueError, match="omega='log' is defined on the torus only, got group='su2'"):
         KuramotoAttention(4, 2, group="su2", omega="log")
