@@ -12,6 +12,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   warmup10m each 1M model with a 30-step warmup, at the main protocol
   lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned   the protocol again for ka-1m-tuned
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
+                    (``HOMES``: tf-1m, ka-1m-tuned, ka-1m and, after its stages, ka-su2-1m-tuned)
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
   lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's best variant (ka-su2-1m-tuned, ω at the
@@ -102,43 +103,6 @@ def _budget() -> list[Spec]:
             # a confirmed variant: does its gap widen with training too?
             + [Spec("budget", f"ka-1m-{BUDGET_VARIANT}-20m", "ka-1m", VARIANTS[BUDGET_VARIANT],
                     {**train, "lr": _pinned_lr("ka-1m")})])
-
-
-BUDGETS = (40_000_000,)  # issue 26's budget curve, beside main's 10M and budget's 20M
-BUDGET_PRESETS = ("tf-1m", "ka-1m-tuned", "ka-1m")  # the pair and the tuned preset, in run order
-
-
-def _own_lr(preset: str) -> float:
-    """A preset's swept rate at the protocol: the tuned preset's second-stage sweep, the others' 3M sweep."""
-    return best_lr(preset, "lr10m-tuned" if preset == "ka-1m-tuned" else "lr")
-
-
-def _budget40() -> list[Spec]:
-    """Does the gap close with more training (issue 26)? Each 1M preset with its own full schedule (warmup, cosine to
-    the budget, its swept rate) to 40M tokens, seed 0: four passes over enwik7's 9M training bytes."""
-    return [Spec("budget40", f"{p}-{b // 1_000_000}m", p, {}, {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr(p)})
-            for b in BUDGETS for p in BUDGET_PRESETS]
-
-
-def flop_matched_tokens(preset: str, reference: str, reference_tokens: int) -> int:
-    """The token budget at which ``preset``'s training FLOPs equal ``reference``'s at ``reference_tokens``
-    (the bench's analytic count per token), rounded to whole protocol steps."""
-    step = PROTOCOL["batch_size"] * PROTOCOL["context"]
-    return round(reference_tokens * flops_per_token(reference) / flops_per_token(preset) / step) * step
-
-
-@functools.cache
-def flops_per_token(preset: str, context: int = PROTOCOL["context"]) -> int:
-    """A preset's model FLOPs per training token at ``context`` (``diagnostics.flops.model_flops``, the bench's)."""
-    return model_flops(build_model(*get_preset(preset)), context)["flops_per_token"]
-
-
-def _flops() -> list[Spec]:
-    """Equal compute (issue 26): each Kuramoto preset trained, with its own full schedule, for the budget at which its
-    training FLOPs equal tf-1m's 10M-token (main) and 40M-token (budget40) runs, seed 0."""
-    return [Spec("flops", f"{p}-flops-tf-{b // 1_000_000}m", p, {},
-                 {**PROTOCOL, "tokens": flop_matched_tokens(p, "tf-1m", b), "seed": 0, "lr": _own_lr(p)})
-            for b in (PROTOCOL["tokens"], *BUDGETS) for p in ("ka-1m-tuned", "ka-1m")]
 
 
 def _scale() -> list[Spec]:
@@ -270,6 +234,8 @@ def _leads_seeds() -> list[Spec]:
             for name, lead in _leads_beating_tuned("leads-seeds") for s in LEAD_SEEDS]
 
 
+
+
 # Issue 25's "a variant of it": what of ka-1m-tuned's recipe applies off the torus (no self term, 8 clocks per head,
 # one pair of metric gates reading the shared P, as the value gate does; the phase lag is the torus's only), k = 80
 # paid for as ka-1m-tuned's 160 was; and ω (here the drift's pure quaternions) at the base rate, issue 26's lead.
@@ -285,6 +251,69 @@ SU2_VARIANTS["tuned-omega-lr-1"] = Lead(SU2_VARIANTS["tuned"].model, SU2_VARIANT
 # ka-su2-1m-tuned's studies train as the screen's best did: ω at the base rate (valid 2.3461 at 3M against "tuned"'s
 # 2.3728 at ×20; the plain preset gained 0.10 from it)
 SU2_TUNED_TRAIN = SU2_VARIANTS["tuned-omega-lr-1"].train
+
+
+BUDGETS = (40_000_000,)  # issue 26's budget curve, beside main's 10M and budget's 20M
+
+
+@dataclass(frozen=True)
+class Home:
+    """Where a preset's protocol runs are: its 3M sweep, the group whose best rate it trains at, the group of its
+    seeds at the protocol (seed 0 is its 10M point), and the training overrides every run of it carries."""
+
+    sweep: str
+    rate: str
+    main: str
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+# the budget curve's and the equal-FLOP runs' presets, in run order: the pair, the tuned preset, and the tuned SU(2)
+# preset (issue 25: it led the tuned torus one at 3M and 10M, so the budget decides it too)
+HOMES: dict[str, Home] = {
+    "tf-1m": Home("lr", "lr", "main"),
+    "ka-1m-tuned": Home("lr-tuned", "lr10m-tuned", "main-tuned"),
+    "ka-1m": Home("lr", "lr", "main"),
+    "ka-su2-1m-tuned": Home("lr-su2-tuned", "lr10m-su2-tuned", "main-su2-tuned", SU2_TUNED_TRAIN),
+}
+BUDGET_PRESETS = tuple(HOMES)
+FLOPS_PRESETS = tuple(p for p in HOMES if p != "tf-1m")  # each trained to tf-1m's training FLOPs
+
+
+def _own_lr(preset: str) -> float:
+    return best_lr(preset, HOMES[preset].rate)
+
+
+def _own_training(preset: str, tokens: int) -> dict[str, Any]:
+    """A preset's own full schedule to ``tokens`` (warmup, cosine to the budget) at its swept rate, seed 0."""
+    home = HOMES[preset]
+    return {**PROTOCOL, "tokens": tokens, "seed": 0, "lr": _own_lr(preset), **home.train}
+
+
+def _budget40() -> list[Spec]:
+    """Does the gap close with more training (issue 26)? Each preset of the curve to 40M tokens, seed 0: four passes
+    over enwik7's 9M training bytes."""
+    return [Spec("budget40", f"{p}-{b // 1_000_000}m", p, {}, _own_training(p, b)) for b in BUDGETS for p in HOMES]
+
+
+def flop_matched_tokens(preset: str, reference: str, reference_tokens: int) -> int:
+    """The token budget at which ``preset``'s training FLOPs equal ``reference``'s at ``reference_tokens``
+    (the bench's analytic count per token), rounded to whole protocol steps."""
+    step = PROTOCOL["batch_size"] * PROTOCOL["context"]
+    return round(reference_tokens * flops_per_token(reference) / flops_per_token(preset) / step) * step
+
+
+@functools.cache
+def flops_per_token(preset: str, context: int = PROTOCOL["context"]) -> int:
+    """A preset's model FLOPs per training token at ``context`` (``diagnostics.flops.model_flops``, the bench's)."""
+    return model_flops(build_model(*get_preset(preset)), context)["flops_per_token"]
+
+
+def _flops() -> list[Spec]:
+    """Equal compute (issue 26): each Kuramoto preset of the curve trained, with its own full schedule, for the budget
+    at which its training FLOPs equal tf-1m's 10M-token (main) and 40M-token (budget40) runs, seed 0."""
+    return [Spec("flops", f"{p}-flops-tf-{b // 1_000_000}m", p, {},
+                 _own_training(p, flop_matched_tokens(p, "tf-1m", b)))
+            for b in (PROTOCOL["tokens"], *BUDGETS) for p in FLOPS_PRESETS]
 
 
 def _screen_su2() -> list[Spec]:

@@ -261,7 +261,8 @@ def test_the_tuned_su2_preset_is_its_screen_variant():
 
 
 def test_the_tuned_su2_stages_carry_its_training_setting(in_tmp):
-    """lr-su2-tuned → lr10m-su2-tuned → main-su2-tuned all train with ω at the base rate, each reading the last."""
+    """lr-su2-tuned → lr10m-su2-tuned → main-su2-tuned (and budget40's and flops' runs of it) all train with ω at the
+    base rate, each reading the last."""
     write_results(in_tmp, [{**fake_result("lr-su2-tuned", s.name, s.preset, b, lr=s.train["lr"]), "eval_split": "valid"}
                            for s, b in zip(groups.plan("lr-su2-tuned"), (2.40, 2.35, 2.38), strict=True)])
     second = groups.plan("lr10m-su2-tuned")
@@ -270,7 +271,16 @@ def test_the_tuned_su2_stages_carry_its_training_setting(in_tmp):
                             "eval_split": "valid"} for s, b in zip(second, (2.20, 2.19), strict=True)])
     seeds = groups.plan("main-su2-tuned")
     assert [(s.train["seed"], s.train["lr"], s.eval_split) for s in seeds] == [(k, 8e-3, "test") for k in range(3)]
-    for s in (*groups.plan("lr-su2-tuned"), *second, *seeds):
+    # the budget curve and the equal-FLOP runs train it the same way, at its second stage's best rate (the other
+    # presets' rates given)
+    write_results(in_tmp, [{**fake_result(g, f"{p}-lr-0.004", p, 2.0, lr=4e-3), "eval_split": "valid"}
+                           for g, p in (("lr", "ka-1m"), ("lr", "tf-1m"), ("lr10m-tuned", "ka-1m-tuned"))])
+    longer = [s for g in ("budget40", "flops") for s in groups.plan(g) if s.preset == "ka-su2-1m-tuned"]
+    assert [(s.name, s.train["lr"]) for s in longer] == [
+        ("ka-su2-1m-tuned-40m", 8e-3), ("ka-su2-1m-tuned-flops-tf-10m", 8e-3), ("ka-su2-1m-tuned-flops-tf-40m", 8e-3)]
+    ten = protocol.PROTOCOL["tokens"]
+    assert longer[1].train["tokens"] == groups.flop_matched_tokens("ka-su2-1m-tuned", "tf-1m", ten)
+    for s in (*groups.plan("lr-su2-tuned"), *second, *seeds, *longer):
         assert s.train["omega_lr_mult"] == groups.SU2_TUNED_TRAIN["omega_lr_mult"] == 1.0
 
 
@@ -737,8 +747,9 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     write_results(in_tmp, [*b40, eq])
     text = compute.budget_section()
     assert "| 40M | ka-1m-tuned | budget40/ka-1m-tuned-40m | test | 1.9500 | +0.0500 |" in text
-    assert "from 20.0M" in text and "passes" in text and "not run yet" not in text
-    assert "at the end train 1.850 vs valid 1.900 (-0.050)" in text  # the last point's train − valid
+    assert "not run yet" not in text
+    # valid − train within the first pass (8M of 9M training bytes) and at the end (4.4 passes)
+    assert "| -0.050 at 0.9 passes → +0.050 at the end (4.4 passes); valid still falling |" in text
     per = groups.flops_per_token("ka-1m-tuned")
     assert compute.flops_per_token(b40[1]) == per and compute.fmt_flops(per * 40_001_536) in text
     text = compute.flops_section()
@@ -778,3 +789,16 @@ def test_the_flop_count_is_the_benchs():
     # a record of a model the library no longer builds (a retired field): no count, not a crash
     assert compute.flops_per_token({"preset": "ka-1m", "model_overrides": {"ff_wrap": True, "ff": "angles"},
                                     "train": {}}) is None
+
+
+def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc():
+    from lab.writers import compute
+
+    passes = compute._train_bytes()
+    pts = [{"tokens": t, "train_bpc": tr, "valid_bpc": v}
+           for t, tr, v in ((passes // 2, 2.4, 2.5), (passes, 2.2, 2.3), (2 * passes, 1.9, 2.2),
+                            (3 * passes, 1.8, 2.25))]
+    text = compute.overfit({"curve": pts})
+    assert text == "+0.100 at 1.0 passes → +0.450 at the end (3.0 passes); valid rose +0.050 after 18.0M"
+    assert compute.overfit({"curve": pts[:1]}) == "+0.100 at the end (0.5 passes); valid still falling"
+    assert compute.overfit({}) == "—"

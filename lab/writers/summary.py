@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, TUNED_ABLATIONS, TUNED_FRESH_SEEDS
+from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, TUNED_ABLATIONS, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.writers import compute, gap_budget, geometries, leads, size
@@ -109,7 +109,7 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     for b in (PROTOCOL["tokens"], *BUDGETS):
         label = f"{b // 1_000_000}M"
         tf = runs.get(label, {}).get("tf-1m")
-        for p in ("ka-1m-tuned", "ka-1m"):
+        for p in FLOPS_PRESETS:
             r, same = flops.get(f"{p}-flops-tf-{label.lower()}"), runs.get(label, {}).get(p)
             if r and tf:
                 eq.append(f"{p} at tf-1m's {label}-token FLOPs ({r['tokens'] / 1e6:.1f}M tokens): gap "
