@@ -88,6 +88,14 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
     line = geometries.summary_line(geometries.SU2)
     assert f"test BPC 2.2100 ± {statistics.stdev(mine):.4f} over 3 seeds, gap to tf-1m {gap:+.4f}" in line
     assert f"{d_ka:+.4f} against ka-1m, {d_tuned:+.4f} against ka-1m-tuned (means)" in line
+    assert "synchronisation" not in line  # no dynamics rows yet
+    dyn = [{"group": g, "run": f"{g}/{n}", "local_order": [0.9, 0.8], "global_order": [0.5, 0.4],
+            "attn_saturation": [0.5, 1.0]}
+           for g, n in (("main-su2", "ka-su2-1m-seed0"), ("budget40", "ka-1m-tuned-40m"))]
+    (in_tmp / "results" / "dynamics.json").write_text(json.dumps(dyn))
+    line = geometries.summary_line(geometries.SU2)
+    assert ("synchronisation (first → last layer) of main-su2/ka-su2-1m-seed0: local |G| 0.90 → 0.80, attention "
+            "increments on the bound 50% → 100%, against budget40/ka-1m-tuned-40m's 0.90 → 0.80 and 50% → 100%") in line
 
 
 def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
