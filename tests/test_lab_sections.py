@@ -318,14 +318,16 @@ def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     assert "At 40M: none trained" in leads.summary_line()
 
 
-def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5)) -> None:
+def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -> None:
     """gap-budget40.{json,md} as `python -m lab gap budget40` writes them, from hand-made per-byte losses: six bytes,
     the first three of the class copying predicts."""
     classes = torch.tensor([[1, 1, 1, 0, 0, 0]])
     on = classes == 1
     bits = {k: torch.where(on, torch.tensor(c), torch.tensor(2 * v - c)).float().view(1, 6)
-            for k, v, c in (("tuned", tuned, copying[0]), ("ka", ka, copying[0] + 0.2), ("tf", tf, copying[1]))}
-    res = {"group": "budget40", "runs": {"tuned": "ka-1m-tuned-40m", "ka": "ka-1m-40m", "tf": "tf-1m-40m"},
+            for k, v, c in (("tuned", tuned, copying[0]), ("ka", ka, copying[0] + 0.2), ("tf", tf, copying[1]),
+                            *((("su2", su2, copying[0] - 0.1),) if su2 else ()))}
+    names = {"tuned": "ka-1m-tuned-40m", "su2": "ka-su2-1m-tuned-40m", "ka": "ka-1m-40m", "tf": "tf-1m-40m"}
+    res = {"group": "budget40", "runs": {k: names[k] for k in bits},
            "windows": 1, "context": 6, "tokens": dict.fromkeys(bits, 40_001_536),
            **{k: b.mean().item() for k, b in bits.items()}, "by_position": gap.by_position(bits),
            "by_difficulty": gap.by_difficulty(bits), "by_recall": gap.by_recall(bits, classes)}
@@ -348,6 +350,11 @@ def test_gap_at_40m_without_and_with_the_study(in_tmp):
     assert f"ka-1m-tuned pooled gap {0.25:+.3f}, {0.6:+.3f} on the class \"seen, copying predicts the byte\"" in line
     assert "its variant x, not ka-1m-tuned): pooled +0.050; its recall classes not measured" in line
     assert f"ka-1m pooled gap {0.4:+.3f}, {0.8:+.3f}" in line and "ka-1m on ψ(θ) itself, before P ψ(θ)" in line
+    assert "ka-su2-1m-tuned" not in line
+    _budget_gap(in_tmp, su2=2.1)  # the tuned SU(2) model joins once trained; the 10M study has none
+    line = gap_budget.summary_line()
+    assert f"ka-su2-1m-tuned pooled gap {0.1:+.3f}, {0.5:+.3f} on the class" in line
+    assert "(the 10M study has no SU(2) model)" in line and "| ka-su2-1m-tuned gap |" in gap_budget.notebook_part()
     ten.update(variant_name=gap.GAP_VARIANT, ka_ff_proj="shared",
                by_recall=[{"recall": 1, "bytes": 3, "variant_gap": 0.3, "ka_gap": 0.5}])
     (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))

@@ -39,7 +39,8 @@ POSITION_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # bins [a, b) of the pos
 WINDOWS = 64
 RECALL_ORDER = 4  # bytes of context whose earlier occurrence in the window makes a byte "seen"
 RECALL_NAMES = ("context new to the window", "seen, copying predicts the byte", "seen, copying predicts another byte")
-BUDGET_PAIR = {"budget40": {"tuned": "ka-1m-tuned-40m", "ka": "ka-1m-40m", "tf": "tf-1m-40m"}}
+BUDGET_PAIR = {"budget40": {"tuned": "ka-1m-tuned-40m", "su2": "ka-su2-1m-tuned-40m", "ka": "ka-1m-40m",
+                            "tf": "tf-1m-40m"}}
 LEADS_AT_BUDGET = {"budget40": "leads40"}  # the group whose runs (the leads at that budget) join the study as "lead"
 GAP_VARIANT = TUNED_CANDIDATE  # ka-1m-tuned: confirm's runs of it are main-tuned's seeds 0-2
 
@@ -221,7 +222,8 @@ def write(res: dict[str, Any]) -> Path:
 def _write_budget(res: dict[str, Any]) -> Path:
     group, runs = res["group"], res["runs"]
     (protocol.RESULTS / f"gap-{group}.json").write_text(json.dumps(res, indent=1) + "\n")
-    labels = {key: runs[key].rsplit("-", 1)[0] for key in ("lead", "tuned", "ka", "tf") if key in runs}  # the runs
+    # the runs' presets (a lead: its name)
+    labels = {key: runs[key].rsplit("-", 1)[0] for key in ("lead", "tuned", "su2", "ka", "tf") if key in runs}
     pooled = ", ".join(f"{labels[m]} {res[m]:.3f}" for m in labels)
     lines = [
         f"## Where the gap is after {max(res['tokens'].values()) / 1e6:.0f}M tokens: per-byte loss against tf-1m",

@@ -48,7 +48,10 @@ def by_position_text(res: dict[str, Any], col: str) -> str:
 
 
 def _at_10m(ten: dict[str, Any] | None, key: str) -> str:
-    """The 10M study's figures for the 40M study's ``key`` ("tuned": its variant; "ka": ka-1m), named honestly."""
+    """The 10M study's figures for the 40M study's ``key`` ("tuned": its variant; "ka": ka-1m; "su2": none), named
+    honestly."""
+    if key == "su2":
+        return "the 10M study has no SU(2) model"
     if ten is None:
         return "no 10M study yet: `python -m lab gap`"
     col = "variant" if key == "tuned" else "ka"
@@ -78,7 +81,7 @@ def summary_line() -> str | None:
     ten_path = protocol.RESULTS / "gap.json"
     ten = json.loads(ten_path.read_text()) if ten_path.exists() else None
     parts = []
-    for key in ("tuned", "ka"):
+    for key in ("tuned", "su2", "ka"):
         if key not in res.get("runs", {}):
             continue
         preset = res["runs"][key].rsplit("-", 1)[0]
