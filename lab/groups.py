@@ -13,6 +13,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned   the protocol again for ka-1m-tuned
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
                     (``HOMES``: tf-1m, ka-1m-tuned, ka-1m and, after its stages, ka-su2-1m-tuned)
+  budget100         issue 26's stretch: tf-1m and ka-1m-tuned to 100M tokens
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
   lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's best variant (ka-su2-1m-tuned, ω at the
@@ -295,6 +296,17 @@ def _budget40() -> list[Spec]:
     return [Spec("budget40", f"{p}-{b // 1_000_000}m", p, {}, _own_training(p, b)) for b in BUDGETS for p in HOMES]
 
 
+STRETCH_BUDGET = 100_000_000  # issue 26's stretch, for the transformer and the tuned preset only
+STRETCH_PRESETS = ("tf-1m", "ka-1m-tuned")
+
+
+def _budget100() -> list[Spec]:
+    """The budget curve's stretch: tf-1m and ka-1m-tuned to 100M tokens (11 passes over the training bytes), seed 0,
+    each with its own full schedule, as budget40's runs."""
+    return [Spec("budget100", f"{p}-{STRETCH_BUDGET // 1_000_000}m", p, {}, _own_training(p, STRETCH_BUDGET))
+            for p in STRETCH_PRESETS]
+
+
 def flop_matched_tokens(preset: str, reference: str, reference_tokens: int) -> int:
     """The token budget at which ``preset``'s training FLOPs equal ``reference``'s at ``reference_tokens``
     (the bench's analytic count per token), rounded to whole protocol steps."""
@@ -398,7 +410,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
                                         variants=TUNED_ABLATIONS),
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
-    "budget40": _budget40, "flops": _flops, "leads": _leads, "leads40": _leads40, "leads-seeds": _leads_seeds,
+    "budget40": _budget40, "budget100": _budget100, "flops": _flops,
+    "leads": _leads, "leads40": _leads40, "leads-seeds": _leads_seeds,
     # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
     "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
     # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds

@@ -747,9 +747,12 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     write_results(in_tmp, [*b40, eq])
     text = compute.budget_section()
     assert "| 40M | ka-1m-tuned | budget40/ka-1m-tuned-40m | test | 1.9500 | +0.0500 |" in text
-    assert "not run yet" not in text
+    assert "The 40M runs: not run yet" not in text and "`python -m lab run budget100`" in text
     # valid − train within the first pass (8M of 9M training bytes) and at the end (4.4 passes)
     assert "| -0.050 at 0.9 passes → +0.050 at the end (4.4 passes); valid still falling |" in text
+    write_results(in_tmp, [{**fake_result("budget100", "tf-1m-100m", "tf-1m", 1.7), "tokens": 100_000_768}])
+    text = compute.budget_section()
+    assert "| 100M | tf-1m | budget100/tf-1m-100m | test | 1.7000 | — |" in text and "budget100`" not in text
     per = groups.flops_per_token("ka-1m-tuned")
     assert compute.flops_per_token(b40[1]) == per and compute.fmt_flops(per * 40_001_536) in text
     text = compute.flops_section()

@@ -12,7 +12,7 @@ from typing import Any
 
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, flop_matched_tokens
+from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, flop_matched_tokens
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.retired import retired_settings, without_retired
@@ -106,8 +106,8 @@ def budget_runs() -> dict[str, dict[str, dict[str, Any]]]:
         "10M": {p: r for p, home in HOMES.items() if (r := _seed0(home.main, p)) is not None},
         "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")},
     }
-    for b in BUDGETS:
-        rows[f"{b // 1_000_000}M"] = {r["preset"]: r for r in with_twins("budget40")
+    for b, group in [*((b, "budget40") for b in BUDGETS), (STRETCH_BUDGET, "budget100")]:
+        rows[f"{b // 1_000_000}M"] = {r["preset"]: r for r in with_twins(group)
                                       if r["tokens"] >= 0.9 * b and r["tokens"] <= 1.1 * b}
     return {k: v for k, v in rows.items() if v}
 
@@ -123,6 +123,9 @@ def budget_section() -> str:
         return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget`, `... budget40`)._"
     last = f"{BUDGETS[-1] // 1_000_000}M"
     more = "" if last in runs else f" The {last} runs: not run yet (`python -m lab run budget40`)."
+    stretch = f"{STRETCH_BUDGET // 1_000_000}M"
+    if stretch not in runs:
+        more += f" The {stretch} stretch (tf-1m, ka-1m-tuned): not run yet (`python -m lab run budget100`)."
     body = []
     for label, by_preset in runs.items():
         tf = by_preset.get(REFERENCE)
