@@ -29,6 +29,13 @@ from kuramoto_attention.ops.attention import KVCache
 VOCAB_SIZE = 256  # bytes
 
 
+def _recompile_limit(n: int) -> Any:
+    """dynamo's per-code-object recompile limit set to ``n`` for a ``with`` block (``cache_size_limit`` before
+    torch 2.7 named it ``recompile_limit``)."""
+    config = torch._dynamo.config
+    return config.patch(**{"recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit": n})
+
+
 class ByteLM(nn.Module, PyTorchModelHubMixin):
     """Base class: idx (B, T) int64 bytes -> logits (B, T, 256)."""
 
@@ -191,8 +198,7 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         step_input = out
         # one generation compiles 4 graphs of ``forward`` (first and later steps, with and without a cache), and
         # dynamo's recompile limit (8) counts per code object: every ByteLM in the process shares it
-        recompiles = torch._dynamo.config.patch(recompile_limit=64) if compile else nullcontext()
-        with recompiles:
+        with _recompile_limit(64) if compile else nullcontext():
             for _ in range(max_new_tokens):
                 logits = forward(step_input if use_cache else out, caches=caches)[:, -1].float()
                 if temperature == 0:
