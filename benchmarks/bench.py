@@ -305,6 +305,59 @@ def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+# Where a training step's time goes, by kind of work: the profiler's operators, each in the first kind its name starts
+# with (inductor's compiled graphs are one event each: what the compiler fused, the elementwise work)
+STEP_PARTS = (("attention (SDPA)", ("aten::_scaled_dot_product",)),
+              ("matmuls", ("aten::mm", "aten::addmm", "aten::bmm")), ("compiled kernels", ("## Call CompiledFxGraph",)))
+
+
+def _by_part(prof: Any) -> dict[str, float]:
+    """Self CPU ms of one profiled region per STEP_PARTS kind, the rest under "other"."""
+    out = dict.fromkeys([name for name, _ in STEP_PARTS] + ["other"], 0.0)
+    for e in prof.key_averages():
+        part = next((name for name, prefixes in STEP_PARTS if e.key.startswith(prefixes)), "other")
+        out[part] += e.self_cpu_time_total / 1e3
+    return out
+
+
+def bench_step_parts(plan: Plan) -> list[dict[str, Any]]:
+    """Per model of the targets' pairs, in the protocol's training mode (compiled bf16; eager where compile is off):
+    one step's forward + backward split by kind of work (``_by_part``), and its clip + AdamW, in ms of the profiler's
+    self CPU time. Shows where ka's step loses to tf's when its kernel efficiency falls short."""
+    from torch.profiler import ProfilerActivity, profile
+
+    compiled, device = "compile" in plan.modes, torch.device("cpu")
+    x, y = _batch(plan)
+    rows = []
+    for name in dict.fromkeys(p for pair in plan.pairs for p in pair):
+        _log(f"step parts {name}")
+        torch.manual_seed(0)
+        model = build_model(*get_preset(name)).train()
+        net = torch.compile(model) if compiled else model
+        opt = make_optimizer(model, TrainConfig())
+
+        def forward_backward(net: nn.Module = net, model: nn.Module = model) -> None:
+            with autocast(device, "bf16"):
+                logits = net(x)
+            model.zero_grad(set_to_none=True)
+            F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).backward()
+
+        def update(model: nn.Module = model, opt: torch.optim.Optimizer = opt) -> None:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        for _ in range(plan.warmup):
+            forward_backward()
+            update()
+        with quiet_profiler(), profile(activities=[ProfilerActivity.CPU]) as fb:
+            forward_backward()
+        with quiet_profiler(), profile(activities=[ProfilerActivity.CPU]) as up:
+            update()
+        rows.append({"preset": name, "mode": "compile" if compiled else "eager", "precision": "bf16",
+                     "parts_ms": _by_part(fb), "update_ms": sum(_by_part(up).values())})
+    return rows
+
+
 # Kineto's own log lines ("USDT:2026-01-01 12:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start")
 PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ \w+\.cpp:\d+\]")
 
@@ -601,6 +654,7 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
         lines += [f"**{name}**", ""]
         lines += _table(["operator", "calls", "self ms", "share"],
                         [[f"`{o['op']}`", o["calls"], f"{o['self_ms']:,.1f}", f"{o['share']:.1%}"] for o in ops])
+    lines += _step_parts_section(res)
     lines += ["## Peak memory of one attention layer's training step", "",
               MEMORY_METHOD + f" A measurement estimated above {plan['mem_cap_bytes'] / GIB:.1f} GiB is skipped "
               "and its estimate shown (previous length's peak × (T/T_prev)², or an analytic count).", ""]
@@ -629,6 +683,23 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
                     [[n, f"{f['matmul_params']:,}", f["d_qk"], f["d_v"], f"{f['flops_per_token']:,}"]
                      for n, f in flops.items()])
     return "\n".join(lines + _history_section(history or []))
+
+
+def _step_parts_section(res: dict[str, Any]) -> list[str]:
+    """The step split by kind of work, each Kuramoto model beside its transformer (absent from older runs)."""
+    rows = res.get("step_parts")
+    if not rows:
+        return []
+    parts = [name for name, _ in STEP_PARTS] + ["other"]
+    mode = f"{rows[0]['mode']} {rows[0]['precision']}"
+    body = [[r["preset"], *(f"{r['parts_ms'][p]:,.1f}" for p in parts), f"{sum(r['parts_ms'].values()):,.1f}",
+             f"{r['update_ms']:,.1f}"] for r in rows]
+    return ["## Where the training step goes", "",
+            f"One training step of each target model in {mode} (the lab's training mode), after warm-up: forward + "
+            "backward split by kind of work, in ms of `torch.profiler`'s self CPU time (attention: the SDPA calls, "
+            "forward and backward; matmuls: `mm`/`addmm`/`bmm`; compiled kernels: the graphs inductor fused, i.e. "
+            "the elementwise work around them), then gradient clipping + AdamW. One profiled step, so about ±5%.",
+            "", *_table(["model", *parts, "forward + backward", "clip + AdamW"], body)]
 
 
 def _attention_section(res: dict[str, Any]) -> list[str]:
@@ -708,6 +779,7 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     res["training"] = bench_training(plan)
     res["attention"] = bench_attention(plan)
     res["profile"] = bench_profile(plan)
+    res["step_parts"] = bench_step_parts(plan)
     res["memory"] = bench_memory(plan)
     res["generation"] = bench_generation(plan)
     res["targets"] = evaluate_targets(json.loads(json.dumps(res)))  # judged on exactly what the JSON holds

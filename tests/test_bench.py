@@ -23,7 +23,7 @@ from kuramoto_attention.diagnostics import flops
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 
 SECTIONS = ["## Targets", "## Machine", "## Training throughput", "## The attention kernel alone",
-            "## Profile of one eager training step",
+            "## Profile of one eager training step", "## Where the training step goes",
             "## Peak memory of one attention layer's training step",
             "## Generation", "## FLOP counting"]
 
@@ -159,6 +159,17 @@ def test_targets_are_judged_from_measurements(quick: dict[str, Any]) -> None:
     assert verdicts["kernel efficiency ka-tiny/tf-tiny (achieved FLOP/s), eager fp32"] == "PASS"
     assert all(verdicts[f"generation speed-up with cache, {g['preset']}, {g['mode']}"] == "PASS"
                for g in res["generation"])
+
+
+def test_step_parts_split_each_models_step_by_kind_of_work(quick: dict[str, Any]) -> None:
+    rows = quick["res"]["step_parts"]
+    assert [r["preset"] for r in rows] == ["ka-tiny", "tf-tiny"] and {r["mode"] for r in rows} == {"eager"}
+    for r in rows:
+        assert set(r["parts_ms"]) == {"attention (SDPA)", "matmuls", "compiled kernels", "other"}
+        assert r["parts_ms"]["attention (SDPA)"] > 0 and r["parts_ms"]["matmuls"] > 0 and r["update_ms"] > 0
+        assert r["parts_ms"]["compiled kernels"] == 0  # eager: nothing compiled
+        total = f"{sum(r['parts_ms'].values()):,.1f}"
+        assert f"| {r['preset']} | " in quick["md"] and f" | {total} | {r['update_ms']:,.1f} |" in quick["md"]
 
 
 def test_memory_rows_and_generation(quick: dict[str, Any]) -> None:
