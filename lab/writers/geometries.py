@@ -14,10 +14,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token
+from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token, plan
 from lab.protocol import load_results
 from lab.writers.common import fmt, label, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import BENCH_MODE, bench_rates, fmt_per_token
@@ -312,7 +313,16 @@ def summary_line(study: Study) -> str:
     gap = f", gap to {REFERENCE} {statistics.mean(mine) - statistics.mean(tf):+.4f}" if tf else ""
     deltas = [f"{statistics.mean(mine) - statistics.mean(_vals(runs[p])):+.4f} against {p}"
               for p in _others(study) if p != REFERENCE and runs[p]]
-    return (f"{lead}, group {study.main}): test BPC {mean_sd(mine)} over {len(mine)} "
-            f"seed{'s' * (len(mine) > 1)}{gap}" + (f"; {', '.join(deltas)} (means)" if deltas else "")
+    try:
+        planned_seeds = len(plan(study.main))
+    except ConfigError:  # its rate's stage not in results here: the seeds in are what there is
+        planned_seeds = len(mine)
+    so_far = f"{len(mine)} of its {planned_seeds} seeds so far" if len(mine) < planned_seeds else ""
+    if len(mine) == 1:
+        value = f"{fmt(mine[0])} (one seed" + (f"; {so_far})" if so_far else ")")
+    else:
+        value = f"{mean_sd(mine)} over {len(mine)} seeds" + (f" ({so_far})" if so_far else "")
+    return (f"{lead}, group {study.main}): test BPC {value}{gap}"
+            + (f"; {', '.join(deltas)} (means)" if deltas else "")
             + f"; {flops_per_token(study.preset) / flops_per_token(REFERENCE):.2f}× {REFERENCE}'s model FLOPs per "
               "token" + _best_variant(study) + _sync_clause(study) + ".")
