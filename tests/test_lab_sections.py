@@ -98,6 +98,16 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
             "increments on the bound 50% → 100%, against budget40/ka-1m-tuned-40m's 0.90 → 0.80 and 50% → 100%") in line
 
 
+def test_su2_line_says_how_many_of_its_seeds_are_in(in_tmp):
+    write_results(in_tmp, [run("lr10m-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, split="valid")
+                           for lr, b in ((4e-3, 2.3), (8e-3, 2.32))])
+    write_results(in_tmp, [*seeds("main-su2", "ka-su2-1m", [2.20]), *seeds("main", "tf-1m", [2.14, 2.15, 2.13])])
+    line = geometries.summary_line(geometries.SU2)
+    assert "test BPC 2.2000 (one seed; 1 of its 3 seeds so far), gap to tf-1m +0.0600" in line
+    write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.20, 2.22]))
+    assert "test BPC 2.2100 ± 0.0141 over 2 seeds (2 of its 3 seeds so far)" in geometries.summary_line(geometries.SU2)
+
+
 def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
     before = geometries.section(geometries.SU2)
     assert "Not run yet: `python -m lab run screen-su2" in before and "(after `lr-su2`)" in before
