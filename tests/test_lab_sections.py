@@ -429,9 +429,14 @@ def test_readme_headline_adds_su2_once_measured(in_tmp):
     assert "ka-su2-1m" not in readme.headline()  # not measured: no row
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.27, 2.26]))
     text = readme.headline()
-    row = "| `ka-su2-1m` | the same layer on SU(2) (unit quaternions) | 2 | 2.2650 ± 0.0071 | +0.1200 | — | — |"
-    assert row in text
+    flops = f"{groups.flops_per_token('ka-su2-1m') / groups.flops_per_token('tf-1m'):.2f}×"
+    row = f"| `ka-su2-1m` | the same layer on SU(2) (unit quaternions) | 2 | 2.2650 ± 0.0071 | +0.1200 | {flops} | — |"
+    assert row in text  # no bench here: its throughput unknown
     assert "ka-su2-1m-tuned" not in text
+    bench = {"training": [{"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-su2-1m", "median": 8_000.0},
+                           "tf": {"preset": "tf-1m", "median": 32_000.0}}]}
+    (in_tmp / "results" / "bench.json").write_text(json.dumps(bench))
+    assert f"| +0.1200 | {flops} | 0.25× |" in readme.headline()
 
 
 def test_gap_by_position_reads_the_near_and_the_farthest_bin():

@@ -10,6 +10,7 @@ from kuramoto_attention.models.presets import preset_table
 from lab.groups import flops_per_token
 from lab.records import with_twins
 from lab.writers.common import fmt, mean_sd, seed_runs, table
+from lab.writers.compute import BENCH_MODE, bench_rates
 from lab.writers.summary import PAPER_1M
 
 START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /headline -->"
@@ -19,6 +20,16 @@ ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuram
 # shown once their groups have runs: the same layer on SU(2), the paper's non-abelian case (issue 25)
 MEASURED_ROWS = (("ka-su2-1m", "main-su2", "the same layer on SU(2) (unit quaternions)"),
                  ("ka-su2-1m-tuned", "main-su2-tuned", "on SU(2) with the tuned recipe"))
+
+
+def _cost(p: str) -> tuple[str, str]:
+    """A preset's model FLOPs per token and its training tokens/s, each as a multiple of tf-1m's (tokens/s: the
+    bench's side-by-side rates in the protocol's mode; "—" where the bench has no such row)."""
+    if p == "tf-1m":
+        return "1×", "1×"
+    rates = bench_rates((p, "tf-1m"))
+    speed = f"{rates[p] / rates['tf-1m']:.2f}×" if rates else "—"
+    return f"{flops_per_token(p) / flops_per_token('tf-1m'):.2f}×", speed
 
 
 def headline() -> str:
@@ -32,11 +43,14 @@ def headline() -> str:
         gap = "—" if p == "tf-1m" or not vals else f"{statistics.mean(vals) - tf:+.4f}"
         paper = PAPER_1M.get(p, "—")
         paper_gap = "—" if p != "ka-1m" else f"{float(paper.split()[0]) - float(PAPER_1M['tf-1m'].split()[0]):+.3f}"
-        body.append([f"`{p}`", what, str(len(vals)), mean_sd(vals) if vals else "not run", gap, paper, paper_gap])
-    cost = flops_per_token("ka-1m-tuned") / flops_per_token("tf-1m")
-    return table(["preset", "", "seeds", "enwik7 test BPC", "gap", "paper (enwik8)", "paper gap"], body) + (
-        f"\n\n10M training tokens each, at each model's own swept learning rate (the transformer's mean {fmt(tf)}); "
-        f"`ka-1m-tuned` does {cost:.2f}× the transformer's model FLOPs per token." + _longer())
+        body.append([f"`{p}`", what, str(len(vals)), mean_sd(vals) if vals else "not run", gap, *_cost(p), paper,
+                     paper_gap])
+    return table(["preset", "", "seeds", "enwik7 test BPC", "gap", "FLOPs/token", "tokens/s", "paper (enwik8)",
+                  "paper gap"], body) + (
+        f"\n\n10M training tokens each, at each model's own swept learning rate (the transformer's mean {fmt(tf)}). "
+        "FLOPs/token: model FLOPs per training token as a multiple of the transformer's (the bench's analytic count); "
+        f"tokens/s: training throughput as a multiple of the transformer's, measured side by side in "
+        f"`python -m benchmarks` ({' '.join(BENCH_MODE)}, on the CPU BENCHMARKS.md names)." + _longer())
 
 
 def _longer() -> str:
