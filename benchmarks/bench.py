@@ -154,19 +154,36 @@ def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int, work: float) -
     return runs, last
 
 
-def _train_step(model: nn.Module, precision: str, compiled: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """One step as train.py takes it: autocast forward, fp32 loss, backward, clip, AdamW."""
+Batch = Callable[[torch.Tensor, torch.Tensor], None]
+
+
+def _train_parts(model: nn.Module, precision: str, compiled: bool) -> tuple[Batch, Callable[[], None]]:
+    """A training step as train.py takes it, in its two halves: (autocast forward, fp32 loss, backward) on a batch,
+    then (clip, AdamW)."""
     net = torch.compile(model) if compiled else model
     opt, device = make_optimizer(model, TrainConfig()), torch.device("cpu")
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+    def forward_backward(x: torch.Tensor, y: torch.Tensor) -> None:
         with autocast(device, precision):
             logits = net(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
+
+    def update() -> None:
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+
+    return forward_backward, update
+
+
+def _train_step(model: nn.Module, precision: str, compiled: bool) -> Batch:
+    """One whole training step (``_train_parts``' two halves)."""
+    forward_backward, update = _train_parts(model, precision, compiled)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        forward_backward(x, y)
+        update()
 
     return step
 
@@ -177,7 +194,7 @@ def _batch(plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
-def _counted_steps(step: Callable[[torch.Tensor, torch.Tensor], None], x: torch.Tensor, y: torch.Tensor,
+def _counted_steps(step: Batch, x: torch.Tensor, y: torch.Tensor,
                    steps: int, faults: list[int]) -> None:
     """``steps`` training steps; appends the minor page faults they took to ``faults``."""
     before = minor_faults()
@@ -326,31 +343,18 @@ def bench_step_parts(plan: Plan) -> list[dict[str, Any]]:
     self CPU time. Shows where ka's step loses to tf's when its kernel efficiency falls short."""
     from torch.profiler import ProfilerActivity, profile
 
-    compiled, device = "compile" in plan.modes, torch.device("cpu")
+    compiled = "compile" in plan.modes
     x, y = _batch(plan)
     rows = []
     for name in dict.fromkeys(p for pair in plan.pairs for p in pair):
         _log(f"step parts {name}")
         torch.manual_seed(0)
-        model = build_model(*get_preset(name)).train()
-        net = torch.compile(model) if compiled else model
-        opt = make_optimizer(model, TrainConfig())
-
-        def forward_backward(net: nn.Module = net, model: nn.Module = model) -> None:
-            with autocast(device, "bf16"):
-                logits = net(x)
-            model.zero_grad(set_to_none=True)
-            F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).backward()
-
-        def update(model: nn.Module = model, opt: torch.optim.Optimizer = opt) -> None:
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-
+        forward_backward, update = _train_parts(build_model(*get_preset(name)).train(), "bf16", compiled)
         for _ in range(plan.warmup):
-            forward_backward()
+            forward_backward(x, y)
             update()
         with quiet_profiler(), profile(activities=[ProfilerActivity.CPU]) as fb:
-            forward_backward()
+            forward_backward(x, y)
         with quiet_profiler(), profile(activities=[ProfilerActivity.CPU]) as up:
             update()
         rows.append({"preset": name, "mode": "compile" if compiled else "eager", "precision": "bf16",

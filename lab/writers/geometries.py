@@ -18,7 +18,7 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token, plan
+from lab.groups import HOMES, SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token, plan
 from lab.protocol import load_results
 from lab.writers.common import fmt, label, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import BENCH_MODE, bench_rates, fmt_per_token
@@ -281,8 +281,7 @@ def _early(study: Study) -> str:
     sweep = load_results(study.sweep)
     if sweep:
         best = min(sweep, key=lambda r: r["eval_bpc"])
-        sweeps = (("ka-1m", "lr"), ("ka-1m-tuned", "lr-tuned"))  # the torus presets' own 3M sweeps
-        pools = ([r for r in load_results(g) if r["preset"] == p] for p, g in sweeps)
+        pools = ([r for r in load_results(HOMES[p].sweep) if r["preset"] == p] for p in ("ka-1m", "ka-1m-tuned"))
         torus = [min(rs, key=lambda r: r["eval_bpc"]) for rs in pools if rs]
         others = ", ".join(f"{r['preset']}'s {fmt(r['eval_bpc'])}" for r in torus)
         text += (f"; its 3M sweep ({len(sweep)} rates so far) is best at lr {best['train']['lr']:g}: valid "
