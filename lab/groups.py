@@ -354,19 +354,6 @@ def _main_5m() -> list[Spec]:
             for p, lr in rates.items() for s in (0, 1, 2)]
 
 
-def _lr10m_tuned() -> list[Spec]:
-    """The tuned sweep's second stage: the two best rates of lr-tuned (3M tokens) at the main protocol, seed 0, scored
-    on the validation split. Its 3M sweep left 4e-3 and 8e-3 0.002 apart, and at 10M the 8-clock variant had lost
-    0.076 at twice its rate (confirm, lr-x2): a 3M sweep cannot be trusted to rank rates that close."""
-    ranked = sorted((r for r in load_results("lr-tuned") if r["preset"] == "ka-1m-tuned"), key=lambda r: r["eval_bpc"])
-    planned = len(_lr("lr-tuned", presets=("ka-1m-tuned",)))
-    if len(ranked) < planned:
-        raise ConfigError(f"the 3M sweep of ka-1m-tuned has {len(ranked)} of its {planned} rates in results/lr-tuned; "
-                          "run `python -m lab run lr-tuned`")
-    return [Spec("lr10m-tuned", f"ka-1m-tuned-lr-{r['train']['lr']:g}", "ka-1m-tuned", {},
-                 {**PROTOCOL, "seed": 0, "lr": r["train"]["lr"]}, "valid") for r in ranked[:2]]
-
-
 # In run order: the issue's list (the paper's three first), then the feed-forward's inputs. A P ψ(θ) default
 # needs ff_proj="none" beside any other input (ff_proj projects the lift only).
 ABLATIONS: dict[str, dict[str, Any]] = {
@@ -403,7 +390,9 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     # the protocol again for ka-1m-tuned (presets.py), the best variant as a preset; tf-1m's runs are lr's, main's and
     # pycode's. Its rate is swept in two stages: lr-tuned at 3M tokens, then its two best rates at 10M (lr10m-tuned)
     "lr-tuned": lambda: _lr("lr-tuned", presets=("ka-1m-tuned",)),
-    "lr10m-tuned": _lr10m_tuned,
+    # its 3M sweep left 4e-3 and 8e-3 0.002 apart, and at 10M the 8-clock variant had lost 0.076 at twice its rate
+    # (confirm, lr-x2): a 3M sweep cannot be trusted to rank rates that close
+    "lr10m-tuned": lambda: _second_stage("lr10m-tuned", "lr-tuned", "ka-1m-tuned"),
     "main-tuned": lambda: _main(seeds=(*range(3), *TUNED_FRESH_SEEDS), group="main-tuned", presets=("ka-1m-tuned",),
                                 lr_group="lr10m-tuned"),
     "ablation-tuned": lambda: _ablation("ablation-tuned", lr_group="lr10m-tuned", preset="ka-1m-tuned",

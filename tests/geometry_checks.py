@@ -187,25 +187,26 @@ def assert_a_symmetry_with_the_gates_off(group: str, x: torch.Tensor,
 
 # --------------------------------------------------------------------------- staying on the manifold
 def assert_unit_norm_kept_in_bf16_autocast(geometry: type[Geometry], states: States, length: int,
-                                           unnormalised: Callable[..., torch.Tensor]) -> None:
+                                           unnormalised: Callable[..., torch.Tensor], method: str = "move") -> None:
     """2 layers of 4 oscillators applied 6 times each to ``length`` tokens under bf16 autocast (steps of radius 3):
     the state stays float32 and of unit norm to float32 rounding, and every move's re-normalisation corrects only
-    rounding: ``unnormalised(x, step, bound)``, the move before it, has norm 1 to a few ulps."""
+    rounding: ``unnormalised(x, *args)``, the move before it, has norm 1 to a few ulps, for the geometry's ``method``
+    (x, *args) that moves and re-normalises."""
     torch.manual_seed(0)
     layers = [KuramotoAttention(4, 1, group=geometry.name) for _ in range(2)]
     with torch.no_grad():
         for layer in layers:
             layer.bound.log_radius.fill_(math.log(3.0))  # large steps: far from where they start
     corrections = []
-    move = geometry.move
+    move = getattr(geometry, method)
 
-    def recording(self, x, step, bound):
-        corrections.append((torch.linalg.vector_norm(unnormalised(x, step, bound), dim=-1) - 1).abs().max().item())
-        return move(self, x, step, bound)
+    def recording(self, x, *args):
+        corrections.append((torch.linalg.vector_norm(unnormalised(x, *args), dim=-1) - 1).abs().max().item())
+        return move(self, x, *args)
 
     x = states(1, length, 4, dtype=torch.float32)
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(geometry, "move", recording)
+        mp.setattr(geometry, method, recording)
         for _ in range(6):
             for layer in layers:
                 x = layer(x)

@@ -14,7 +14,7 @@ from geometry_checks import FIELDS, B, D, H, N, T
 
 from kuramoto_attention.layers import naive_su2
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
-from kuramoto_attention.layers.su2 import SU2, conj, exp_pure, im_conj_mul, log_unit, qmul
+from kuramoto_attention.layers.su2 import SU2, exp_parts, exp_pure, im_conj_mul, join, log_unit, mul, split
 from kuramoto_attention.models.kuramoto import KuramotoConfig
 
 
@@ -29,21 +29,40 @@ tiny_model = partial(checks.tiny_model, "su2")  # as `--model group=su2` does
 
 
 # --------------------------------------------------------------------------- primitives
+def qmul(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    return join(mul(split(p), split(q)))
+
+
 def test_quaternion_primitives_match_the_written_out_products():
     p, q = random_quaternions(5, 3), random_quaternions(5, 3)
     assert torch.allclose(qmul(p, q), naive_su2.product(p, q), atol=1e-15)
-    assert torch.allclose(qmul(q, conj(q)), torch.tensor([1.0, 0, 0, 0], dtype=torch.float64).expand(5, 3, 4),
-                          atol=1e-15)
-    assert torch.allclose(im_conj_mul(p, q), naive_su2.product(naive_su2.conjugate(p), q)[..., 1:], atol=1e-15)
+    assert torch.allclose(qmul(q, naive_su2.conjugate(q)),
+                          torch.tensor([1.0, 0, 0, 0], dtype=torch.float64).expand(5, 3, 4), atol=1e-15)
+    xi = torch.stack(im_conj_mul(split(p), split(q)), dim=-1)
+    assert torch.allclose(xi, naive_su2.product(naive_su2.conjugate(p), q)[..., 1:], atol=1e-15)
     i, j, k = torch.eye(4, dtype=torch.float64)[1:]
     assert torch.equal(qmul(i, j), k) and torch.equal(qmul(j, i), -k)  # non-abelian: ij = k = −ji
     for scale in (1e-9, 1e-3, 0.0999, 0.1001, 1.0, 3.0, 10.0):  # both sides of the series' threshold |w| = 0.1
         w = F.normalize(torch.randn(50, 3, dtype=torch.float64), dim=-1) * scale
         assert torch.allclose(exp_pure(w), naive_su2.exponential(w), atol=1e-14, rtol=0)
+        assert torch.equal(join(exp_parts(split(w))), exp_pure(w))  # one formula, two layouts
         if scale < math.pi:
             assert torch.allclose(log_unit(exp_pure(w)), w, atol=1e-12)
     assert torch.equal(exp_pure(torch.zeros(3, dtype=torch.float64)), torch.tensor([1.0, 0, 0, 0],
                                                                                    dtype=torch.float64))
+
+
+def test_states_are_stored_component_major_and_any_layout_is_read_alike():
+    """The embedding and every move return states whose components are contiguous planes (``split`` is free); a
+    state laid out the usual way, components innermost, gives the same numbers."""
+    model = tiny_model().double()
+    idx = torch.randint(0, 256, (2, 7))
+    x = model.embed(idx)
+    assert all(c.is_contiguous() for c in split(x))
+    layer = model.blocks[0].attn
+    y = layer(x)
+    assert all(c.is_contiguous() for c in split(y))
+    torch.testing.assert_close(layer(x.contiguous()), y, rtol=0, atol=1e-15)
 
 
 def test_exp_is_smooth_at_zero_and_across_the_series_threshold():
@@ -62,10 +81,10 @@ def test_lohe_identity_on_both_paths():
     xi_ref, attn = layer.coupling(q)
     assert xi_ref.shape == (B, T, N, 3)
     checks.set_unit_value_gate(layer)
-    xi_fused = log_unit(qmul(conj(q), layer(q)))  # q' = q exp(ξ), |ξ| ≤ 1 < π
+    xi_fused = log_unit(qmul(naive_su2.conjugate(q), layer(q)))  # q' = q exp(ξ), |ξ| ≤ 1 < π
     qh = q.view(B, T, H, D, 4).transpose(1, 2)  # (B, H, T, d, 4)
     g = torch.einsum("bhtu,bhujc->bhtjc", attn, qh)
-    tangent = im_conj_mul(qh, g).transpose(1, 2).reshape(B, T, N, 3)
+    tangent = torch.stack(im_conj_mul(split(qh), split(g)), dim=-1).transpose(1, 2).reshape(B, T, N, 3)
     lohe = torch.zeros(B, H, T, D, 3, dtype=torch.float64)
     for t, u in itertools.product(range(T), range(T)):
         lohe[:, :, t] += attn[:, :, t, u, None, None] * naive_su2.product(naive_su2.conjugate(qh[:, :, t]),
@@ -224,10 +243,10 @@ def test_norm_preserved_over_many_layers_and_a_long_sequence_in_bf16_autocast():
     """T = 4096, 2 layers applied 6 times each under bf16 autocast: the state stays float32 and on S³ to float32
     rounding, and every move's re-normalisation corrects only rounding (its input's norm is 1 to a few ulps)."""
 
-    def unnormalised(q, step, bound):
-        return qmul(q, exp_pure(bound(step).to(q.dtype).unflatten(-1, (-1, 3))))
+    def unnormalised(q, w):  # the attention's step moves by an increment already bounded, kept in components
+        return join(mul(split(q), exp_parts(w)))
 
-    checks.assert_unit_norm_kept_in_bf16_autocast(SU2, random_quaternions, 4096, unnormalised)
+    checks.assert_unit_norm_kept_in_bf16_autocast(SU2, random_quaternions, 4096, unnormalised, method="_moved")
 
 
 # --------------------------------------------------------------------------- causality, cache, gradcheck, API

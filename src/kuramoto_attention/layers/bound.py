@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from kuramoto_attention.ops.fused import bounded_step, fused_applies
-from kuramoto_attention.ops.torus import bound_elementwise, bound_norm
+from kuramoto_attention.ops.torus import bound_elementwise, bound_norm, norm_factor
 
 BoundKind = Literal["norm", "elementwise"]
 BoundScale = Literal["one", "learned"]
@@ -48,6 +48,17 @@ class Bound(nn.Module):
         if self.kind == "elementwise":
             return bound_elementwise(x, r)
         return bound_norm(x if self.log_scale is None else x / self.log_scale.exp().to(x.dtype), r)
+
+    def norm_factor(self, sq_norm: Tensor) -> Tensor:
+        """The norm bound as a per-token rescaling, bound(x) = m · x, from ‖x‖² (..., 1), so that a caller may hold x
+        in any layout (SU(2) keeps its components apart): with s, bound(x) = bound_1(x/s) = x · h(‖x‖²/s²) / s."""
+        if self.kind != "norm":
+            raise ValueError("norm_factor is the norm bound's; an elementwise bound is no rescaling")
+        r = self.radius.to(sq_norm.dtype)
+        if self.log_scale is None:
+            return norm_factor(sq_norm, r)
+        s = self.log_scale.exp().to(sq_norm.dtype)
+        return norm_factor(sq_norm / (s * s), r) / s
 
     def step(self, theta: Tensor, x: Tensor) -> Tensor:
         """θ + bound(x) in θ's dtype (x may be lower precision); hand-fused in eager training (``ops/fused.py``)."""

@@ -1,9 +1,10 @@
 """SU(2), the unit quaternions S³: the smallest non-abelian compact group, with closed forms for everything the layer
 needs (docs/su2.md says why each choice below is what it is).
 
-State q (B, T, n, 4): n unit quaternions per token, real part first (w, x, y, z). With ⟨p, q⟩ the Euclidean dot
-product of quaternions as 4-vectors, conj the conjugate, Im the vector part and exp(w) = cos|w| + (w/|w|) sin|w| for
-a pure quaternion w ∈ su(2) ≅ R³:
+State q (B, T, n, 4): n unit quaternions per token, real part first (w, x, y, z), kept in memory as four contiguous
+planes of n (``join``), so that the layer's arithmetic runs on whole planes (``Parts``). With ⟨p, q⟩ the Euclidean
+dot product of quaternions as 4-vectors, conj the conjugate, Im the vector part and exp(w) = cos|w| + (w/|w|) sin|w|
+for a pure quaternion w ∈ su(2) ≅ R³:
 
     φ(q)       = the 4n real components, oscillator-major (q_0.w, q_0.x, q_0.y, q_0.z, q_1.w, …)   the lift
     s_{t,u}    = τ/√d Σ_j g^q_{t,j} g^k_{u,j} ⟨exp(tΩ_j) q_{t,j}, exp(uΩ_j) q_{u,j}⟩                   the score
@@ -38,47 +39,66 @@ _SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰
 
 
 # --------------------------------------------------------------------------- quaternion primitives
-def cross(a: Tensor, b: Tensor) -> Tensor:
-    """a × b of (..., 3) vectors, broadcasting (``torch.linalg.cross`` wants equal ranks)."""
-    a1, a2, a3 = a.unbind(-1)
-    b1, b2, b3 = b.unbind(-1)
-    return torch.stack((a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1), dim=-1)
+# A quaternion (or a vector of su(2)) is handled as its components, each a tensor of any common shape (..., n): every
+# elementwise operation then runs over whole contiguous planes of n oscillators. With the 4 components innermost,
+# torch.compile's CPU kernels loop and reduce over runs of 4 (or 3) numbers, which they cannot vectorise
+Parts = tuple[Tensor, ...]
 
 
-def qmul(p: Tensor, q: Tensor) -> Tensor:
-    """The Hamilton product pq of (..., 4) quaternions (broadcasting), real part first:
-    (p₀q₀ − p⃗·q⃗, p₀q⃗ + q₀p⃗ + p⃗ × q⃗)."""
-    p0, pv = p[..., :1], p[..., 1:]
-    q0, qv = q[..., :1], q[..., 1:]
-    real = p0 * q0 - (pv * qv).sum(-1, keepdim=True)
-    return torch.cat((real, p0 * qv + q0 * pv + cross(pv, qv)), dim=-1)
+def split(q: Tensor) -> Parts:
+    """(..., n, c) -> c tensors (..., n): views, contiguous when q's memory is component-major (``join``'s)."""
+    return q.unbind(-1)
 
 
-def conj(q: Tensor) -> Tensor:
-    """conj(q) = (q₀, −q⃗): the inverse of a unit quaternion."""
-    return torch.cat((q[..., :1], -q[..., 1:]), dim=-1)
+def join(parts: Parts) -> Tensor:
+    """c tensors (..., n) -> (..., n, c), stored component-major (a view of the (c, ..., n) stack), so that the
+    next ``split`` is free."""
+    return torch.stack(parts).movedim(0, -1)
 
 
-def im_conj_mul(q: Tensor, g: Tensor) -> Tensor:
-    """Im(conj(q) g) = q₀ g⃗ − g₀ q⃗ − q⃗ × g⃗ (..., 3): the vector part of conj(q) g without forming its real part."""
-    q0, qv = q[..., :1], q[..., 1:]
-    g0, gv = g[..., :1], g[..., 1:]
-    return q0 * gv - g0 * qv - cross(qv, gv)
+def cross(a: Parts, b: Parts) -> Parts:
+    """a × b of vectors given as their 3 components."""
+    a1, a2, a3 = a
+    b1, b2, b3 = b
+    return a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1
 
 
-def exp_pure(w: Tensor) -> Tensor:
-    """exp(w) = (cos|w|, sinc|w| · w) for pure quaternions w (..., 3) -> unit quaternions (..., 4).
+def mul(p: Parts, q: Parts) -> Parts:
+    """The Hamilton product pq, real part first: (p₀q₀ − p⃗·q⃗, p₀q⃗ + q₀p⃗ + p⃗ × q⃗)."""
+    p0, pv = p[0], p[1:]
+    q0, qv = q[0], q[1:]
+    real = p0 * q0 - pv[0] * qv[0] - pv[1] * qv[1] - pv[2] * qv[2]
+    return (real, *(p0 * b + q0 * a + c for a, b, c in zip(pv, qv, cross(pv, qv), strict=True)))
 
-    Smooth at w = 0 with exact gradients: below |w|² = 1e-2 both cos and sin(a)/a are their Taylor series in |w|²
-    to the a⁸ term (a = |w|), so neither 0/0 nor the cancellation in d(sin a / a) = (a cos a − sin a)/a² … is ever
-    evaluated; above it the closed form, whose square root sees only |w|² ≥ 1e-2 (the ``where`` is double-guarded so
-    that the unused branch cannot send a NaN gradient back).
-    """
-    a2 = (w * w).sum(-1, keepdim=True)
+
+def im_conj_mul(q: Parts, g: Parts) -> Parts:
+    """Im(conj(q) g) = q₀ g⃗ − g₀ q⃗ − q⃗ × g⃗: the vector part of conj(q) g without forming its real part."""
+    q0, qv = q[0], q[1:]
+    g0, gv = g[0], g[1:]
+    return tuple(q0 * b - g0 * a - c for a, b, c in zip(qv, gv, cross(qv, gv), strict=True))
+
+
+def _cos_sinc(a2: Tensor) -> tuple[Tensor, Tensor]:
+    """(cos a, sin(a)/a) from a² = |w|², smooth at 0 with exact gradients: below a² = 1e-2 both are their Taylor series
+    in a² to the a⁸ term, so neither 0/0 nor the cancellation in d(sin a / a) = (a cos a − sin a)/a² … is ever
+    evaluated; above it the closed form, whose square root sees only a² ≥ 1e-2 (the ``where`` is double-guarded so
+    that the unused branch cannot send a NaN gradient back)."""
     small = a2 < _SERIES
     a = torch.sqrt(torch.where(small, torch.ones_like(a2), a2))
     cos = torch.where(small, 1 - a2 / 2 * (1 - a2 / 12 * (1 - a2 / 30 * (1 - a2 / 56))), torch.cos(a))
     sinc = torch.where(small, 1 - a2 / 6 * (1 - a2 / 20 * (1 - a2 / 42 * (1 - a2 / 72))), torch.sin(a) / a)
+    return cos, sinc
+
+
+def exp_parts(w: Parts) -> Parts:
+    """exp(w) = (cos|w|, sinc|w| · w) of a pure quaternion w given as its 3 components -> a unit quaternion's 4."""
+    cos, sinc = _cos_sinc(sum(c * c for c in w))
+    return (cos, *(sinc * c for c in w))
+
+
+def exp_pure(w: Tensor) -> Tensor:
+    """``exp_parts`` for vectors stored as (..., k), any k (the sphere uses it too) -> (..., k + 1)."""
+    cos, sinc = _cos_sinc((w * w).sum(-1, keepdim=True))
     return torch.cat((cos, sinc * w), dim=-1)
 
 
@@ -94,6 +114,12 @@ def log_unit(q: Tensor) -> Tensor:
 def lift(q: Tensor) -> Tensor:
     """φ(q): (B, T, n, 4) -> (B, T, 4n), oscillator-major (each quaternion's 4 components side by side)."""
     return q.flatten(-2)
+
+
+def per_head(planes: Tensor, heads: int) -> Tensor:
+    """(B, T, c, n) component planes -> (B, H, T, c, d): head h's oscillators h·d … (h+1)·d − 1, component-major
+    within the head (the order of a head's features is the score's and the mean's business only)."""
+    return planes.unflatten(-1, (heads, -1)).permute(0, 3, 1, 2, 4)
 
 
 def spread_axes(count: int) -> Tensor:
@@ -128,7 +154,8 @@ class SU2(Geometry):
 
     def embed(self, table: Tensor, idx: Tensor) -> Tensor:
         vocab, n, _ = table.shape
-        return exp_pure(F.embedding(idx, table.view(vocab, 3 * n)).unflatten(-1, (n, 3)))  # (B, T, n, 4)
+        w = F.embedding(idx, table.view(vocab, 3 * n)).unflatten(-1, (n, 3))  # (B, T, n, 3) rotation vectors
+        return join(exp_parts(split(w)))  # (B, T, n, 4), component-major in memory
 
     def state_shape(self, oscillators: int) -> tuple[int, ...]:
         return (oscillators, 4)
@@ -149,40 +176,53 @@ class SU2(Geometry):
     def zero_drift(self, oscillators: int) -> Tensor:
         return torch.zeros(oscillators, 3)
 
-    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Tensor:
-        """exp(tΩ_j) q_{t,j}: (B, T, n, 4), pos (T,), drift (n, 3)."""
-        rot = exp_pure(pos[:, None, None] * drift.to(x.dtype))  # (T, n, 4)
-        return qmul(rot, x)
+    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Parts:
+        """exp(tΩ_j) q_{t,j} as 4 components (B, T, n); pos (T,), drift (n, 3)."""
+        rot = exp_parts(tuple(pos[:, None] * c for c in split(drift.to(x.dtype))))  # 4 × (T, n)
+        return mul(rot, split(x))
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                   dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if lag is not None:
             raise ValueError("phase_lag is defined on the torus only")
-        b, t, n, _ = x.shape
-        d = n // heads
-        feat = self.drifted(x, pos, drift).view(b, t, heads, d, 4).transpose(1, 2).to(dtype)  # (B, H, T, d, 4)
+        feat = per_head(torch.stack(self.drifted(x, pos, drift), dim=2), heads).to(dtype)  # (B, H, T, 4, d)
         if logits is None:
             return (feat * tau.to(dtype).view(heads, 1, 1, 1)).flatten(-2), feat.flatten(-2)
         g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
-        q, k = (feat * g.unsqueeze(-1)).flatten(-2).unbind(0)  # one gate per oscillator, over its 4 components
+        q, k = (feat * g.unsqueeze(-2)).flatten(-2).unbind(0)  # one gate per oscillator, over its 4 components
         return q, k
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
-        b, t, _ = lifted.shape  # the head's oscillators are contiguous in the oscillator-major lift
-        return lifted.view(b, t, heads, -1).transpose(1, 2)
+        return per_head(x.transpose(-1, -2), heads).flatten(-2).to(lifted.dtype)  # q_u as the features are laid out
+
+    def _mean(self, mean: Tensor) -> Parts:
+        """The attention output (B, H, T, 4d), laid out as ``values``, as G's 4 components (B, T, n)."""
+        b, _, t, _ = mean.shape
+        return mean.unflatten(-1, (4, -1)).permute(3, 0, 2, 1, 4).reshape(4, b, t, -1).unbind(0)
 
     def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
-        b, t, n, _ = x.shape
-        g = mean.transpose(1, 2).reshape(b, t, n, 4).to(x.dtype)  # G_{t,j}
-        return im_conj_mul(x, g).flatten(-2)  # ξ = Im(conj(q) G): (B, T, 3n)
+        xi = im_conj_mul(split(x), tuple(c.to(x.dtype) for c in self._mean(mean)))  # ξ = Im(conj(q) G)
+        return torch.stack(xi, dim=-1).flatten(-2)  # (B, T, 3n), oscillator-major
+
+    def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
+        if bound.kind != "norm":  # a radius per coordinate: the increment laid out as its radii are
+            return super().step(x, lifted, mean, value, bound)
+        v = value.to(x.dtype)
+        w = tuple(v * c for c in im_conj_mul(split(x), tuple(c.to(x.dtype) for c in self._mean(mean))))
+        factor = bound.norm_factor(sum((c * c).sum(-1, keepdim=True) for c in w))  # the norm bound over all 3n
+        return self._moved(x, tuple(factor * c for c in w))
 
     def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
-        """q exp(bound(step)), the norm bound over the token's whole 3n increment. The product of unit quaternions is
-        a unit quaternion: the division only undoes rounding (tests/test_su2.py checks it stays at that level), so
-        that many layers in low precision never drift off S³."""
-        w = bound(step).to(x.dtype).unflatten(-1, (-1, 3))
-        new = qmul(x, exp_pure(w))
-        return new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
+        """q exp(bound(step)), the norm bound over the token's whole 3n increment (B, T, 3n), oscillator-major."""
+        return self._moved(x, split(bound(step).to(x.dtype).unflatten(-1, (-1, 3))))
+
+    def _moved(self, x: Tensor, w: Parts) -> Tensor:
+        """q exp(w) for a bounded increment w (3 components). The product of unit quaternions is a unit quaternion:
+        the division only undoes rounding (tests/test_su2.py checks it stays at that level), so that many layers in
+        low precision never drift off S³."""
+        new = mul(split(x), exp_parts(w))
+        norm = torch.sqrt(sum(c * c for c in new))
+        return join(tuple(c / norm for c in new))
 
     def tangent_view(self, increment: Tensor) -> Tensor:
         return increment.unflatten(-1, (-1, 3))

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from kuramoto_attention.ops.torus import tanh_ratio
+from kuramoto_attention.ops.torus import norm_factor
 
 
 def fused_applies() -> bool:
@@ -152,7 +152,7 @@ def query_key(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: 
 
 def _bound_factor(sq_norm: Tensor, log_radius: Tensor) -> Tensor:
     """h(s) = r · tanh(√s)/√s per token, (B, T, 1) in s's dtype."""
-    return log_radius.exp().to(sq_norm.dtype) * tanh_ratio(sq_norm)
+    return norm_factor(sq_norm, log_radius.exp().to(sq_norm.dtype))
 
 
 def _bound_backward(grad: Tensor, x: Tensor, sq_norm: Tensor, log_radius: Tensor,

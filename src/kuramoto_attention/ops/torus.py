@@ -88,8 +88,13 @@ def bound_norm(x: Tensor, radius: Tensor) -> Tensor:
     toward norm r. ‖bound(x)‖ < r always, the direction of x is kept, and the function is
     smooth at x = 0 (where it is r·x to first order). x: (..., k); radius broadcasts.
     """
-    sq = torch.linalg.vecdot(x, x).unsqueeze(-1)
-    return x * (radius * tanh_ratio(sq))  # one pass over x: the (..., 1) factor is cheap
+    return x * norm_factor(torch.linalg.vecdot(x, x).unsqueeze(-1), radius)  # one pass over x
+
+
+def norm_factor(sq_norm: Tensor, radius: Tensor) -> Tensor:
+    """The norm bound as a rescaling, bound(x) = x · r tanh(‖x‖)/‖x‖, from s = ‖x‖² (..., 1): cheap, and the caller
+    may hold x in any layout."""
+    return radius * tanh_ratio(sq_norm)
 
 
 def bound_elementwise(x: Tensor, radius: Tensor) -> Tensor:
