@@ -15,10 +15,10 @@ from geometry_checks import FIELDS, B, D, H, N, T
 
 from kuramoto_attention.diagnostics import flops
 from kuramoto_attention.diagnostics.measure import diagnose, global_order, local_order
-from kuramoto_attention.layers import naive_sphere
+from kuramoto_attention.layers import naive_sphere, sphere
 from kuramoto_attention.layers.kuramoto_attention import GEOMETRIES, KuramotoAttention
-from kuramoto_attention.layers.sphere import AMBIENT, Sphere, exp_map, project, rotate_planes
-from kuramoto_attention.layers.su2 import exp_pure
+from kuramoto_attention.layers.planes import cos_sinc, dot, join, split
+from kuramoto_attention.layers.sphere import AMBIENT, Sphere
 from kuramoto_attention.models.config import apply_overrides
 from kuramoto_attention.models.kuramoto import KuramotoConfig
 from kuramoto_attention.models.presets import build_model, get_preset
@@ -36,6 +36,18 @@ def random_states(*shape: int, dim: int = C, dtype: torch.dtype = torch.float64)
 make_layer = partial(checks.perturbed_layer, "sphere")
 invariant_layer = partial(checks.invariant_layer, "sphere")
 tiny_model = partial(checks.tiny_model, "sphere")  # as `--model group=sphere` does
+
+
+def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return join(sphere.project(split(x), split(w)))
+
+
+def exp_map(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return join(sphere.exp_map(split(x), split(w)))
+
+
+def rotate_planes(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    return join(sphere.rotate_planes(split(x), split(angles)))
 
 
 def rotation_matrix(angles: torch.Tensor) -> torch.Tensor:
@@ -272,11 +284,13 @@ def test_norm_preserved_over_many_layers_and_a_long_sequence_in_bf16_autocast():
     """T = 1024, 2 layers applied 6 times each under bf16 autocast: the state stays float32 and on S³ to float32
     rounding, and every move's re-normalisation corrects only rounding (its input's norm is 1 to a few ulps)."""
 
-    def unnormalised(x, step, bound):  # cos|w| x + sin|w| w/|w|, before the division by its norm
-        e = exp_pure(project(x, bound(step).to(x.dtype).unflatten(-1, (-1, C))))
-        return e[..., :1] * x + e[..., 1:]
+    def unnormalised(x, w):  # cos|w| x + sin|w| w/|w| for w = P_x(the bounded step), before the division by its norm
+        q = split(x)
+        w = sphere.project(q, w)
+        cos, sinc = cos_sinc(dot(w, w))
+        return join(tuple(cos * e + sinc * c for e, c in zip(q, w, strict=True)))
 
-    checks.assert_unit_norm_kept_in_bf16_autocast(Sphere, random_states, 1024, unnormalised)
+    checks.assert_unit_norm_kept_in_bf16_autocast(Sphere, random_states, 1024, unnormalised, method="_moved")
 
 
 # --------------------------------------------------------------------------- causality, cache, gradcheck, API

@@ -49,7 +49,7 @@ def conjugate(q: Tensor) -> Tensor:
 
 def exponential(w: Tensor) -> Tensor:
     """exp(w) = cos|w| + (w/|w|) sin|w| for a pure quaternion w (..., 3); 1 at w = 0 (no gradients needed here at 0:
-    the tests differentiate the reference only where |w| > 0, or through ``su2.exp_pure``)."""
+    the tests differentiate the reference only where |w| > 0, or through ``planes.exp_parts``)."""
     a = torch.linalg.vector_norm(w, dim=-1, keepdim=True)
     axis = w / torch.where(a > 0, a, torch.ones_like(a))
     return torch.cat((torch.cos(a), torch.sin(a) * axis), dim=-1)

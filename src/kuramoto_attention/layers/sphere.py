@@ -1,9 +1,9 @@
 """The sphere S^{D−1} ⊂ R^D: AKOrN's oscillators, unit vectors with a rotation drift (docs/sphere.md says why each
 choice below is what it is). D = 4 for ``group="sphere"`` (``AMBIENT``), so that the lift is as wide as SU(2)'s.
 
-State x (B, T, n, D): n unit vectors per token. With ⟨·,·⟩ the Euclidean dot product, P_x w = w − ⟨w, x⟩ x the
-projection onto the tangent space at x, and R(tΩ_j) the rotation of each coordinate plane (x_{2p}, x_{2p+1}) by the
-angle tΩ_{j,p} (Ω_j ∈ R^{D/2}, one rate per plane):
+State x (B, T, n, D): n unit vectors per token, stored component-major (``planes.py``). With ⟨·,·⟩ the Euclidean
+dot product, P_x w = w − ⟨w, x⟩ x the projection onto the tangent space at x, and R(tΩ_j) the rotation of each
+coordinate plane (x_{2p}, x_{2p+1}) by the angle tΩ_{j,p} (Ω_j ∈ R^{D/2}, one rate per plane):
 
     φ(x)       = the D·n real components, oscillator-major (x_0[0], …, x_0[D−1], x_1[0], …)       the lift
     s_{t,u}    = τ/√d Σ_j g^q_{t,j} g^k_{u,j} ⟨R(tΩ_j) x_{t,j}, R(uΩ_j) x_{u,j}⟩                  the score
@@ -30,52 +30,48 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive_sphere
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.geometry import Geometry
-from kuramoto_attention.layers.su2 import exp_pure, log_unit
+from kuramoto_attention.layers.planes import (
+    Parts,
+    cos_sinc,
+    dot,
+    exp_parts,
+    from_heads,
+    gated_features,
+    join,
+    per_head,
+    split,
+)
+from kuramoto_attention.layers.su2 import log_unit
 from kuramoto_attention.ops.attention import rotary_angles
 
 AMBIENT = 4  # D for group="sphere": the lift 4n wide, as SU(2)'s; an AttentionConfig field would be needed for more
 
 
-# --------------------------------------------------------------------------- sphere primitives
-def dot(a: Tensor, b: Tensor) -> Tensor:
-    """⟨a, b⟩ over the last axis, kept: (..., D) × (..., D) -> (..., 1)."""
-    return (a * b).sum(-1, keepdim=True)
-
-
-def project(x: Tensor, w: Tensor) -> Tensor:
+# --------------------------------------------------------------------------- sphere primitives (on planes.Parts)
+def project(x: Parts, w: Parts) -> Parts:
     """P_x w = w − ⟨w, x⟩ x: w's part in the tangent space at the unit vector x."""
-    return w - dot(w, x) * x
+    along = dot(w, x)
+    return tuple(c - along * e for c, e in zip(w, x, strict=True))
 
 
-def exp_map(x: Tensor, w: Tensor) -> Tensor:
+def exp_map(x: Parts, w: Parts) -> Parts:
     """exp_x(w) = cos|w| x + sinc|w| w for w tangent at x, then divided by its norm (which only undoes rounding).
-
-    ``su2.exp_pure(w)`` is (cos|w|, sinc|w| w) for a vector w of any length, with its Taylor series below |w|² = 1e-2:
-    smooth at w = 0 with exact gradients."""
-    e = exp_pure(w)
-    new = e[..., :1] * x + e[..., 1:]
-    return new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
-
-
-def rotate_planes(x: Tensor, angle: Tensor) -> Tensor:
-    """R(angle) x: each pair (x_{2p}, x_{2p+1}) of x (..., D) turned by angle (..., D/2) (broadcasting)."""
-    pairs = x.unflatten(-1, (-1, 2))
-    a, b = pairs[..., 0], pairs[..., 1]
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    cos and sinc are ``planes.cos_sinc``'s: smooth at w = 0 with exact gradients."""
+    cos, sinc = cos_sinc(dot(w, w))
+    new = tuple(cos * e + sinc * c for e, c in zip(x, w, strict=True))
+    norm = torch.sqrt(dot(new, new))
+    return tuple(c / norm for c in new)
 
 
-def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype
-                   ) -> tuple[Tensor, Tensor]:
-    """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its D components: feat (B, H, T, d, D) ->
-    (B, H, T, d·D) each."""
-    if logits is None:
-        return (feat * tau.to(dtype).view(heads, 1, 1, 1)).flatten(-2), feat.flatten(-2)
-    g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
-    q, k = (feat * g.unsqueeze(-1)).flatten(-2).unbind(0)
-    return q, k
+def rotate_planes(x: Parts, angle: Parts) -> Parts:
+    """R(angle) x: each pair (x_{2p}, x_{2p+1}) of x turned by angle_p (D/2 parts, broadcasting)."""
+    out: list[Tensor] = []
+    for p, turn in enumerate(angle):
+        a, b = x[2 * p], x[2 * p + 1]
+        cos, sin = torch.cos(turn), torch.sin(turn)
+        out += (a * cos - b * sin, a * sin + b * cos)
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- the geometry
@@ -107,7 +103,8 @@ class Sphere(Geometry):
 
     def embed(self, table: Tensor, idx: Tensor) -> Tensor:
         vocab, n, c = table.shape
-        return exp_pure(F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c)))  # (B, T, n, D)
+        w = F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c))  # (B, T, n, D − 1)
+        return join(exp_parts(split(w)))  # (B, T, n, D), component-major in memory
 
     def state_shape(self, oscillators: int) -> tuple[int, ...]:
         return (oscillators, self.ambient)
@@ -127,33 +124,41 @@ class Sphere(Geometry):
     def zero_drift(self, oscillators: int) -> Tensor:
         return torch.zeros(oscillators, self.planes)
 
-    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Tensor:
-        """R(tΩ_j) x_{t,j}: (B, T, n, D), pos (T,), drift (n, D/2)."""
-        return rotate_planes(x, pos[:, None, None] * drift.to(x.dtype))
+    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Parts:
+        """R(tΩ_j) x_{t,j} as D components (B, T, n); pos (T,), drift (n, D/2)."""
+        return rotate_planes(split(x), tuple(pos[:, None] * c for c in split(drift.to(x.dtype))))
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                   dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if lag is not None:
             raise ValueError("phase_lag is defined on the torus only")
-        b, t, n, c = x.shape
-        feat = self.drifted(x, pos, drift).view(b, t, heads, n // heads, c).transpose(1, 2).to(dtype)
-        return gated_features(feat, logits, heads, tau, dtype)
+        return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
-        b, t, _ = lifted.shape  # the head's oscillators are contiguous in the oscillator-major lift
-        return lifted.view(b, t, heads, -1).transpose(1, 2)
+        return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are
 
     def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
-        b, t, n, c = x.shape
-        g = mean.transpose(1, 2).reshape(b, t, n, c).to(x.dtype)  # G_{t,j}
-        return project(x, g).flatten(-2)  # ξ = P_x G: (B, T, D·n)
+        g = tuple(c.to(x.dtype) for c in from_heads(mean, self.ambient))  # G_{t,j}
+        return torch.stack(project(split(x), g), dim=-1).flatten(-2)  # ξ = P_x G: (B, T, D·n), oscillator-major
+
+    def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
+        if bound.kind != "norm":  # a radius per coordinate: the increment laid out as its radii are
+            return super().step(x, lifted, mean, value, bound)
+        q, v = split(x), value.to(x.dtype)
+        w = tuple(v * c for c in project(q, tuple(c.to(x.dtype) for c in from_heads(mean, self.ambient))))
+        factor = bound.norm_factor(dot(w, w).sum(-1, keepdim=True))  # the norm bound over all D·n
+        return self._moved(x, tuple(factor * c for c in w))
 
     def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
         """exp_x(P_x bound(step)), the norm bound over the token's whole D·n increment. The projection makes the move
         exact when the bounded step is not tangent: the elementwise bound, the feed-forward's and the value
         projection's increments (for the Kuramoto increment with the norm bound it only undoes rounding)."""
-        w = bound(step).to(x.dtype).unflatten(-1, (-1, self.ambient))
-        return exp_map(x, project(x, w))
+        return self._moved(x, split(bound(step).to(x.dtype).unflatten(-1, (-1, self.ambient))))
+
+    def _moved(self, x: Tensor, w: Parts) -> Tensor:
+        """exp_x(P_x w) for a bounded step w (D components)."""
+        q = split(x)
+        return join(exp_map(q, project(q, w)))
 
     def coordinates(self, x: Tensor) -> tuple[Tensor, ...]:
         return x.unbind(-1)

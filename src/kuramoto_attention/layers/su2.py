@@ -31,31 +31,21 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive_su2
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.planes import (
+    Parts,
+    dot,
+    exp_parts,
+    from_heads,
+    gated_features,
+    join,
+    per_head,
+    split,
+)
 from kuramoto_attention.ops.attention import rotary_angles
 
-_SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
 
-
-# --------------------------------------------------------------------------- quaternion primitives
-# A quaternion (or a vector of su(2)) is handled as its components, each a tensor of any common shape (..., n): every
-# elementwise operation then runs over whole contiguous planes of n oscillators. With the 4 components innermost,
-# torch.compile's CPU kernels loop and reduce over runs of 4 (or 3) numbers, which they cannot vectorise
-Parts = tuple[Tensor, ...]
-
-
-def split(q: Tensor) -> Parts:
-    """(..., n, c) -> c tensors (..., n): views, contiguous when q's memory is component-major (``join``'s)."""
-    return q.unbind(-1)
-
-
-def join(parts: Parts) -> Tensor:
-    """c tensors (..., n) -> (..., n, c), stored component-major (a view of the (c, ..., n) stack), so that the
-    next ``split`` is free."""
-    return torch.stack(parts).movedim(0, -1)
-
-
+# --------------------------------------------------------------------------- quaternion primitives (on planes.Parts)
 def cross(a: Parts, b: Parts) -> Parts:
     """a × b of vectors given as their 3 components."""
     a1, a2, a3 = a
@@ -78,30 +68,6 @@ def im_conj_mul(q: Parts, g: Parts) -> Parts:
     return tuple(q0 * b - g0 * a - c for a, b, c in zip(qv, gv, cross(qv, gv), strict=True))
 
 
-def _cos_sinc(a2: Tensor) -> tuple[Tensor, Tensor]:
-    """(cos a, sin(a)/a) from a² = |w|², smooth at 0 with exact gradients: below a² = 1e-2 both are their Taylor series
-    in a² to the a⁸ term, so neither 0/0 nor the cancellation in d(sin a / a) = (a cos a − sin a)/a² … is ever
-    evaluated; above it the closed form, whose square root sees only a² ≥ 1e-2 (the ``where`` is double-guarded so
-    that the unused branch cannot send a NaN gradient back)."""
-    small = a2 < _SERIES
-    a = torch.sqrt(torch.where(small, torch.ones_like(a2), a2))
-    cos = torch.where(small, 1 - a2 / 2 * (1 - a2 / 12 * (1 - a2 / 30 * (1 - a2 / 56))), torch.cos(a))
-    sinc = torch.where(small, 1 - a2 / 6 * (1 - a2 / 20 * (1 - a2 / 42 * (1 - a2 / 72))), torch.sin(a) / a)
-    return cos, sinc
-
-
-def exp_parts(w: Parts) -> Parts:
-    """exp(w) = (cos|w|, sinc|w| · w) of a pure quaternion w given as its 3 components -> a unit quaternion's 4."""
-    cos, sinc = _cos_sinc(sum(c * c for c in w))
-    return (cos, *(sinc * c for c in w))
-
-
-def exp_pure(w: Tensor) -> Tensor:
-    """``exp_parts`` for vectors stored as (..., k), any k (the sphere uses it too) -> (..., k + 1)."""
-    cos, sinc = _cos_sinc((w * w).sum(-1, keepdim=True))
-    return torch.cat((cos, sinc * w), dim=-1)
-
-
 def log_unit(q: Tensor) -> Tensor:
     """The principal logarithm of unit quaternions (..., 4) -> rotation vectors w (..., 3), |w| ∈ [0, π], with
     exp_pure(log_unit(q)) = q. Used to draw the embedding's initial parameters (not differentiated)."""
@@ -114,12 +80,6 @@ def log_unit(q: Tensor) -> Tensor:
 def lift(q: Tensor) -> Tensor:
     """φ(q): (B, T, n, 4) -> (B, T, 4n), oscillator-major (each quaternion's 4 components side by side)."""
     return q.flatten(-2)
-
-
-def per_head(planes: Tensor, heads: int) -> Tensor:
-    """(B, T, c, n) component planes -> (B, H, T, c, d): head h's oscillators h·d … (h+1)·d − 1, component-major
-    within the head (the order of a head's features is the score's and the mean's business only)."""
-    return planes.unflatten(-1, (heads, -1)).permute(0, 3, 1, 2, 4)
 
 
 def spread_axes(count: int) -> Tensor:
@@ -185,31 +145,21 @@ class SU2(Geometry):
                   dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if lag is not None:
             raise ValueError("phase_lag is defined on the torus only")
-        feat = per_head(torch.stack(self.drifted(x, pos, drift), dim=2), heads).to(dtype)  # (B, H, T, 4, d)
-        if logits is None:
-            return (feat * tau.to(dtype).view(heads, 1, 1, 1)).flatten(-2), feat.flatten(-2)
-        g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
-        q, k = (feat * g.unsqueeze(-2)).flatten(-2).unbind(0)  # one gate per oscillator, over its 4 components
-        return q, k
+        return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
-        return per_head(x.transpose(-1, -2), heads).flatten(-2).to(lifted.dtype)  # q_u as the features are laid out
-
-    def _mean(self, mean: Tensor) -> Parts:
-        """The attention output (B, H, T, 4d), laid out as ``values``, as G's 4 components (B, T, n)."""
-        b, _, t, _ = mean.shape
-        return mean.unflatten(-1, (4, -1)).permute(3, 0, 2, 1, 4).reshape(4, b, t, -1).unbind(0)
+        return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # q_u, laid out as the features are
 
     def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
-        xi = im_conj_mul(split(x), tuple(c.to(x.dtype) for c in self._mean(mean)))  # ξ = Im(conj(q) G)
+        xi = im_conj_mul(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, 4)))  # ξ = Im(conj(q) G)
         return torch.stack(xi, dim=-1).flatten(-2)  # (B, T, 3n), oscillator-major
 
     def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
         if bound.kind != "norm":  # a radius per coordinate: the increment laid out as its radii are
             return super().step(x, lifted, mean, value, bound)
         v = value.to(x.dtype)
-        w = tuple(v * c for c in im_conj_mul(split(x), tuple(c.to(x.dtype) for c in self._mean(mean))))
-        factor = bound.norm_factor(sum((c * c).sum(-1, keepdim=True) for c in w))  # the norm bound over all 3n
+        w = tuple(v * c for c in im_conj_mul(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, 4))))
+        factor = bound.norm_factor(dot(w, w).sum(-1, keepdim=True))  # the norm bound over all 3n
         return self._moved(x, tuple(factor * c for c in w))
 
     def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
@@ -221,7 +171,7 @@ class SU2(Geometry):
         the division only undoes rounding (tests/test_su2.py checks it stays at that level), so that many layers in
         low precision never drift off S³."""
         new = mul(split(x), exp_parts(w))
-        norm = torch.sqrt(sum(c * c for c in new))
+        norm = torch.sqrt(dot(new, new))
         return join(tuple(c / norm for c in new))
 
     def tangent_view(self, increment: Tensor) -> Tensor:
