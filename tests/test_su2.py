@@ -14,8 +14,8 @@ from geometry_checks import FIELDS, B, D, H, N, T
 
 from kuramoto_attention.layers import naive_su2
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
-from kuramoto_attention.layers.planes import exp_parts, exp_pure, join, split
-from kuramoto_attention.layers.su2 import SU2, im_conj_mul, log_unit, mul
+from kuramoto_attention.layers.planes import exp_parts, exp_pure, join, log_unit, split
+from kuramoto_attention.layers.su2 import SU2, im_conj_mul, mul
 from kuramoto_attention.models.kuramoto import KuramotoConfig
 
 

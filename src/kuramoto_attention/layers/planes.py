@@ -82,3 +82,13 @@ def exp_pure(w: Tensor) -> Tensor:
     """``exp_parts`` for vectors stored as (..., k) -> (..., k + 1)."""
     cos, sinc = cos_sinc((w * w).sum(-1, keepdim=True))
     return torch.cat((cos, sinc * w), dim=-1)
+
+
+def log_unit(x: Tensor) -> Tensor:
+    """``exp_pure``'s inverse: unit vectors (..., k + 1) -> w (..., k), |w| ∈ [0, π], with exp_pure(log_unit(x)) = x
+    (for k = 3 the principal logarithm of unit quaternions, as rotation vectors). Used to draw the embeddings' initial
+    parameters (not differentiated)."""
+    vec = x[..., 1:]
+    n = torch.linalg.vector_norm(vec, dim=-1, keepdim=True)
+    angle = torch.atan2(n, x[..., :1])
+    return vec * torch.where(n > 0, angle / n.clamp_min(torch.finfo(x.dtype).tiny), torch.ones_like(n))

@@ -39,10 +39,10 @@ from kuramoto_attention.layers.planes import (
     from_heads,
     gated_features,
     join,
+    log_unit,
     per_head,
     split,
 )
-from kuramoto_attention.layers.su2 import log_unit
 from kuramoto_attention.ops.attention import rotary_angles
 
 AMBIENT = 4  # D for group="sphere": the lift 4n wide, as SU(2)'s; an AttentionConfig field would be needed for more

@@ -39,6 +39,7 @@ from kuramoto_attention.layers.planes import (
     from_heads,
     gated_features,
     join,
+    log_unit,
     per_head,
     split,
 )
@@ -66,15 +67,6 @@ def im_conj_mul(q: Parts, g: Parts) -> Parts:
     q0, qv = q[0], q[1:]
     g0, gv = g[0], g[1:]
     return tuple(q0 * b - g0 * a - c for a, b, c in zip(qv, gv, cross(qv, gv), strict=True))
-
-
-def log_unit(q: Tensor) -> Tensor:
-    """The principal logarithm of unit quaternions (..., 4) -> rotation vectors w (..., 3), |w| ∈ [0, π], with
-    exp_pure(log_unit(q)) = q. Used to draw the embedding's initial parameters (not differentiated)."""
-    vec = q[..., 1:]
-    n = torch.linalg.vector_norm(vec, dim=-1, keepdim=True)
-    angle = torch.atan2(n, q[..., :1])
-    return vec * torch.where(n > 0, angle / n.clamp_min(torch.finfo(q.dtype).tiny), torch.ones_like(n))
 
 
 def lift(q: Tensor) -> Tensor:
