@@ -186,6 +186,10 @@ LEADS: dict[str, Lead] = {
     # a rate by a factor (about e^{±lr·mult} at most) instead of by an amount: at the phase group's rate, and at the
     # base rate
     "omega-log": Lead({"omega": "log"}), "omega-log-lr-1": Lead({"omega": "log"}, {"omega_lr_mult": 1.0}),
+    # at 40M the gap is largest on bytes that copying an earlier context predicts, and it grows with distance (`python
+    # -m lab gap budget40`): with the score a similarity of states, a query finds tokens whose phases match its own
+    # (up to the fixed lag β); a lag read from the state lets it look for another phase (W_β from 0; +2.6% parameters)
+    "lag-from-state": Lead({"lag_from_state": True}),
 }
 
 

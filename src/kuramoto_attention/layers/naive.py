@@ -43,13 +43,14 @@ def causal(t: int, device: torch.device, self_coupling: bool = True) -> Tensor:
 
 
 def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None) -> Tensor:
-    """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω and β (H, d) -> (B, H, T, T, d)."""
+    """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω (H, d), β (H, d) or one per
+    query token (B, H, T, d)  ->  (B, H, T, T, d)."""
     t_len = theta.shape[-2]
     pos = torch.arange(t_len, device=theta.device, dtype=theta.dtype)
     offset = (pos[:, None] - pos[None, :])[..., None]  # t − u: (T, T, 1)
     angle = theta[..., :, None, :] - theta[..., None, :, :] + omega[:, None, None, :] * offset
     if beta is not None:
-        angle = angle + beta[:, None, None, :]
+        angle = angle + (beta[:, None, None, :] if beta.dim() == 2 else beta[..., :, None, :])
     return torch.cos(angle)
 
 

@@ -17,7 +17,7 @@ from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.geometry import Geometry
-from kuramoto_attention.ops.attention import apply_rotary, rotary_angles
+from kuramoto_attention.ops.attention import apply_rotary, rotary_angles, split_heads
 from kuramoto_attention.ops.fused import fused_applies, gated_step, query_key
 from kuramoto_attention.ops.torus import lift, tangent_projection
 
@@ -61,7 +61,9 @@ class Torus(Geometry):
         # the whole batch's, and ψ(θ) is the lift the layer has computed already
         psi, omega = self.values(x, lift(x), heads), drift.view(heads, 1, d).to(x.dtype)  # (B, H, T, 2d), (H, 1, d)
         trig = apply_rotary(psi, omega, pos).to(dtype)  # ψ(φ) per head, φ_t = θ_t + ω t
-        trig_q = trig if lag is None else apply_rotary(psi, omega, pos, lag.view(heads, 1, d)).to(dtype)  # ψ(φ + β)
+        if lag is not None:  # β (n,), or β_t (B, T, n) read from the state
+            lag = lag.view(heads, 1, d) if lag.dim() == 1 else split_heads(lag, heads)
+        trig_q = trig if lag is None else apply_rotary(psi, omega, pos, lag).to(dtype)  # ψ(φ + β)
         if logits is None:
             return trig_q * tau.to(trig.dtype).view(heads, 1, 1), trig
         g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
@@ -91,7 +93,7 @@ class Torus(Geometry):
 
     def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None) -> Tensor:
         d = x.shape[-1] // heads
-        beta = None if lag is None else lag.view(heads, d).to(x.dtype)
+        beta = None if lag is None else (lag.view(heads, d) if lag.dim() == 1 else split_heads(lag, heads)).to(x.dtype)
         return naive.kernel(naive.heads(x, heads), drift.view(heads, d).to(x.dtype), beta)
 
     def reference_increment(self, x: Tensor, attn: Tensor) -> Tensor:
