@@ -17,7 +17,7 @@ from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.geometry import Geometry
-from kuramoto_attention.ops.attention import apply_rotary, rotary_angles, split_heads
+from kuramoto_attention.ops.attention import rotary_angles, split_heads
 from kuramoto_attention.ops.fused import fused_applies, gated_step, query_key
 from kuramoto_attention.ops.torus import lift, tangent_projection
 
@@ -57,13 +57,11 @@ class Torus(Geometry):
         if logits is not None and fused_applies():
             return query_key(x, drift, pos, lag, logits, tau, dtype)
         d = x.shape[-1] // heads
-        # ψ(θ + ωt) is ψ(θ) turned by the angle ωt, RoPE on the lift: cos and sin of the (T, n) angles only, not of
-        # the whole batch's, and ψ(θ) is the lift the layer has computed already
-        psi, omega = self.values(x, lift(x), heads), drift.view(heads, 1, d).to(x.dtype)  # (B, H, T, 2d), (H, 1, d)
-        trig = apply_rotary(psi, omega, pos).to(dtype)  # ψ(φ) per head, φ_t = θ_t + ω t
+        phi = split_heads(x, heads) + drift.view(heads, 1, d).to(x.dtype) * pos[:, None]  # φ_t = θ_t + ω t
+        trig = lift(phi).to(dtype)  # ψ(φ) per head: (B, H, T, 2d)
         if lag is not None:  # β (n,), or β_t (B, T, n) read from the state
             lag = lag.view(heads, 1, d) if lag.dim() == 1 else split_heads(lag, heads)
-        trig_q = trig if lag is None else apply_rotary(psi, omega, pos, lag).to(dtype)  # ψ(φ + β)
+        trig_q = trig if lag is None else lift(phi + lag).to(dtype)  # ψ(φ + β)
         if logits is None:
             return trig_q * tau.to(trig.dtype).view(heads, 1, 1), trig
         g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k

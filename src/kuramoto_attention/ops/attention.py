@@ -25,15 +25,12 @@ def rotary_angles(head_dim: int, base: float = 10000.0) -> Tensor:
     return base ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)
 
 
-def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor, offset: Tensor | None = None) -> Tensor:
-    """RoPE on pairs (x_i, x_{i+n}) of the last axis: rotate pair i by freqs_i · position (+ offset_i).
+def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor) -> Tensor:
+    """RoPE on pairs (x_i, x_{i+n}) of the last axis: rotate pair i by freqs_i · position.
 
-    x: (..., T, 2n) (e.g. queries and keys stacked: (2, B, H, T, 2n)); freqs: (n,), or (H, 1, n) per head;
-    positions: (T,) absolute positions; offset: broadcastable to the angles (T, n) or (H, T, n).
+    x: (..., T, 2n) (e.g. queries and keys stacked: (2, B, H, T, 2n)); freqs: (n,); positions: (T,) absolute positions.
     """
-    angle = positions[:, None].to(freqs.dtype) * freqs  # (T, n) or (H, T, n)
-    if offset is not None:
-        angle = angle + offset
+    angle = positions[:, None].to(freqs.dtype) * freqs  # (T, n)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
