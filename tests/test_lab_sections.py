@@ -489,3 +489,21 @@ def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
     write_results(in_tmp, [run("lr", "ka-1m-lr-0.004", "ka-1m", 2.5, tokens=3_000_000, split="valid")])
     line = geometries.summary_line(geometries.SU2)
     assert "its 3M sweep (2 rates so far) is best at lr 0.004: valid 2.6000, against ka-1m's 2.5000" in line
+
+
+def test_issue_26_target_is_judged_from_the_40m_runs(in_tmp):
+    """Met only by a model within +0.02 of tf-1m at 40M tokens, within +0.03 at equal FLOPs and no worse than at 10M;
+    every gap it prints is the fabricated runs' difference."""
+    assert "not judged yet" in summary.target_note({}, {})
+    tf = {"10M": run("main", "tf-1m-seed0", "tf-1m", 2.10), "40M": run("budget40", "tf-1m-40m", "tf-1m", 1.90,
+                                                                     tokens=40_000_000)}
+    near = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.915, tokens=40_000_000)
+    runs = {"10M": {"tf-1m": tf["10M"], "ka-1m-tuned": run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12)},
+            "40M": {"tf-1m": tf["40M"], "ka-1m-tuned": near}}
+    note = summary.target_note(runs, {})
+    assert "**not met**" in note and "+0.015 at equal tokens, at equal FLOPs not run, at 10M +0.020" in note
+    flops = {"ka-1m-tuned-flops-tf-40m": run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 1.925,
+                                             tokens=24_000_000)}
+    assert "met by ka-1m-tuned;" in summary.target_note(runs, flops)
+    runs["10M"]["ka-1m-tuned"] = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.11)  # 10M gap +0.010
+    assert "**not met**" in summary.target_note(runs, flops)  # the gap grew from 10M to 40M

@@ -117,8 +117,42 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
                           + (f" (at equal tokens {same['eval_bpc'] - tf['eval_bpc']:+.4f})" if same else ""))
     notes.append("At equal training FLOPs: " + "; ".join(eq) + "." if eq else
                  "At equal training FLOPs: not run yet (`python -m lab run flops`).")
+    notes.append(target_note(runs, flops))
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute") if plots.get(k)]
     return text + "\n\n" + " ".join(notes) + ("\n\n" + " ".join(imgs) if imgs else "")
+
+
+TARGET_TOKENS, TARGET_FLOPS = 0.02, 0.03  # issue 26's ambition for a Kuramoto preset at 40M tokens
+
+
+def target_note(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dict[str, Any]]) -> str:
+    """Issue 26's target, judged on every Kuramoto model trained to 40M tokens (the curve's presets and leads40's
+    leads): test BPC within +0.02 of tf-1m's at equal tokens, within +0.03 at equal FLOPs, and a gap no larger than
+    at 10M."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    tf40, tf10 = runs.get(label, {}).get("tf-1m"), runs.get("10M", {}).get("tf-1m")
+    if tf40 is None or tf10 is None:
+        return "Issue 26's target (40M tokens): not judged yet (tf-1m's 10M and 40M runs are needed)."
+    tens = {r["name"]: r for r in load_results("leads")}
+    models = [(p, r, runs["10M"].get(p), flops.get(f"{p}-flops-tf-{label.lower()}"))
+              for p, r in runs[label].items() if p != "tf-1m"]
+    models += [(r["name"], r, tens.get(r["name"].removesuffix(f"-{label.lower()}")), None)
+               for r in load_results("leads40")]
+    parts, met = [], []
+    for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
+        gap = r["eval_bpc"] - tf40["eval_bpc"]
+        gap10 = None if ten is None else ten["eval_bpc"] - tf10["eval_bpc"]
+        gap_eq = None if eq is None else eq["eval_bpc"] - tf40["eval_bpc"]
+        said = [f"{gap:+.3f} at equal tokens", "at equal FLOPs " + ("not run" if gap_eq is None else f"{gap_eq:+.3f}"),
+                "at 10M " + ("not run" if gap10 is None else f"{gap10:+.3f}")]
+        parts.append(f"{name} " + ", ".join(said))
+        if gap <= TARGET_TOKENS and gap_eq is not None and gap_eq <= TARGET_FLOPS and gap10 is not None \
+                and gap <= gap10:
+            met.append(name)
+    verdict = f"met by {', '.join(met)}" if met else "**not met**"
+    return (f"Issue 26's target (a Kuramoto preset within {TARGET_TOKENS:+.2f} of tf-1m at 40M tokens, within "
+            f"{TARGET_FLOPS:+.2f} at equal FLOPs, its gap not growing from 10M): {verdict}; gaps to tf-1m: "
+            + "; ".join(parts) + ".")
 
 
 def size_section() -> str:
