@@ -463,3 +463,13 @@ def test_every_preset_and_ablation_stays_on_a_fused_attention_kernel():
             model(idx).sum().backward()
             with torch.no_grad():
                 model(idx)
+
+
+def test_lag_and_norm_factor_refuse_what_they_were_not_built_for():
+    """Asking gates built without a lag map for a lag, or an elementwise bound for the norm bound's factor, is a
+    clear error, not a silent zero or a wrong rescaling."""
+    layer = KuramotoAttention(K, H)
+    with pytest.raises(ValueError, match="without a lag map"):
+        layer.gates.lag(torch.zeros(1, 2, 2 * K))
+    with pytest.raises(ValueError, match="norm_factor is the norm bound's"):
+        KuramotoAttention(K, H, bound="elementwise").bound.norm_factor(torch.ones(1, 2, 1))

@@ -267,7 +267,8 @@ class KuramotoAttention(nn.Module):
     def _reference(self, x: Tensor, lifted: Tensor) -> tuple[Tensor, Tensor]:
         """(increment, A) from the literal formulas (``naive.py``): the T × T kernel and the sum over u."""
         t_len = x.shape[1]
-        logits = self._logits(lifted, self._mapped(lifted))
+        mapped = self._mapped(lifted)
+        logits = self._logits(lifted, mapped)
         if logits is None:
             ones = lifted.new_ones(x.shape[0], self.heads, t_len, self.head_dim)
             gq, gk = ones, ones
@@ -275,7 +276,7 @@ class KuramotoAttention(nn.Module):
             gq, gk = metric_gates(logits, self.heads).unbind(0)
         pos = torch.arange(t_len, device=x.device, dtype=x.dtype)
         extra = None if self.clock is None else self.clock.score(pos[:, None] - pos[None, :]).to(x.dtype)
-        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, self._mapped(lifted)))
+        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, mapped))
         s = naive.score(kern, gq, gk, self._tau().to(x.dtype), extra)
         attn = naive.coupling_matrix(s, self.config.self_coupling)
         if self.value_proj is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import metric_gates
 
 Parts = tuple[Tensor, ...]
@@ -78,14 +79,14 @@ def exp_parts(w: Parts) -> Parts:
     return (cos, *(sinc * c for c in w))
 
 
-def exp_pure(w: Tensor) -> Tensor:
-    """``exp_parts`` for vectors stored as (..., k) -> (..., k + 1)."""
-    cos, sinc = cos_sinc((w * w).sum(-1, keepdim=True))
-    return torch.cat((cos, sinc * w), dim=-1)
+def norm_bounded(w: Parts, bound: Bound) -> Parts:
+    """The norm bound over all of a token's increment w (c planes (B, T, n)), applied as its per-token factor."""
+    factor = bound.norm_factor(dot(w, w).sum(-1, keepdim=True))
+    return tuple(factor * c for c in w)
 
 
 def log_unit(x: Tensor) -> Tensor:
-    """``exp_pure``'s inverse: unit vectors (..., k + 1) -> w (..., k), |w| ∈ [0, π], with exp_pure(log_unit(x)) = x
+    """``exp_parts``' inverse: unit vectors (..., k + 1) -> w (..., k), |w| ∈ [0, π], exp_parts(log_unit(x)) = x
     (for k = 3 the principal logarithm of unit quaternions, as rotation vectors). Used to draw the embeddings' initial
     parameters (not differentiated)."""
     vec = x[..., 1:]

@@ -40,6 +40,7 @@ from kuramoto_attention.layers.planes import (
     gated_features,
     join,
     log_unit,
+    norm_bounded,
     per_head,
     split,
 )
@@ -137,17 +138,18 @@ class Sphere(Geometry):
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
         return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are
 
+    def _xi(self, x: Tensor, mean: Tensor) -> Parts:
+        """ξ = P_x G, D planes (B, T, n), from the attention output (B, H, T, D·d)."""
+        return project(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, self.ambient)))
+
     def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
-        g = tuple(c.to(x.dtype) for c in from_heads(mean, self.ambient))  # G_{t,j}
-        return torch.stack(project(split(x), g), dim=-1).flatten(-2)  # ξ = P_x G: (B, T, D·n), oscillator-major
+        return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, D·n), oscillator-major
 
     def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
         if bound.kind != "norm":  # a radius per coordinate: the increment laid out as its radii are
             return super().step(x, lifted, mean, value, bound)
-        q, v = split(x), value.to(x.dtype)
-        w = tuple(v * c for c in project(q, tuple(c.to(x.dtype) for c in from_heads(mean, self.ambient))))
-        factor = bound.norm_factor(dot(w, w).sum(-1, keepdim=True))  # the norm bound over all D·n
-        return self._moved(x, tuple(factor * c for c in w))
+        v = value.to(x.dtype)
+        return self._moved(x, norm_bounded(tuple(v * c for c in self._xi(x, mean)), bound))
 
     def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
         """exp_x(P_x bound(step)), the norm bound over the token's whole D·n increment. The projection makes the move

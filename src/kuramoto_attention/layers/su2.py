@@ -40,6 +40,7 @@ from kuramoto_attention.layers.planes import (
     gated_features,
     join,
     log_unit,
+    norm_bounded,
     per_head,
     split,
 )
@@ -142,17 +143,18 @@ class SU2(Geometry):
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
         return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # q_u, laid out as the features are
 
+    def _xi(self, x: Tensor, mean: Tensor) -> Parts:
+        """ξ = Im(conj(q) G), 3 planes (B, T, n), from the attention output (B, H, T, 4d)."""
+        return im_conj_mul(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, 4)))
+
     def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
-        xi = im_conj_mul(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, 4)))  # ξ = Im(conj(q) G)
-        return torch.stack(xi, dim=-1).flatten(-2)  # (B, T, 3n), oscillator-major
+        return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, 3n), oscillator-major
 
     def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
         if bound.kind != "norm":  # a radius per coordinate: the increment laid out as its radii are
             return super().step(x, lifted, mean, value, bound)
         v = value.to(x.dtype)
-        w = tuple(v * c for c in im_conj_mul(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, 4))))
-        factor = bound.norm_factor(dot(w, w).sum(-1, keepdim=True))  # the norm bound over all 3n
-        return self._moved(x, tuple(factor * c for c in w))
+        return self._moved(x, norm_bounded(tuple(v * c for c in self._xi(x, mean)), bound))
 
     def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
         """q exp(bound(step)), the norm bound over the token's whole 3n increment (B, T, 3n), oscillator-major."""
