@@ -190,6 +190,11 @@ LEADS: dict[str, Lead] = {
     # -m lab gap budget40`): with the score a similarity of states, a query finds tokens whose phases match its own
     # (up to the fixed lag β); a lag read from the state lets it look for another phase (W_β from 0; +2.6% parameters)
     "lag-from-state": Lead({"lag_from_state": True}),
+    # the same gap, answered in the score's structure: the paper's score compares oscillator j of the query with j of
+    # the key only, so a head cannot look for the token whose phase in j matches the query's own in l (what finds the
+    # byte after an earlier copy of the current one); a complex mix C = I + Δ of the query's oscillators can
+    # (layers/cross_coupling.py). Its 51,200 weights are paid for by 27 feed-forward units per layer (1,001,944)
+    "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
 }
 
 

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
+from kuramoto_attention.layers.cross_coupling import CrossCoupling
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates, PositionalClock, metric_gates, read
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.layers.harmonics import Harmonics
@@ -69,6 +70,10 @@ class AttentionConfig:
     # map beside the gates'), so that a query can look for a phase other than its own: the gap to the transformer
     # grows with distance and on bytes that copying predicts (`python -m lab gap budget40`). Needs the phase lag
     lag_from_state: bool = False
+    # the score compares each key oscillator with a learned complex mix C = I + Δ of the query's oscillators in its
+    # head (cross_coupling.py; Δ from 0, 2d² weights per head): the paper's score compares oscillator j with j only,
+    # and at 40M tokens the gap is largest on bytes that copying predicts (the torus only)
+    cross_coupling: bool = False
     clock: int = 0  # positional clock oscillators per head (gates.py PositionalClock); 0: none
     clock_init: float = 0.0  # their weights' initial value (0: the paper's score at init)
     # M: the increment Σ_u A_{t,u} Σ_{m ≤ M} c_m sin(m(θ_u − θ_t)), c_1 = 1, c_m learned per oscillator from 0
@@ -144,7 +149,8 @@ class KuramotoAttention(nn.Module):
         self.geometry = GEOMETRIES[cfg.group]()
         # fields whose other values need the torus's geometry: a scalar phase (lag, harmonics) or a rate that is a
         # number (log ω), not a rotation axis
-        for name, plain in (("phase_lag", (False,)), ("harmonics", (1,)), ("omega", ("learned", "zero"))):
+        for name, plain in (("phase_lag", (False,)), ("cross_coupling", (False,)), ("harmonics", (1,)),
+                            ("omega", ("learned", "zero"))):
             if getattr(cfg, name) not in plain and not isinstance(self.geometry, Torus):
                 raise ValueError(f"{name}={getattr(cfg, name)!r} is defined on the torus only, got group={cfg.group!r}")
         lift_dim = self.geometry.components * dim
@@ -162,6 +168,7 @@ class KuramotoAttention(nn.Module):
         else:
             self.omega = nn.Parameter(self.geometry.init_drift(dim, heads, cfg.omega_base))
         self.lag = nn.Parameter(torch.zeros(dim)) if cfg.phase_lag else None
+        self.cross = CrossCoupling(heads, self.head_dim) if cfg.cross_coupling else None
         self.clock = PositionalClock(heads, cfg.clock, cfg.omega_base, cfg.clock_init) if cfg.clock else None
         if cfg.omega == "log":
             for owner in (self, self.clock) if self.clock is not None else (self,):
@@ -240,7 +247,7 @@ class KuramotoAttention(nn.Module):
         pos = torch.arange(offset, offset + x.shape[1], device=x.device, dtype=x.dtype)
         mapped = self._mapped(lifted_mm)
         q, k = geo.query_key(x, pos, self.omega, self._logits(lifted_mm, mapped), self.heads, self._tau(),
-                             lifted_mm.dtype, self._lag(lifted_mm, mapped))
+                             lifted_mm.dtype, self._lag(lifted_mm, mapped), self.cross)
         if self.clock is not None:  # 2c more query/key features per head
             cq, ck = self.clock.features(pos, self._tau(), lifted_mm.dtype)
             q = torch.cat((q, cq.expand(q.shape[0], -1, -1, -1)), dim=-1)
@@ -276,7 +283,7 @@ class KuramotoAttention(nn.Module):
             gq, gk = metric_gates(logits, self.heads).unbind(0)
         pos = torch.arange(t_len, device=x.device, dtype=x.dtype)
         extra = None if self.clock is None else self.clock.score(pos[:, None] - pos[None, :]).to(x.dtype)
-        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, mapped))
+        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, mapped), self.cross)
         s = naive.score(kern, gq, gk, self._tau().to(x.dtype), extra)
         attn = naive.coupling_matrix(s, self.config.self_coupling)
         if self.value_proj is not None:

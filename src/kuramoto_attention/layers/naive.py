@@ -10,8 +10,9 @@ One token's state is θ_t ∈ T^k = R^k / 2πZ^k, k oscillators; a head owns d =
     θ_t        ← θ_t + bound(v(θ_t) ⊙ a_t)                                        the step
     bound(x)    = r · tanh(‖x‖) · x/‖x‖        (or r ⊙ tanh(x / r), per coordinate)
 
-β is zero in the paper (``phase_lag`` learns it); the gates g^q, g^k and the signed value gate v are read from
-ψ(θ) by the layer (``gates.py``, ``kuramoto_attention.py``). Everything here is written out with the T × T × d
+β is zero in the paper (``phase_lag`` learns it; ``cross_coupling`` also mixes the query's oscillators, see
+``kernel``); the gates g^q, g^k and the signed value gate v are read from ψ(θ) by the layer (``gates.py``,
+``kuramoto_attention.py``). Everything here is written out with the T × T × d
 kernel: it is slow, exact, and the ground truth that the fused path (one SDPA call, hand-fused kernels in
 ``ops/fused.py``) is tested against. Shapes: θ (B, T, k); per head (B, H, T, d); A (B, H, T, T).
 """
@@ -42,16 +43,23 @@ def causal(t: int, device: torch.device, self_coupling: bool = True) -> Tensor:
     return mask
 
 
-def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None) -> Tensor:
+def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None, mix: Tensor | None = None) -> Tensor:
     """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω (H, d), β (H, d) or one per
-    query token (B, H, T, d)  ->  (B, H, T, T, d)."""
+    query token (B, H, T, d)  ->  (B, H, T, T, d).
+
+    With ``mix`` C (H, d, d) complex (``cross_coupling``): Re(z_{t,j} e^{i(ω_j (t − u) + β_j)} e^{−iθ_{u,j}}),
+    z_t = C e^{iθ_t}; C = I gives the cosine above."""
     t_len = theta.shape[-2]
     pos = torch.arange(t_len, device=theta.device, dtype=theta.dtype)
     offset = (pos[:, None] - pos[None, :])[..., None]  # t − u: (T, T, 1)
-    angle = theta[..., :, None, :] - theta[..., None, :, :] + omega[:, None, None, :] * offset
+    drift = omega[:, None, None, :] * offset  # (H, T, T, d)
     if beta is not None:
-        angle = angle + (beta[:, None, None, :] if beta.dim() == 2 else beta[..., :, None, :])
-    return torch.cos(angle)
+        drift = drift + (beta[:, None, None, :] if beta.dim() == 2 else beta[..., :, None, :])
+    if mix is None:
+        return torch.cos(theta[..., :, None, :] - theta[..., None, :, :] + drift)
+    e = torch.polar(torch.ones_like(theta), theta)  # e^{iθ}: (B, H, T, d)
+    z = torch.einsum("hjl,bhtl->bhtj", mix, e)  # the query's mixed oscillators
+    return (z[..., :, None, :] * torch.polar(torch.ones_like(drift), drift) * e[..., None, :, :].conj()).real
 
 
 def score(kern: Tensor, gq: Tensor, gk: Tensor, tau: Tensor, extra: Tensor | None = None) -> Tensor:

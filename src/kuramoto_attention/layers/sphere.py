@@ -30,7 +30,8 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive_sphere
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.geometry import Geometry, torus_only
 from kuramoto_attention.layers.planes import (
     Parts,
     cos_sinc,
@@ -130,9 +131,9 @@ class Sphere(Geometry):
         return rotate_planes(split(x), tuple(pos[:, None] * c for c in split(drift.to(x.dtype))))
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                  dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        if lag is not None:
-            raise ValueError("phase_lag is defined on the torus only")
+                  dtype: torch.dtype, lag: Tensor | None = None,
+                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
+        torus_only(lag, cross)
         return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
@@ -171,9 +172,9 @@ class Sphere(Geometry):
         return drift.square().mean(-1).sqrt()
 
     # ------------------------------------------------------------------ the literal reference
-    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None) -> Tensor:
-        if lag is not None:
-            raise ValueError("phase_lag is defined on the torus only")
+    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
+                         cross: CrossCoupling | None = None) -> Tensor:
+        torus_only(lag, cross)
         d = x.shape[-2] // heads
         return naive_sphere.kernel(naive_sphere.heads(x, heads), drift.view(heads, d, self.planes).to(x.dtype))
 

@@ -31,7 +31,8 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive_su2
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.geometry import Geometry, torus_only
 from kuramoto_attention.layers.planes import (
     Parts,
     dot,
@@ -135,9 +136,9 @@ class SU2(Geometry):
         return mul(rot, split(x))
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                  dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        if lag is not None:
-            raise ValueError("phase_lag is defined on the torus only")
+                  dtype: torch.dtype, lag: Tensor | None = None,
+                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
+        torus_only(lag, cross)
         return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
@@ -178,9 +179,9 @@ class SU2(Geometry):
         return torch.linalg.vector_norm(drift, dim=-1)
 
     # ------------------------------------------------------------------ the literal reference
-    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None) -> Tensor:
-        if lag is not None:
-            raise ValueError("phase_lag is defined on the torus only")
+    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
+                         cross: CrossCoupling | None = None) -> Tensor:
+        torus_only(lag, cross)
         d = x.shape[-2] // heads
         return naive_su2.kernel(naive_su2.heads(x, heads), drift.view(heads, d, 3).to(x.dtype))
 

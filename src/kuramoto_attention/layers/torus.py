@@ -15,6 +15,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
+from kuramoto_attention.layers.cross_coupling import CrossCoupling
 from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.ops.attention import rotary_angles, split_heads
@@ -52,20 +53,26 @@ class Torus(Geometry):
         return torch.zeros(oscillators)
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                  dtype: torch.dtype, lag: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                  dtype: torch.dtype, lag: Tensor | None = None,
+                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
         lag = None if lag is None else lag.to(x.dtype)
-        if logits is not None and fused_applies():
+        if logits is not None and cross is None and fused_applies():
             return query_key(x, drift, pos, lag, logits, tau, dtype)
         d = x.shape[-1] // heads
-        phi = split_heads(x, heads) + drift.view(heads, 1, d).to(x.dtype) * pos[:, None]  # φ_t = θ_t + ω t
+        theta = split_heads(x, heads)
+        drifted = drift.view(heads, 1, d).to(x.dtype) * pos[:, None]  # ω t: (H, T, d)
+        phi = theta + drifted  # φ_t = θ_t + ω t
         trig = lift(phi).to(dtype)  # ψ(φ) per head: (B, H, T, 2d)
         if lag is not None:  # β (n,), or β_t (B, T, n) read from the state
             lag = lag.view(heads, 1, d) if lag.dim() == 1 else split_heads(lag, heads)
-        trig_q = trig if lag is None else lift(phi + lag).to(dtype)  # ψ(φ + β)
+        if cross is not None:  # e^{i(ωt + β)} ⊙ C e^{iθ_t}
+            trig_q = cross.query(theta, drifted if lag is None else drifted + lag).to(dtype)
+        else:
+            trig_q = trig if lag is None else lift(phi + lag).to(dtype)  # ψ(φ + β)
         if logits is None:
             return trig_q * tau.to(trig.dtype).view(heads, 1, 1), trig
         g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
-        trig_qk = trig if lag is None else torch.stack((trig_q, trig))  # (B, H, T, 2d) or (2, B, H, T, 2d)
+        trig_qk = trig if trig_q is trig else torch.stack((trig_q, trig))  # (B, H, T, 2d) or (2, B, H, T, 2d)
         q, k = (trig_qk.unflatten(-1, (2, d)) * g.unsqueeze(-2)).flatten(-2).unbind(0)  # cos, sin halves alike
         return q, k
 
@@ -89,10 +96,12 @@ class Torus(Geometry):
             return gated_step(x, lifted, mean, value, bound.log_radius)
         return super().step(x, lifted, mean, value, bound)
 
-    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None) -> Tensor:
+    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
+                         cross: CrossCoupling | None = None) -> Tensor:
         d = x.shape[-1] // heads
         beta = None if lag is None else (lag.view(heads, d) if lag.dim() == 1 else split_heads(lag, heads)).to(x.dtype)
-        return naive.kernel(naive.heads(x, heads), drift.view(heads, d).to(x.dtype), beta)
+        mix = None if cross is None else cross.matrix().to(torch.promote_types(x.dtype, torch.complex64))
+        return naive.kernel(naive.heads(x, heads), drift.view(heads, d).to(x.dtype), beta, mix)
 
     def reference_increment(self, x: Tensor, attn: Tensor) -> Tensor:
         return naive.merge(naive.kuramoto_sum(attn, naive.heads(x, attn.shape[1])))
