@@ -161,6 +161,22 @@ def test_targets_are_judged_from_measurements(quick: dict[str, Any]) -> None:
                for g in res["generation"])
 
 
+def test_efficiency_notes_give_the_repeats_range_and_say_when_it_crosses_the_threshold(quick: dict[str, Any]) -> None:
+    """Each repeat's efficiency (its ka and tf measurements) is in the note; a range across 0.95 is flagged, the
+    verdict still the medians'."""
+    res = copy.deepcopy(quick["res"])
+    row = next(r for r in res["training"] if (r["mode"], r["precision"]) == ("eager", "fp32"))
+    parity = bench.flop_parity(row)
+    row["tf"]["tokens_per_s"] = [1000.0, 1000.0, 1000.0]
+    row["ka"]["tokens_per_s"] = [e * 1000.0 * parity for e in (0.90, 0.96, 0.97)]
+    name = "kernel efficiency ka-tiny/tf-tiny (achieved FLOP/s), eager fp32"
+    (target,) = [t for t in bench.evaluate_targets(res) if t["name"] == name]
+    assert target["note"].endswith("; repeats 0.900–0.970, across 0.95: within this run's noise")
+    row["ka"]["tokens_per_s"] = [e * 1000.0 * parity for e in (0.96, 0.97, 0.98)]
+    (target,) = [t for t in bench.evaluate_targets(res) if t["name"] == name]
+    assert target["note"].endswith("; repeats 0.960–0.980")
+
+
 def test_step_parts_split_each_models_step_by_kind_of_work(quick: dict[str, Any]) -> None:
     rows = quick["res"]["step_parts"]
     assert [r["preset"] for r in rows] == ["ka-tiny", "tf-tiny"] and {r["mode"] for r in rows} == {"eager"}
