@@ -190,11 +190,15 @@ LEADS: dict[str, Lead] = {
     # -m lab gap budget40`): with the score a similarity of states, a query finds tokens whose phases match its own
     # (up to the fixed lag β); a lag read from the state lets it look for another phase (W_β from 0; +2.6% parameters)
     "lag-from-state": Lead({"lag_from_state": True}),
-    # the same gap, answered in the score's structure: the paper's score compares oscillator j of the query with j of
-    # the key only, so a head cannot look for the token whose phase in j matches the query's own in l (what finds the
-    # byte after an earlier copy of the current one); a complex mix C = I + Δ of the query's oscillators can
-    # (layers/cross_coupling.py). Its 51,200 weights are paid for by 27 feed-forward units per layer (1,001,944)
+    # the same gap, answered in the layer's structure: the paper's layer couples oscillator j of one token to j of
+    # another only, so a token cannot hold its predecessor's byte in oscillators its own byte does not set, nor can a
+    # query compare its byte with a key's predecessor (what finds the byte after an earlier copy of the current one).
+    # A complex mix of a head's oscillators in the step (K: j synchronises to l), in the score (C: the query's), or
+    # both (layers/cross_coupling.py); on a synthetic copy task (`python -m lab induction`) each 2-layer model's copy
+    # accuracy says which matters. Each mix's 51,200 weights are paid for by feed-forward units (27 per layer each)
     "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
+    "cross-score": Lead({"cross_score": True, "ff_hidden": 323}),
+    "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}),
 }
 
 

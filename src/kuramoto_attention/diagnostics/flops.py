@@ -21,8 +21,9 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
         d_qk = d_v = cfg.dim
     else:
         n_mm += sum((uses - 1) * m.weight.numel() for m, uses in shared_uses(model))
-        # cross coupling's C applies as a real (2d × 2d) map per head: 4d² multiplies per token from 2d² weights
-        n_mm += sum(2 * b.attn.cross.delta.numel() for b in model.blocks if b.attn.cross is not None)
+        # a cross-coupling mix applies as a real (2d × 2d) map per head: 4d² multiplies per token from 2d² weights
+        n_mm += sum(2 * m.delta.numel() for b in model.blocks for m in (b.attn.query_mix, b.attn.coupling_mix)
+                    if m is not None)
         # the embedding is a lookup (then ψ or exp, elementwise), not a matmul; the readout is an nn.Linear of φ
         att, c = cfg.attention, model.geometry.components  # c real features per oscillator: torus 2, SU(2) 4
         d_qk = c * cfg.dim + 2 * att.clock * cfg.heads  # φ's features, then each head's clock features

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.cross_coupling import OscillatorMix
 
 
 class Geometry(ABC):
@@ -65,7 +65,7 @@ class Geometry(ABC):
     @abstractmethod
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                   dtype: torch.dtype, lag: Tensor | None = None,
-                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
+                  cross: OscillatorMix | None = None) -> tuple[Tensor, Tensor]:
         """q_t = τ g^q_t ⊙ feat(drift_t x_t), k_u = g^k_u ⊙ feat(drift_u x_u) per head, (B, H, T, d·c) in ``dtype``.
 
         pos (T,) positions; ``logits`` the gates' (B, T, 2n) logits before ρ, or None (all gates 1); tau (H,);
@@ -117,7 +117,7 @@ class Geometry(ABC):
     # ------------------------------------------------------------------ the literal reference
     @abstractmethod
     def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
-                         cross: CrossCoupling | None = None) -> Tensor:
+                         cross: OscillatorMix | None = None) -> Tensor:
         """The per-oscillator similarity of every pair, with the drift written out: (B, H, T, T, d)."""
 
     @abstractmethod
@@ -125,8 +125,8 @@ class Geometry(ABC):
         """Σ_u A_{t,u} (the pair's tangent term), summed term by term: (B, T, n·tangent); attn (B, H, T, T)."""
 
 
-def torus_only(lag: Tensor | None, cross: CrossCoupling | None) -> None:
+def torus_only(lag: Tensor | None, cross: OscillatorMix | None) -> None:
     """Refuse the score's options that need a scalar phase per oscillator (a group other than the torus calls it)."""
-    for name, given in (("phase_lag", lag), ("cross_coupling", cross)):
+    for name, given in (("phase_lag", lag), ("cross_score", cross)):
         if given is not None:
             raise ValueError(f"{name} is defined on the torus only")

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates, PositionalClock, metric_gates, read
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.layers.harmonics import Harmonics
@@ -70,9 +70,11 @@ class AttentionConfig:
     # map beside the gates'), so that a query can look for a phase other than its own: the gap to the transformer
     # grows with distance and on bytes that copying predicts (`python -m lab gap budget40`). Needs the phase lag
     lag_from_state: bool = False
-    # the score compares each key oscillator with a learned complex mix C = I + Δ of the query's oscillators in its
-    # head (cross_coupling.py; Δ from 0, 2d² weights per head): the paper's score compares oscillator j with j only,
-    # and at 40M tokens the gap is largest on bytes that copying predicts (the torus only)
+    # Oscillators of a head coupled across through a learned complex mix (cross_coupling.py; from the identity, 2d²
+    # weights per head each; the torus only): in the score, the query's oscillators mixed (C); in the step, the
+    # attended states' (K), so that oscillator j synchronises to l. The paper's layer couples j to j only, and at 40M
+    # tokens the gap is largest on bytes that copying predicts (`python -m lab gap budget40`)
+    cross_score: bool = False
     cross_coupling: bool = False
     clock: int = 0  # positional clock oscillators per head (gates.py PositionalClock); 0: none
     clock_init: float = 0.0  # their weights' initial value (0: the paper's score at init)
@@ -99,6 +101,8 @@ class AttentionConfig:
              "harmonics must be an integer >= 1 (1: the plain Kuramoto term)"),
             (not self.lag_from_state or (self.phase_lag and self.gates),
              "lag_from_state needs phase_lag=True and gates=True (the lag map sits beside the gates' maps)"),
+            (not self.cross_coupling or (self.value == "circular" and self.harmonics == 1),
+             "cross_coupling mixes the averaged states: it needs value='circular' and harmonics=1"),
             (self.harmonics == 1 or self.value == "circular",
              "harmonics > 1 needs value='circular' (they weigh the averaged states' multiples)"),
         ]
@@ -149,8 +153,8 @@ class KuramotoAttention(nn.Module):
         self.geometry = GEOMETRIES[cfg.group]()
         # fields whose other values need the torus's geometry: a scalar phase (lag, harmonics) or a rate that is a
         # number (log ω), not a rotation axis
-        for name, plain in (("phase_lag", (False,)), ("cross_coupling", (False,)), ("harmonics", (1,)),
-                            ("omega", ("learned", "zero"))):
+        for name, plain in (("phase_lag", (False,)), ("cross_score", (False,)), ("cross_coupling", (False,)),
+                            ("harmonics", (1,)), ("omega", ("learned", "zero"))):
             if getattr(cfg, name) not in plain and not isinstance(self.geometry, Torus):
                 raise ValueError(f"{name}={getattr(cfg, name)!r} is defined on the torus only, got group={cfg.group!r}")
         lift_dim = self.geometry.components * dim
@@ -168,7 +172,8 @@ class KuramotoAttention(nn.Module):
         else:
             self.omega = nn.Parameter(self.geometry.init_drift(dim, heads, cfg.omega_base))
         self.lag = nn.Parameter(torch.zeros(dim)) if cfg.phase_lag else None
-        self.cross = CrossCoupling(heads, self.head_dim) if cfg.cross_coupling else None
+        self.query_mix = OscillatorMix(heads, self.head_dim) if cfg.cross_score else None
+        self.coupling_mix = OscillatorMix(heads, self.head_dim) if cfg.cross_coupling else None
         self.clock = PositionalClock(heads, cfg.clock, cfg.omega_base, cfg.clock_init) if cfg.clock else None
         if cfg.omega == "log":
             for owner in (self, self.clock) if self.clock is not None else (self,):
@@ -247,7 +252,7 @@ class KuramotoAttention(nn.Module):
         pos = torch.arange(offset, offset + x.shape[1], device=x.device, dtype=x.dtype)
         mapped = self._mapped(lifted_mm)
         q, k = geo.query_key(x, pos, self.omega, self._logits(lifted_mm, mapped), self.heads, self._tau(),
-                             lifted_mm.dtype, self._lag(lifted_mm, mapped), self.cross)
+                             lifted_mm.dtype, self._lag(lifted_mm, mapped), self.query_mix)
         if self.clock is not None:  # 2c more query/key features per head
             cq, ck = self.clock.features(pos, self._tau(), lifted_mm.dtype)
             q = torch.cat((q, cq.expand(q.shape[0], -1, -1, -1)), dim=-1)
@@ -262,6 +267,8 @@ class KuramotoAttention(nn.Module):
             k, v = cache.update(k, v)
         mean = causal_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim),
                                 exclude_self=not self.config.self_coupling)
+        if self.coupling_mix is not None:  # K G: linear, so it commutes with A
+            mean = self.coupling_mix(mean)
         value = self.value(lifted_mm, mapped)
         if self.value_proj is not None:  # the ablation: A · W_v φ(x) is the increment itself
             return geo.move(x, geo.tangent_gate(value.to(x.dtype)) * merge_heads(mean).to(x.dtype), self.bound)
@@ -283,12 +290,16 @@ class KuramotoAttention(nn.Module):
             gq, gk = metric_gates(logits, self.heads).unbind(0)
         pos = torch.arange(t_len, device=x.device, dtype=x.dtype)
         extra = None if self.clock is None else self.clock.score(pos[:, None] - pos[None, :]).to(x.dtype)
-        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, mapped), self.cross)
+        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, mapped),
+                                              self.query_mix)
         s = naive.score(kern, gq, gk, self._tau().to(x.dtype), extra)
         attn = naive.coupling_matrix(s, self.config.self_coupling)
         if self.value_proj is not None:
             return merge_heads(attn @ split_heads(self.value_proj(lifted), self.heads)), attn
-        inc = self.geometry.reference_increment(x, attn)
+        if self.coupling_mix is not None:
+            inc = self.coupling_mix.reference_increment(x, attn)
+        else:
+            inc = self.geometry.reference_increment(x, attn)
         if self.harmonics is not None:
             inc = inc + self.harmonics.reference_increment(x, attn)
         return inc, attn

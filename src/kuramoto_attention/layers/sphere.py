@@ -30,7 +30,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive_sphere
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.geometry import Geometry, torus_only
 from kuramoto_attention.layers.planes import (
     Parts,
@@ -132,7 +132,7 @@ class Sphere(Geometry):
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                   dtype: torch.dtype, lag: Tensor | None = None,
-                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
+                  cross: OscillatorMix | None = None) -> tuple[Tensor, Tensor]:
         torus_only(lag, cross)
         return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
@@ -173,7 +173,7 @@ class Sphere(Geometry):
 
     # ------------------------------------------------------------------ the literal reference
     def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
-                         cross: CrossCoupling | None = None) -> Tensor:
+                         cross: OscillatorMix | None = None) -> Tensor:
         torus_only(lag, cross)
         d = x.shape[-2] // heads
         return naive_sphere.kernel(naive_sphere.heads(x, heads), drift.view(heads, d, self.planes).to(x.dtype))

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive_su2
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.geometry import Geometry, torus_only
 from kuramoto_attention.layers.planes import (
     Parts,
@@ -137,7 +137,7 @@ class SU2(Geometry):
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                   dtype: torch.dtype, lag: Tensor | None = None,
-                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
+                  cross: OscillatorMix | None = None) -> tuple[Tensor, Tensor]:
         torus_only(lag, cross)
         return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
@@ -180,7 +180,7 @@ class SU2(Geometry):
 
     # ------------------------------------------------------------------ the literal reference
     def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
-                         cross: CrossCoupling | None = None) -> Tensor:
+                         cross: OscillatorMix | None = None) -> Tensor:
         torus_only(lag, cross)
         d = x.shape[-2] // heads
         return naive_su2.kernel(naive_su2.heads(x, heads), drift.view(heads, d, 3).to(x.dtype))

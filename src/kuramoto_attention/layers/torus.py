@@ -15,7 +15,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.cross_coupling import CrossCoupling
+from kuramoto_attention.layers.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.gates import metric_gates
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.ops.attention import rotary_angles, split_heads
@@ -54,7 +54,7 @@ class Torus(Geometry):
 
     def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                   dtype: torch.dtype, lag: Tensor | None = None,
-                  cross: CrossCoupling | None = None) -> tuple[Tensor, Tensor]:
+                  cross: OscillatorMix | None = None) -> tuple[Tensor, Tensor]:
         lag = None if lag is None else lag.to(x.dtype)
         if logits is not None and cross is None and fused_applies():
             return query_key(x, drift, pos, lag, logits, tau, dtype)
@@ -97,7 +97,7 @@ class Torus(Geometry):
         return super().step(x, lifted, mean, value, bound)
 
     def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
-                         cross: CrossCoupling | None = None) -> Tensor:
+                         cross: OscillatorMix | None = None) -> Tensor:
         d = x.shape[-1] // heads
         beta = None if lag is None else (lag.view(heads, d) if lag.dim() == 1 else split_heads(lag, heads)).to(x.dtype)
         mix = None if cross is None else cross.matrix().to(torch.promote_types(x.dtype, torch.complex64))
