@@ -5,6 +5,7 @@
     report           regenerate RESULTS.md (the summary) and docs/notebook.md (the lab notebook) from results/ only
     replicate        every protocol group in order, then the studies and the report
     dynamics | gap | probe   the studies (they read trained runs under runs/experiments/)
+    induction        the synthetic copy task: which layers learn an induction head (trains its own small models)
 
 ``--out DIR`` works in a folder of one's own (DIR/results, DIR/runs; the report: DIR/RESULTS.md and
 DIR/docs/notebook.md) instead of the repository's, e.g. to rerun a group from scratch; ``run --rerun`` trains a
@@ -26,7 +27,7 @@ from lab.runner import run_group
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lab", description="the replication lab: run groups, write RESULTS.md")
-    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe"],
+    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe", "induction"],
                    help="run GROUP; report: RESULTS.md and the notebook from results/; replicate: every protocol "
                         "group (not the frozen ones), then report; "
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs (named groups "
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position, per byte difficulty and per "
                         "recall (budget40: its 40M-token runs); "
                         "probe: linear probes of earlier bytes in every state of main's seed-0 pair, the best "
-                        "variant and the 5M pair")
+                        "variant and the 5M pair; induction: two-layer models on a synthetic copy task (minutes)")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}; retired, reported "
                    f"only: {', '.join(RETIRED)}); dynamics takes several (default: {' '.join(DYNAMICS_GROUPS)})")
     p.add_argument("--only", action="append", help="run only these run names")
@@ -83,6 +84,12 @@ def _action(args: Any) -> None:
         if args.action == "probe" and args.group:
             raise ConfigError("probe takes no GROUP (it probes main's seed-0 pair and the best variant)")
         print(f"wrote {probe.write(probe.measure(args.data_dir))}")
+    if args.action in ("induction", "replicate"):
+        from lab.studies import induction
+
+        if args.action == "induction" and args.group:
+            raise ConfigError("induction takes no GROUP (it trains its own small models on a synthetic task)")
+        print(f"wrote {induction.write(induction.measure())}")
     if args.action in ("report", "replicate"):
         from lab.writers import readme
         from lab.writers.results_md import write_report

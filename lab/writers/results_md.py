@@ -694,9 +694,10 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
     ]
     if plots.get("curves") is not None:
         parts += ["## Validation BPC against tokens", "", f"![validation curves]({link(plots['curves'])})", ""]
-    for name in ("gap", "probe", "dynamics"):  # written by `python -m lab gap`, `... probe`, `... dynamics`
+    for name in ("gap", "probe", "dynamics", "induction"):  # written by `python -m lab gap`, `... probe`, …
         if (protocol.RESULTS / f"{name}.md").exists():
-            parts += [(protocol.RESULTS / f"{name}.md").read_text() + _predates_projection(name)]
+            note = "" if name == "induction" else _predates_projection(name)  # induction trains its own models
+            parts += [(protocol.RESULTS / f"{name}.md").read_text() + note]
         if name == "gap":  # `python -m lab gap budget40`, beside the 10M study; its runs all postdate P ψ(θ)
             parts += [gap_budget.notebook_part()]
     return "\n".join(parts)

@@ -1,0 +1,149 @@
+"""Can a layer learn to copy? Two-layer models on a synthetic induction task (RESULTS.md's leads, issue 26).
+
+At 40M tokens the gap to the transformer is largest on the bytes that copying the earlier context predicts (`python
+-m lab gap budget40`). Copying an earlier continuation takes an induction head: one layer writes each token's
+predecessor into the token's state, the next finds the token whose predecessor is the current byte and reads what
+followed it. This study asks which layers can learn that, on data where nothing else helps:
+
+    x = (r_1 … r_L, r_s … r_{s+L/2})      r random over an alphabet of V symbols, s uniform in [0, L/2)
+
+so the copy starts at a random offset (no fixed position finds its source), and the score is the next-symbol accuracy
+on the copy (chance 1/V). Every model has 2 layers, 32 oscillators or channels and 2 heads, trained alike (AdamW,
+constant rate, fresh batches); the Kuramoto models are ka-1m-tuned's layer (no self term, a phase lag) with and
+without the cross-coupling mixes (layers/cross_coupling.py) and with the value-projection ablation. It is a
+capability probe, not a comparison at equal size: each model's parameter count is in the table.
+
+``python -m lab induction`` writes ``results/induction.json`` and ``results/induction.md`` (minutes on a CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from kuramoto_attention.layers.kuramoto_attention import AttentionConfig
+from kuramoto_attention.models.kuramoto import KuramotoConfig
+from kuramoto_attention.models.lm import ByteLM
+from kuramoto_attention.models.presets import build_model
+from kuramoto_attention.models.transformer import TransformerConfig
+from lab import protocol
+
+
+@dataclass(frozen=True)
+class Task:
+    segment: int = 24  # L
+    alphabet: int = 32  # V
+    batch: int = 32
+    steps: int = 4000
+    lr: float = 3e-3
+    eval_every: int = 500
+    eval_sequences: int = 512
+    seeds: tuple[int, ...] = (0, 1)
+
+    @property
+    def context(self) -> int:
+        return self.segment + self.segment // 2
+
+
+TUNED = {"self_coupling": False, "phase_lag": True}  # ka-1m-tuned's layer
+MODELS: dict[str, dict[str, Any]] = {  # name -> the Kuramoto layer's fields (None: the transformer)
+    "tf": {},
+    "ka": TUNED,
+    "ka-cross-score": {**TUNED, "cross_score": True},
+    "ka-cross-coupling": {**TUNED, "cross_coupling": True},
+    "ka-cross-both": {**TUNED, "cross_score": True, "cross_coupling": True},
+    "ka-value-projection": {**TUNED, "value": "projection"},
+}
+
+
+def sequences(task: Task, n: int, gen: torch.Generator) -> torch.Tensor:
+    """n sequences (n, L + L/2 + 1): L random symbols, then the L/2 + 1 of them from a random start s < L/2."""
+    first = torch.randint(0, task.alphabet, (n, task.segment), generator=gen)
+    start = torch.randint(0, task.segment // 2, (n, 1), generator=gen)
+    copy = first.gather(1, start + torch.arange(task.segment // 2 + 1))
+    return torch.cat((first, copy), dim=1)
+
+
+def copy_accuracy(model: ByteLM, x: torch.Tensor, task: Task) -> float:
+    """Next-symbol accuracy on the copy after its first symbol (the predictions a copy's source determines)."""
+    with torch.no_grad():
+        pred = model(x[:, :-1])[:, task.segment:].argmax(-1)
+    return (pred == x[:, task.segment + 1:]).float().mean().item()
+
+
+def build(name: str, task: Task) -> ByteLM:
+    shape = {"dim": 32, "depth": 2, "heads": 2, "ff_hidden": 64, "context": task.context}
+    if name == "tf":
+        return build_model("transformer", TransformerConfig(**shape))
+    return build_model("kuramoto", KuramotoConfig(**shape, attention=AttentionConfig(**MODELS[name])))
+
+
+def train(name: str, seed: int, task: Task) -> dict[str, Any]:
+    """One model trained on fresh batches; its copy accuracy on held-out sequences every ``eval_every`` steps."""
+    torch.manual_seed(seed)
+    model = build(name, task)
+    opt = torch.optim.AdamW(model.parameters(), lr=task.lr, weight_decay=0.0)
+    data, held_out = torch.Generator().manual_seed(1000 + seed), torch.Generator().manual_seed(-1 - seed)
+    test = sequences(task, task.eval_sequences, held_out)
+    curve = []
+    for step in range(task.steps + 1):
+        if step % task.eval_every == 0:
+            curve.append({"step": step, "accuracy": copy_accuracy(model, test, task)})
+        if step == task.steps:
+            break
+        x = sequences(task, task.batch, data)
+        logits = model(x[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return {"model": name, "seed": seed, "params": model.num_params(), "curve": curve}
+
+
+def measure(task: Task = Task(), models: tuple[str, ...] = tuple(MODELS)) -> dict[str, Any]:
+    runs = []
+    for name in models:
+        for seed in task.seeds:
+            runs.append(train(name, seed, task))
+            print(f"induction: {name} seed {seed}: copy accuracy {runs[-1]['curve'][-1]['accuracy']:.3f}", flush=True)
+    return {"task": asdict(task), "models": {m: MODELS[m] for m in models}, "runs": runs}
+
+
+def table(res: dict[str, Any]) -> list[str]:
+    """Mean copy accuracy over the seeds at each evaluation, per model."""
+    steps = [p["step"] for p in res["runs"][0]["curve"]][1:]
+    head = ["model", "parameters", *(f"step {s:,}" for s in steps)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in res["models"]:
+        runs = [r for r in res["runs"] if r["model"] == name]
+        accs = [statistics.mean(r["curve"][i]["accuracy"] for r in runs) for i in range(1, len(steps) + 1)]
+        lines.append(f"| {name} | {runs[0]['params']:,} | " + " | ".join(f"{a:.3f}" for a in accs) + " |")
+    return lines
+
+
+def write(res: dict[str, Any]) -> Path:
+    (protocol.RESULTS / "induction.json").write_text(json.dumps(res, indent=1) + "\n")
+    t = res["task"]
+    lines = [
+        "## Can the layer learn to copy? (a synthetic induction task)",
+        "",
+        f"_Generated by `python -m lab induction`: {t['segment']} random symbols of {t['alphabet']}, then "
+        f"{t['segment'] // 2 + 1} of them again from a random start in the first half; next-symbol accuracy on the "
+        f"copy (chance {1 / t['alphabet']:.3f}), {t['eval_sequences']} held-out sequences, mean over seeds "
+        f"{', '.join(map(str, t['seeds']))}. Two layers, 32 oscillators or channels, 2 heads; AdamW at "
+        f"{t['lr']:g}, batch {t['batch']}, fresh data every step. ka: ka-1m-tuned's layer (no self term, phase "
+        "lag); cross-score / cross-coupling / cross-both: the oscillator mixes of `layers/cross_coupling.py`; "
+        "value-projection: A averages W_v φ(x) (no Kuramoto step)._",
+        "",
+        *table(res),
+        "",
+    ]
+    path = protocol.RESULTS / "induction.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,46 @@
+"""The synthetic copy task of ``python -m lab induction`` (lab/studies/induction.py)."""
+
+import json
+from dataclasses import replace
+
+import torch
+
+from lab.studies import induction
+
+TINY = replace(induction.Task(), segment=8, alphabet=8, batch=4, steps=4, eval_every=2, eval_sequences=16, seeds=(0,))
+
+
+def test_sequences_copy_half_the_segment_from_a_random_start():
+    x = induction.sequences(TINY, 64, torch.Generator().manual_seed(0))
+    length, half = TINY.segment, TINY.segment // 2
+    assert x.shape == (64, length + half + 1) and int(x.max()) < TINY.alphabet
+    starts = set()
+    for row in x:
+        first, copy = row[:length].tolist(), row[length:].tolist()
+        s = next(s for s in range(half) if first[s:s + half + 1] == copy)
+        starts.add(s)
+    assert len(starts) > 1  # the offset varies, so position alone cannot find the source
+
+
+def test_copy_accuracy_scores_only_the_predictions_a_source_determines():
+    x = induction.sequences(TINY, 16, torch.Generator().manual_seed(0))
+
+    class Oracle(torch.nn.Module):  # predicts every next symbol: logits one-hot on x shifted by one
+        def forward(self, inp):
+            return torch.nn.functional.one_hot(x[:, 1:inp.shape[1] + 1], TINY.alphabet).float()
+
+    assert induction.copy_accuracy(Oracle(), x, TINY) == 1.0
+
+
+def test_study_writes_its_table(in_tmp):
+    from lab import protocol
+
+    protocol.RESULTS.mkdir(parents=True)
+    res = induction.measure(TINY, ("tf", "ka-cross-both"))
+    path = induction.write(res)
+    saved = json.loads((protocol.RESULTS / "induction.json").read_text())
+    assert [r["model"] for r in saved["runs"]] == ["tf", "ka-cross-both"]
+    assert all(0 <= p["accuracy"] <= 1 for r in saved["runs"] for p in r["curve"])
+    assert [p["step"] for p in saved["runs"][0]["curve"]] == [0, 2, 4]
+    text = path.read_text()
+    assert "| ka-cross-both |" in text and "| step 2 | step 4 |" in text
