@@ -44,3 +44,15 @@ def test_study_writes_its_table(in_tmp):
     assert [p["step"] for p in saved["runs"][0]["curve"]] == [0, 2, 4]
     text = path.read_text()
     assert "| ka-cross-both |" in text and "| step 2 | step 4 |" in text
+
+
+def test_results_line_reads_the_study(in_tmp):
+    from lab import protocol
+    from lab.writers.summary import induction_line
+
+    assert "not measured yet, `python -m lab induction`" in induction_line()
+    protocol.RESULTS.mkdir(parents=True)
+    induction.write(induction.measure(TINY, ("tf", "ka")))
+    line = induction_line()
+    assert line.startswith("- **Copying**") and "after 4 steps, mean of 1 seeds, chance 0.125" in line
+    assert ": tf 0." in line and ", ka 0." in line

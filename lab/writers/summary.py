@@ -221,6 +221,21 @@ def dynamics_section() -> str:
         "offset profiles, knockouts and linear probes, in the notebook)."
 
 
+def induction_line() -> str:
+    """The copy task's final accuracies (``python -m lab induction``), or how to measure them."""
+    source = protocol.RESULTS / "induction.json"
+    if not source.exists():
+        return "- **Copying** (a synthetic induction task): not measured yet, `python -m lab induction`."
+    res = json.loads(source.read_text())
+    final = {m: statistics.mean(r["curve"][-1]["accuracy"] for r in res["runs"] if r["model"] == m)
+             for m in res["models"]}
+    task = res["task"]
+    return (f"- **Copying** (a synthetic induction task, `python -m lab induction`: two-layer models, a random "
+            f"segment copied from a random start, next-symbol accuracy on the copy after {task['steps']:,} steps, "
+            f"mean of {len(task['seeds'])} seeds, chance {1 / task['alphabet']:.3f}): "
+            + ", ".join(f"{m} {a:.3f}" for m, a in final.items()) + " (the notebook has the curves).")
+
+
 def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> str:
     def link(p: Path) -> str:
         return Path(os.path.relpath(p, path.parent)).as_posix()
@@ -259,6 +274,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
         "",
         *map(geometries.summary_line, geometries.STUDIES),
         leads.summary_line(),
+        induction_line(),
         "",
         "## Dynamics verdicts",
         "",
