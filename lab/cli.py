@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "variant and the 5M pair; induction: two-layer models on a synthetic copy task (minutes)")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}; retired, reported "
                    f"only: {', '.join(RETIRED)}); dynamics takes several (default: {' '.join(DYNAMICS_GROUPS)})")
-    p.add_argument("--only", action="append", help="run only these run names")
+    p.add_argument("--only", action="append", help="run only these run names (induction: these models)")
     p.add_argument("--out", metavar="DIR", help="work in DIR (DIR/results, DIR/runs, DIR/RESULTS.md) instead of the "
                    "repository's results/ and runs/experiments/: a rerun from scratch of one's own")
     p.add_argument("--rerun", action="store_true", help="run: train the group's runs again even where a result (or "
@@ -89,7 +89,8 @@ def _action(args: Any) -> None:
 
         if args.action == "induction" and args.group:
             raise ConfigError("induction takes no GROUP (it trains its own small models on a synthetic task)")
-        print(f"wrote {induction.write(induction.measure())}")
+        models = tuple(args.only) if args.action == "induction" and args.only else tuple(induction.MODELS)
+        print(f"wrote {induction.write(induction.measure(models=models))}")
     if args.action in ("report", "replicate"):
         from lab.writers import readme
         from lab.writers.results_md import write_report

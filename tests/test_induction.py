@@ -10,14 +10,14 @@ from lab.studies import induction
 TINY = replace(induction.Task(), segment=8, alphabet=8, batch=4, steps=4, eval_every=2, eval_sequences=16, seeds=(0,))
 
 
-def test_sequences_copy_half_the_segment_from_a_random_start():
+def test_sequences_copy_the_segment_from_a_random_start():
     x = induction.sequences(TINY, 64, torch.Generator().manual_seed(0))
     length, half = TINY.segment, TINY.segment // 2
-    assert x.shape == (64, length + half + 1) and int(x.max()) < TINY.alphabet
+    assert x.shape == (64, 2 * length) and int(x.max()) < TINY.alphabet
     starts = set()
     for row in x:
-        first, copy = row[:length].tolist(), row[length:].tolist()
-        s = next(s for s in range(half) if first[s:s + half + 1] == copy)
+        first, second = row[:length].tolist(), row[length:].tolist()
+        s = next(s for s in range(half) if first[s:] == second[:length - s])
         starts.add(s)
     assert len(starts) > 1  # the offset varies, so position alone cannot find the source
 
@@ -56,3 +56,12 @@ def test_results_line_reads_the_study(in_tmp):
     line = induction_line()
     assert line.startswith("- **Copying**") and "after 4 steps, mean of 1 seeds, chance 0.125" in line
     assert ": tf 0." in line and ", ka 0." in line
+
+
+def test_an_unknown_model_is_refused():
+    import pytest
+
+    from kuramoto_attention.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="induction has no model 'ka-x'; choose from tf, ka, "):
+        induction.measure(TINY, ("ka-x",))
