@@ -60,6 +60,23 @@ def test_query_key_equals_plain(lag_shape):
             assert torch.allclose(f, p, atol=1e-12)
 
 
+@pytest.mark.parametrize("lag_shape", [None, (K,), (B, T, K)])
+def test_torus_plain_path_equals_the_fused_kernel(lag_shape, monkeypatch):
+    """What runs under torch.compile (Torus.query_key's plain expressions, token-major) is the fused kernel's
+    function: values and gradients."""
+    from kuramoto_attention.layers import torus
+
+    f64 = torch.float64
+    theta, omega, z, tau = leaves(random_phases(B, T, K), torch.rand(K, dtype=f64),
+                                  torch.randn(B, T, 2 * K, dtype=f64), torch.rand(H, dtype=f64) + 0.5)
+    lag = None if lag_shape is None else leaves(torch.randn(lag_shape, dtype=f64))[0]
+    pos = torch.arange(3, 3 + T, dtype=f64)
+    inputs = [x for x in (theta, omega, lag, z, tau) if x is not None]
+    fused = query_key(theta, omega, pos, lag, z, tau, f64)
+    monkeypatch.setattr(torus, "fused_applies", lambda: False)
+    assert_same(fused, torus.Torus().query_key(theta, pos, omega, z, H, tau, f64, lag), inputs)
+
+
 def test_query_key_casts_on_store():
     """fp32 phases, bf16 gate logits (autocast's matmul output), bf16 features: the attention's inputs."""
     theta, omega, z = random_phases(B, T, K, dtype=torch.float32), torch.rand(K), torch.randn(B, T, 2 * K).bfloat16()

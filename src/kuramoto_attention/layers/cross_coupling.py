@@ -53,9 +53,9 @@ class OscillatorMix(nn.Module):
         return w @ self.real_map(w.dtype)
 
     def query(self, theta: Tensor, angle: Tensor) -> Tensor:
-        """e^{i·angle} ⊙ C e^{iθ} as [Re | Im]: θ (B, H, T, d) per head, angle ωt + β broadcastable to it
-        -> (B, H, T, 2d) in θ's dtype."""
-        re, im = self(lift(theta)).to(theta.dtype).chunk(2, dim=-1)
+        """e^{i·angle} ⊙ C e^{iθ} as [Re | Im]: θ (B, T, H, d) token-major, angle ωt + β broadcastable to it
+        -> (B, T, H, 2d) in θ's dtype."""
+        re, im = self(lift(theta).transpose(1, 2)).transpose(1, 2).to(theta.dtype).chunk(2, dim=-1)
         cos_a, sin_a = torch.cos(angle), torch.sin(angle)
         return torch.cat((re * cos_a - im * sin_a, re * sin_a + im * cos_a), dim=-1)
 

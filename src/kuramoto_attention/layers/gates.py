@@ -44,12 +44,18 @@ def metric_gates(z: Tensor, heads: int, q_scale: Tensor | None = None) -> Tensor
     softplus, then divided by the mean over each head's oscillators, so the gates are a positive diagonal metric of
     mean 1. ``q_scale`` (H,) multiplies g^q in the same pass (the fused path folds the temperature τ in here).
     """
+    return token_major_gates(z, heads, q_scale).permute(2, 0, 3, 1, 4)
+
+
+def token_major_gates(z: Tensor, heads: int, q_scale: Tensor | None = None) -> Tensor:
+    """``metric_gates`` laid out as z is, (B, T, 2, H, n/H): what a path that splits the heads last reads (a kernel
+    that writes every token's features in place runs faster than one that transposes them as it goes)."""
     b, t, _ = z.shape
     g = F.softplus(z).view(b, t, 2, heads, -1)
     scale = g.mean(dim=-1, keepdim=True).reciprocal()  # (B, T, 2, H, 1): cheap
     if q_scale is not None:
         scale = scale * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, heads, 1)
-    return (g * scale.to(g.dtype)).to(z.dtype).permute(2, 0, 3, 1, 4)  # (2, B, H, T, n/H)
+    return (g * scale.to(g.dtype)).to(z.dtype)
 
 
 class PhaseGates(nn.Module):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.gates import metric_gates
+from kuramoto_attention.layers.gates import token_major_gates
 
 Parts = tuple[Tensor, ...]
 _SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
@@ -42,6 +42,12 @@ def per_head(x: Parts, heads: int) -> Tensor:
     return torch.stack(x, dim=2).unflatten(-1, (heads, -1)).permute(0, 3, 1, 2, 4)
 
 
+def token_major(x: Parts, heads: int) -> Tensor:
+    """c planes (B, T, n) -> (B, T, H, c, d): ``per_head``'s layout within a token, the tokens outermost (what the
+    query/key features are computed in before the heads are split by a view)."""
+    return torch.stack(x, dim=2).unflatten(-1, (heads, -1)).transpose(2, 3)
+
+
 def from_heads(out: Tensor, components: int) -> Parts:
     """An attention output (B, H, T, c·d) laid out as ``per_head``'s features -> its c planes (B, T, n)."""
     b, _, t, _ = out.shape
@@ -50,13 +56,14 @@ def from_heads(out: Tensor, components: int) -> Parts:
 
 def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype
                    ) -> tuple[Tensor, Tensor]:
-    """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its c components: feat (B, H, T, c, d) ->
-    (B, H, T, c·d) each, in ``dtype``; ``logits`` the gates' (B, T, 2n), or None (every gate 1)."""
+    """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its c components: feat (B, T, H, c, d)
+    (``token_major``) -> (B, H, T, c·d) each (views of token-major tensors), in ``dtype``; ``logits`` the gates'
+    (B, T, 2n), or None (every gate 1)."""
     feat = feat.to(dtype)
     if logits is None:
-        return (feat * tau.to(dtype).view(heads, 1, 1, 1)).flatten(-2), feat.flatten(-2)
-    g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
-    q, k = (feat * g.unsqueeze(-2)).flatten(-2).unbind(0)
+        return (feat * tau.to(dtype).view(heads, 1, 1)).flatten(-2).transpose(1, 2), feat.flatten(-2).transpose(1, 2)
+    g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
+    q, k = ((feat * g[:, :, i, :, None, :]).flatten(-2).transpose(1, 2) for i in range(2))
     return q, k
 
 

@@ -44,6 +44,7 @@ from kuramoto_attention.layers.planes import (
     norm_bounded,
     per_head,
     split,
+    token_major,
 )
 from kuramoto_attention.ops.attention import rotary_angles
 
@@ -134,7 +135,7 @@ class Sphere(Geometry):
                   dtype: torch.dtype, lag: Tensor | None = None,
                   cross: OscillatorMix | None = None) -> tuple[Tensor, Tensor]:
         torus_only(lag, cross)
-        return gated_features(per_head(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
+        return gated_features(token_major(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
         return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are

@@ -16,7 +16,7 @@ from torch import Tensor
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.cross_coupling import OscillatorMix
-from kuramoto_attention.layers.gates import metric_gates
+from kuramoto_attention.layers.gates import token_major_gates
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.ops.attention import rotary_angles, split_heads
 from kuramoto_attention.ops.fused import fused_applies, gated_step, query_key
@@ -58,22 +58,25 @@ class Torus(Geometry):
         lag = None if lag is None else lag.to(x.dtype)
         if logits is not None and cross is None and fused_applies():
             return query_key(x, drift, pos, lag, logits, tau, dtype)
-        d = x.shape[-1] // heads
-        theta = split_heads(x, heads)
-        drifted = drift.view(heads, 1, d).to(x.dtype) * pos[:, None]  # ω t: (H, T, d)
+        b, t, n = x.shape
+        d = n // heads
+        # token-major, (B, T, H, ·), the heads split by a view at the end: compiled, a kernel that writes each token's
+        # features in place runs faster than one that transposes them to (B, H, T, ·) as it writes
+        theta = x.view(b, t, heads, d)
+        drifted = drift.view(heads, d).to(x.dtype) * pos[:, None, None]  # ω t: (T, H, d)
         phi = theta + drifted  # φ_t = θ_t + ω t
-        trig = lift(phi).to(dtype)  # ψ(φ) per head: (B, H, T, 2d)
+        trig = lift(phi).to(dtype)  # ψ(φ) per head: (B, T, H, 2d)
         if lag is not None:  # β (n,), or β_t (B, T, n) read from the state
-            lag = lag.view(heads, 1, d) if lag.dim() == 1 else split_heads(lag, heads)
+            lag = lag.view(heads, d) if lag.dim() == 1 else lag.view(b, t, heads, d)
         if cross is not None:  # e^{i(ωt + β)} ⊙ C e^{iθ_t}
             trig_q = cross.query(theta, drifted if lag is None else drifted + lag).to(dtype)
         else:
             trig_q = trig if lag is None else lift(phi + lag).to(dtype)  # ψ(φ + β)
         if logits is None:
-            return trig_q * tau.to(trig.dtype).view(heads, 1, 1), trig
-        g = metric_gates(logits, heads, q_scale=tau).to(dtype)  # (2, B, H, T, d): τ g^q, g^k
-        trig_qk = trig if trig_q is trig else torch.stack((trig_q, trig))  # (B, H, T, 2d) or (2, B, H, T, 2d)
-        q, k = (trig_qk.unflatten(-1, (2, d)) * g.unsqueeze(-2)).flatten(-2).unbind(0)  # cos, sin halves alike
+            return (trig_q * tau.to(trig.dtype).view(heads, 1)).transpose(1, 2), trig.transpose(1, 2)
+        g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
+        q, k = ((feat.unflatten(-1, (2, d)) * g[:, :, i, :, None, :]).flatten(-2).transpose(1, 2)
+                for i, feat in enumerate((trig_q, trig)))  # cos, sin halves alike
         return q, k
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
