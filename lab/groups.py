@@ -80,10 +80,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def _lr(group: str = "lr", ka_model: dict[str, Any] | None = None, presets: tuple[str, ...] = ("ka-1m", "tf-1m"),
         train: dict[str, Any] | None = None) -> list[Spec]:
     # the transformer's best of LRS was its largest, 8e-3: the sweep goes one step further for it
-    # at 5M both families preferred rates below their 1M best (scale): the 5M sweep starts one step lower
+    # at 5M both families preferred rates below their 1M best (scale): the 5M sweep starts two steps lower, and its
+    # best of those three was the largest, 2e-3, so it goes one step further
     grid = {"ka-1m": LRS, "ka-1m-tuned": LRS, "ka-su2-1m": LRS, "ka-su2-1m-tuned": LRS, "ka-sphere-1m": LRS,
             "tf-1m": (*LRS, 1.6e-2),
-            "ka-5m-tuned": tuple(lr / 4 for lr in LRS)}
+            "ka-5m-tuned": (*(lr / 4 for lr in LRS), LRS[0] * 2)}
     return [Spec(group, f"{p}-lr-{lr:g}", p, (ka_model or {}) if p.startswith("ka") else {},
                  {**SWEEP, "lr": lr, **(train or {})}, "valid") for p in presets for lr in grid[p]]
 
@@ -191,11 +192,12 @@ LEADS: dict[str, Lead] = {
     # (up to the fixed lag β); a lag read from the state lets it look for another phase (W_β from 0; +2.6% parameters)
     "lag-from-state": Lead({"lag_from_state": True}),
     # the same gap, answered in the layer's structure: the paper's layer couples oscillator j of one token to j of
-    # another only, so a token cannot hold its predecessor's byte in oscillators its own byte does not set, nor can a
-    # query compare its byte with a key's predecessor (what finds the byte after an earlier copy of the current one).
-    # A complex mix of a head's oscillators in the step (K: j synchronises to l), in the score (C: the query's), or
-    # both (layers/cross_coupling.py); on a synthetic copy task (`python -m lab induction`) each 2-layer model's copy
-    # accuracy says which matters. Each mix's 51,200 weights are paid for by feed-forward units (27 per layer each)
+    # another only, so a token has no direct way to hold its predecessor's byte in oscillators its own byte does not
+    # set, nor a query to compare its byte with a key's predecessor (what finds the byte after an earlier copy of the
+    # current one). A complex mix of a head's oscillators in the step (K: j synchronises to l), in the score (C: the
+    # query's), or both (layers/cross_coupling.py). On a synthetic copy task (`python -m lab induction`) the diagonal
+    # layer learns the copy without them, and no faster with them. Each mix's 51,200 weights are paid for by
+    # feed-forward units (27 per layer each)
     "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
     "cross-score": Lead({"cross_score": True, "ff_hidden": 323}),
     "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}),

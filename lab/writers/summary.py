@@ -227,13 +227,20 @@ def induction_line() -> str:
     if not source.exists():
         return "- **Copying** (a synthetic induction task): not measured yet, `python -m lab induction`."
     res = json.loads(source.read_text())
-    final = {m: statistics.mean(r["curve"][-1]["accuracy"] for r in res["runs"] if r["model"] == m)
-             for m in res["models"]}
     task = res["task"]
+    parts = []
+    for m in res["models"]:
+        runs = [r for r in res["runs"] if r["model"] == m]
+        curve = [(p["step"], statistics.mean(r["curve"][i]["accuracy"] for r in runs))
+                 for i, p in enumerate(runs[0]["curve"])]
+        half = next((step for step, acc in curve if acc >= 0.5), None)
+        parts.append(f"{m} {curve[-1][1]:.3f}" + (f" (0.5 first at step {half:,})" if half is not None else ""))
     return (f"- **Copying** (a synthetic induction task, `python -m lab induction`: two-layer models, a random "
             f"segment copied from a random start, next-symbol accuracy on the copy after {task['steps']:,} steps, "
-            f"mean of {len(task['seeds'])} seeds, chance {1 / task['alphabet']:.3f}): "
-            + ", ".join(f"{m} {a:.3f}" for m, a in final.items()) + " (the notebook has the curves).")
+            f"mean of {len(task['seeds'])} seeds, chance {1 / task['alphabet']:.3f}): " + ", ".join(parts)
+            + ". The diagonal coupling (ka: ka-1m-tuned's layer) learns to copy, sooner than the transformer here "
+            "(with about twice its parameters), and the cross mixes do not speed it up: the copy gap at 40M is not a "
+            "plain inability to copy (the notebook has the curves).")
 
 
 def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> str:
