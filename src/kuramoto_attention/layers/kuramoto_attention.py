@@ -73,7 +73,8 @@ class AttentionConfig:
     # Oscillators of a head coupled across through a learned complex mix (cross_coupling.py; from the identity, 2d²
     # weights per head each; the torus only): in the score, the query's oscillators mixed (C); in the step, the
     # attended states' (K), so that oscillator j synchronises to l. The paper's layer couples j to j only, and at 40M
-    # tokens the gap is largest on bytes that copying predicts (`python -m lab gap budget40`)
+    # tokens the gap is largest on bytes that copying predicts (`python -m lab gap budget40`); yet on a synthetic copy
+    # task it learns to copy without them (`python -m lab induction`). Leads of issue 26, both worse at 10M tokens
     cross_score: bool = False
     cross_coupling: bool = False
     clock: int = 0  # positional clock oscillators per head (gates.py PositionalClock); 0: none
