@@ -125,15 +125,24 @@ def measure(task: Task = Task(), models: tuple[str, ...] = tuple(MODELS)) -> dic
     return {"task": asdict(task), "models": {m: MODELS[m] for m in models}, "runs": runs}
 
 
-def table(res: dict[str, Any]) -> list[str]:
-    """Mean copy accuracy over the seeds at each evaluation, per model."""
-    steps = [p["step"] for p in res["runs"][0]["curve"]][1:]
-    head = ["model", "parameters", *(f"step {s:,}" for s in steps)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def mean_curves(res: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """(step, copy accuracy averaged over the seeds) at each evaluation, per model."""
+    out = {}
     for name in res["models"]:
         runs = [r for r in res["runs"] if r["model"] == name]
-        accs = [statistics.mean(r["curve"][i]["accuracy"] for r in runs) for i in range(1, len(steps) + 1)]
-        lines.append(f"| {name} | {runs[0]['params']:,} | " + " | ".join(f"{a:.3f}" for a in accs) + " |")
+        out[name] = [(p["step"], statistics.mean(r["curve"][i]["accuracy"] for r in runs))
+                     for i, p in enumerate(runs[0]["curve"])]
+    return out
+
+
+def table(res: dict[str, Any]) -> list[str]:
+    """Mean copy accuracy over the seeds at each evaluation after the first, per model."""
+    curves = mean_curves(res)
+    params = {r["model"]: r["params"] for r in res["runs"]}
+    head = ["model", "parameters", *(f"step {step:,}" for step, _ in next(iter(curves.values()))[1:])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, curve in curves.items():
+        lines.append(f"| {name} | {params[name]:,} | " + " | ".join(f"{a:.3f}" for _, a in curve[1:]) + " |")
     return lines
 
 

@@ -14,6 +14,7 @@ from lab import protocol
 from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, TUNED_ABLATIONS, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
+from lab.studies import induction
 from lab.writers import compute, gap_budget, geometries, leads, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.scaling import PAPER_BY_SIZE
@@ -229,10 +230,7 @@ def induction_line() -> str:
     res = json.loads(source.read_text())
     task = res["task"]
     parts = []
-    for m in res["models"]:
-        runs = [r for r in res["runs"] if r["model"] == m]
-        curve = [(p["step"], statistics.mean(r["curve"][i]["accuracy"] for r in runs))
-                 for i, p in enumerate(runs[0]["curve"])]
+    for m, curve in induction.mean_curves(res).items():
         half = next((step for step, acc in curve if acc >= 0.5), None)
         parts.append(f"{m} {curve[-1][1]:.3f}" + (f" (0.5 first at step {half:,})" if half is not None else ""))
     return (f"- **Copying** (a synthetic induction task, `python -m lab induction`: two-layer models, a random "

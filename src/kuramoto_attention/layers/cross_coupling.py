@@ -37,16 +37,20 @@ class OscillatorMix(nn.Module):
         super().__init__()
         self.delta = nn.Parameter(torch.zeros(2, heads, head_dim, head_dim))
 
-    def matrix(self) -> Tensor:
-        """C = I + Δ as a complex (H, d, d) tensor (the literal reference's)."""
+    def parts(self) -> tuple[Tensor, Tensor]:
+        """(A, B) of C = A + iB = I + Δ, (H, d, d) each."""
         eye = torch.eye(self.delta.shape[-1], device=self.delta.device, dtype=self.delta.dtype)
-        return torch.complex(eye + self.delta[0], self.delta[1])
+        return eye + self.delta[0], self.delta[1]
+
+    def matrix(self, like: torch.dtype | None = None) -> Tensor:
+        """C as a complex (H, d, d) tensor (the literal reference's), as precise as the real dtype ``like``."""
+        c = torch.complex(*self.parts())
+        return c if like is None else c.to(torch.promote_types(like, torch.complex64))
 
     def real_map(self, dtype: torch.dtype) -> Tensor:
         """C as a real map of [Re w | Im w] to [Re Cw | Im Cw], (H, 2d, 2d) acting on the right: with C = A + iB,
         [x, y] @ [[Aᵀ, Bᵀ], [−Bᵀ, Aᵀ]] = [A x − B y, B x + A y]."""
-        eye = torch.eye(self.delta.shape[-1], device=self.delta.device, dtype=self.delta.dtype)
-        a, b = (eye + self.delta[0]).mT, self.delta[1].mT
+        a, b = (m.mT for m in self.parts())
         return torch.cat((torch.cat((a, b), dim=-1), torch.cat((-b, a), dim=-1)), dim=-2).to(dtype)
 
     def forward(self, w: Tensor) -> Tensor:
@@ -64,7 +68,7 @@ class OscillatorMix(nn.Module):
         """Σ_u A_{t,u} Im(e^{−iθ_{t,j}} (K e^{iθ_u})_j), summed over u term by term: x (B, T, n), attn (B, H, T, T)
         -> (B, T, n). (The tests expand (K e^{iθ_u})_j over l too.)"""
         theta = split_heads(x, attn.shape[1])  # (B, H, T, d)
-        k = self.matrix().to(torch.promote_types(x.dtype, torch.complex64))
+        k = self.matrix(x.dtype)
         e = torch.polar(torch.ones_like(theta), theta)
         mixed = torch.einsum("hjl,bhul->bhuj", k, e)  # (K e^{iθ_u})_j
         pair = (e.conj()[..., :, None, :] * mixed[..., None, :, :]).imag  # [t, u, j] = Im(e^{−iθ_{t,j}} (K e^{iθ_u})_j)

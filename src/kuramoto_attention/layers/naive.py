@@ -10,7 +10,7 @@ One token's state is θ_t ∈ T^k = R^k / 2πZ^k, k oscillators; a head owns d =
     θ_t        ← θ_t + bound(v(θ_t) ⊙ a_t)                                        the step
     bound(x)    = r · tanh(‖x‖) · x/‖x‖        (or r ⊙ tanh(x / r), per coordinate)
 
-β is zero in the paper (``phase_lag`` learns it; ``cross_coupling`` also mixes the query's oscillators, see
+β is zero in the paper (``phase_lag`` learns it; ``cross_score`` also mixes the query's oscillators, see
 ``kernel``); the gates g^q, g^k and the signed value gate v are read from ψ(θ) by the layer (``gates.py``,
 ``kuramoto_attention.py``). Everything here is written out with the T × T × d
 kernel: it is slow, exact, and the ground truth that the fused path (one SDPA call, hand-fused kernels in
@@ -47,7 +47,7 @@ def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None, mix: Tensor
     """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω (H, d), β (H, d) or one per
     query token (B, H, T, d)  ->  (B, H, T, T, d).
 
-    With ``mix`` C (H, d, d) complex (``cross_coupling``): Re(z_{t,j} e^{i(ω_j (t − u) + β_j)} e^{−iθ_{u,j}}),
+    With ``mix`` C (H, d, d) complex (``cross_score``): Re(z_{t,j} e^{i(ω_j (t − u) + β_j)} e^{−iθ_{u,j}}),
     z_t = C e^{iθ_t}; C = I gives the cosine above."""
     t_len = theta.shape[-2]
     pos = torch.arange(t_len, device=theta.device, dtype=theta.dtype)

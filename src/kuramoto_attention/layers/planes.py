@@ -54,16 +54,20 @@ def from_heads(out: Tensor, components: int) -> Parts:
     return out.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4).reshape(components, b, t, -1).unbind(0)
 
 
-def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype
-                   ) -> tuple[Tensor, Tensor]:
+def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype,
+                   query: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its c components: feat (B, T, H, c, d)
-    (``token_major``) -> (B, H, T, c·d) each (views of token-major tensors), in ``dtype``; ``logits`` the gates'
-    (B, T, 2n), or None (every gate 1)."""
-    feat = feat.to(dtype)
-    if logits is None:
-        return (feat * tau.to(dtype).view(heads, 1, 1)).flatten(-2).transpose(1, 2), feat.flatten(-2).transpose(1, 2)
-    g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
-    q, k = ((feat * g[:, :, i, :, None, :]).flatten(-2).transpose(1, 2) for i in range(2))
+    (``token_major``) -> (B, H, T, c·d) each (views of token-major tensors), in ``dtype``; ``query``: the query's own
+    features where they differ (the torus's phase lag or mix); ``logits`` the gates' (B, T, 2n), or None (every gate
+    1)."""
+    feats = (feat if query is None else query, feat)
+    if logits is None:  # τ on the query, nothing on the key
+        gates: tuple[Tensor | None, ...] = (tau.to(dtype).view(heads, 1, 1), None)
+    else:
+        g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
+        gates = (g[:, :, 0, :, None, :], g[:, :, 1, :, None, :])
+    q, k = ((f.to(dtype) if gate is None else f.to(dtype) * gate).flatten(-2).transpose(1, 2)
+            for f, gate in zip(feats, gates, strict=True))
     return q, k
 
 

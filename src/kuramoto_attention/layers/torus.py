@@ -16,8 +16,8 @@ from torch import Tensor
 from kuramoto_attention.layers import naive
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.cross_coupling import OscillatorMix
-from kuramoto_attention.layers.gates import token_major_gates
 from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.planes import gated_features
 from kuramoto_attention.ops.attention import rotary_angles, split_heads
 from kuramoto_attention.ops.fused import fused_applies, gated_step, query_key
 from kuramoto_attention.ops.torus import lift, tangent_projection
@@ -72,12 +72,8 @@ class Torus(Geometry):
             trig_q = cross.query(theta, drifted if lag is None else drifted + lag).to(dtype)
         else:
             trig_q = trig if lag is None else lift(phi + lag).to(dtype)  # ψ(φ + β)
-        if logits is None:
-            return (trig_q * tau.to(trig.dtype).view(heads, 1)).transpose(1, 2), trig.transpose(1, 2)
-        g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
-        q, k = ((feat.unflatten(-1, (2, d)) * g[:, :, i, :, None, :]).flatten(-2).transpose(1, 2)
-                for i, feat in enumerate((trig_q, trig)))  # cos, sin halves alike
-        return q, k
+        return gated_features(trig.unflatten(-1, (2, d)), logits, heads, tau, dtype,
+                              query=trig_q.unflatten(-1, (2, d)))  # cos, sin halves alike
 
     def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
         b, t, _ = lifted.shape  # ψ(θ_u) per head: [cos θ_h, sin θ_h]
@@ -103,7 +99,7 @@ class Torus(Geometry):
                          cross: OscillatorMix | None = None) -> Tensor:
         d = x.shape[-1] // heads
         beta = None if lag is None else (lag.view(heads, d) if lag.dim() == 1 else split_heads(lag, heads)).to(x.dtype)
-        mix = None if cross is None else cross.matrix().to(torch.promote_types(x.dtype, torch.complex64))
+        mix = None if cross is None else cross.matrix(x.dtype)
         return naive.kernel(naive.heads(x, heads), drift.view(heads, d).to(x.dtype), beta, mix)
 
     def reference_increment(self, x: Tensor, attn: Tensor) -> Tensor:
