@@ -90,6 +90,103 @@ def overfit(r: dict[str, Any]) -> str:
                    "; valid still falling")
 
 
+def _train_points(r: dict[str, Any]) -> dict[int, float]:
+    """tokens -> the mean training BPC since the previous evaluation, along a run's curve."""
+    return {q["tokens"]: q["train_bpc"] for q in r.get("curve", []) if q.get("train_bpc") is not None}
+
+
+def fit_gaps(r: dict[str, Any], tf: dict[str, Any]) -> list[tuple[int, float, float]]:
+    """(tokens, training-BPC gap, validation-BPC gap) of run ``r`` to ``tf`` at every evaluation both made at the
+    same token count: whether the gap is in fitting the training bytes or in generalising from them."""
+    train, train_tf = _train_points(r), _train_points(tf)
+    valid = {q["tokens"]: q["valid_bpc"] for q in r.get("curve", [])}
+    valid_tf = {q["tokens"]: q["valid_bpc"] for q in tf.get("curve", [])}
+    return [(t, train[t] - train_tf[t], valid[t] - valid_tf[t]) for t in sorted(train) if t in train_tf
+            and t in valid and t in valid_tf]
+
+
+def per_doubling(runs: dict[str, dict[str, dict[str, Any]]], preset: str, lo: str = "10M",
+                 hi: str = f"{BUDGETS[-1] // 1_000_000}M") -> float | None:
+    """Test BPC gained per doubling of the token budget between two budgets of the curve (seed 0, own schedules)."""
+    import math
+
+    a, b = runs.get(lo, {}).get(preset), runs.get(hi, {}).get(preset)
+    if a is None or b is None or _model_note(a) or _model_note(b):
+        return None
+    return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
+
+
+def fit_runs() -> list[tuple[str, dict[str, Any]]]:
+    """Every Kuramoto run at the curve's largest budget (its presets and leads40's leads), by name."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    at = budget_runs().get(label, {})
+    return ([(p, r) for p, r in at.items() if p != REFERENCE] + [(r["name"], r) for r in load_results("leads40")])
+
+
+def fit_note() -> str:
+    """Why the gap grows with the budget, in the runs' own numbers: each Kuramoto model's gap to tf-1m in training
+    BPC beside its gap in validation BPC at the end of the largest budget (equal: the model fits its training bytes
+    worse, it does not generalise worse), where along the run it falls behind, and the test BPC each model gains
+    per doubling of the budget."""
+    runs = budget_runs()
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    tf = runs.get(label, {}).get(REFERENCE)
+    if tf is None or not fit_runs():
+        return ""
+    parts = []
+    for name, r in fit_runs():
+        gaps = fit_gaps(r, tf)
+        if not gaps:
+            continue
+        t, train, valid = gaps[-1]
+        ahead = [g for g in gaps if g[1] < 0]  # the evaluations at which it fit its training bytes better
+        since = (f"ahead of tf-1m's until {ahead[-1][0] / 1e6:.1f}M tokens, behind from then on" if ahead
+                 else "behind tf-1m's throughout")
+        parts.append(f"{name} {train:+.3f} in training BPC against {valid:+.3f} in validation BPC at "
+                     f"{t / 1e6:.0f}M (its training BPC {since})")
+    slopes = {p: s for p in BUDGET_PRESETS if (s := per_doubling(runs, p)) is not None}
+    if not parts:
+        return ""
+    text = (f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous evaluation, "
+            f"and the validation estimate, each against tf-1m's at the same token count): " + "; ".join(parts) + ".")
+    ends = [g[-1] for _, r in fit_runs() if (g := fit_gaps(r, tf))]
+    if all(train >= 0.8 * valid > 0 for _, train, valid in ends):
+        text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
+                 "widening gap is slower learning, not memorisation, and not worse generalisation.")
+    if slopes:
+        text += (f" Test BPC per doubling of the budget from 10M to {label}: "
+                 + ", ".join(f"{p} {s:+.3f}" for p, s in slopes.items()) + ".")
+    return text
+
+
+def fit_plot(out: Path) -> Path | None:
+    """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    tf = budget_runs().get(label, {}).get(REFERENCE)
+    series = [(name, g) for name, r in fit_runs() if tf is not None and (g := fit_gaps(r, tf))]
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=120)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, gaps) in enumerate(series):
+        colour = COLOURS.get(name, cycle[i % len(cycle)])
+        xs = [t / 1e6 for t, _, _ in gaps]
+        ax.plot(xs, [g for _, g, _ in gaps], "-", color=colour, label=f"{name}: training")
+        ax.plot(xs, [g for _, _, g in gaps], ":", color=colour, label=f"{name}: validation")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("training tokens (M)")
+    ax.set_ylabel("BPC minus tf-1m's at the same tokens")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"the gap along the {label}-token runs (seed 0)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 def _seed0(group: str, preset: str) -> dict[str, Any] | None:
     return next((r for r in with_twins(group) if r["preset"] == preset and r["train"].get("seed", 0) == 0), None)
 
@@ -312,4 +409,5 @@ def compute_caption() -> str:
 
 def plots() -> dict[str, Path | None]:
     return {"budget": budget_plot(protocol.RESULTS / "budget.png"),
-            "compute": compute_plot(protocol.RESULTS / "compute.png")}
+            "compute": compute_plot(protocol.RESULTS / "compute.png"),
+            "fit": fit_plot(protocol.RESULTS / "fit.png")}

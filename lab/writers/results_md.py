@@ -573,6 +573,8 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         compute.budget_section(),
         "",
         *([f"![test BPC against budget]({link(plots['budget'])})", ""] if plots.get("budget") else []),
+        *([compute.fit_note(), ""] if compute.fit_note() else []),
+        *([f"![the gap along the largest budget's runs]({link(plots['fit'])})", ""] if plots.get("fit") else []),
         "### The gap at equal training FLOPs",
         "",
         compute.flops_section(),

@@ -119,7 +119,9 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     notes.append("At equal training FLOPs: " + "; ".join(eq) + "." if eq else
                  "At equal training FLOPs: not run yet (`python -m lab run flops`).")
     notes.append(target_note(runs, flops))
-    imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute") if plots.get(k)]
+    if fit := compute.fit_note():
+        notes.append(fit)
+    imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
     return text + "\n\n" + " ".join(notes) + ("\n\n" + " ".join(imgs) if imgs else "")
 
 
