@@ -5,6 +5,7 @@ print must be the one computed from the fabricated JSON."""
 import json
 import statistics
 
+import pytest
 import torch
 from conftest import write_results
 
@@ -507,3 +508,48 @@ def test_issue_26_target_is_judged_from_the_40m_runs(in_tmp):
     assert "met by ka-1m-tuned;" in summary.target_note(runs, flops)
     runs["10M"]["ka-1m-tuned"] = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.11)  # 10M gap +0.010
     assert "**not met**" in summary.target_note(runs, flops)  # the gap grew from 10M to 40M
+
+
+def _along(r: dict, points: list[tuple[int, float, float]]) -> dict:
+    """``r`` with its curve replaced: (tokens, train BPC, valid BPC) per evaluation."""
+    return {**r, "curve": [{"tokens": t, "elapsed_s": 1.0, "train_bpc": a, "valid_bpc": b} for t, a, b in points],
+            "final_valid_estimate": points[-1][2]}
+
+
+def test_the_40m_point_is_the_better_rate_on_validation_never_on_test(in_tmp):
+    swept = {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=40_000_000), "final_valid_estimate": 2.05}
+    half = {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.00, lr=2e-3, tokens=40_000_000),
+            "final_valid_estimate": 2.06}  # better on test, worse on validation: not chosen
+    write_results(in_tmp, [swept, half])
+    assert compute.budget_runs()["40M"]["ka-1m-tuned"]["name"] == "ka-1m-tuned-40m"
+    write_results(in_tmp, [{**half, "final_valid_estimate": 2.04}])
+    chosen = compute.budget_runs()["40M"]["ka-1m-tuned"]
+    assert chosen["name"] == "ka-1m-tuned-40m-lr-0.002" and compute.off_rate(chosen)
+    assert "2.0000†" in summary.budget_section({}, str)  # marked, and the note says what the mark means
+    assert "†: at 0.5× its swept rate" in summary.budget_section({}, str)
+
+
+def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
+    b = 40_000_000
+    tf = _along(run("budget40", "tf-1m-40m", "tf-1m", 1.90, lr=8e-3, tokens=b),
+                [(5_000_000, 2.40, 2.50), (10_000_000, 2.20, 2.30), (b, 1.70, 1.95)])
+    ka = _along(run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b),
+                [(5_000_000, 2.35, 2.45), (10_000_000, 2.28, 2.38), (b, 1.82, 2.07)])
+    tf10 = _along(run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3), [(10_000_000, 2.10, 2.18)])
+    ka10 = _along(run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.15), [(10_000_000, 2.12, 2.20)])
+    write_results(in_tmp, [tf, ka, tf10, ka10])
+    flat = [x for point in compute.fit_gaps(ka, tf) for x in point]
+    assert flat == pytest.approx([5_000_000, -0.05, -0.05, 10_000_000, 0.08, 0.08, b, 0.12, 0.12])
+    note = compute.fit_note()
+    assert "ka-1m-tuned +0.120 in training BPC against +0.120 in validation BPC at 40M" in note
+    assert "ahead of tf-1m's until 5.0M tokens, behind from then on" in note and "slower learning" in note
+    # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2
+    assert "tf-1m -0.115, ka-1m-tuned -0.060" in note
+    # 10M tokens into the 40M schedule against the 10M schedule's end: 2.30 - 2.18 and 2.38 - 2.20
+    assert "by tf-1m +0.120, ka-1m-tuned +0.180" in note and "lose more to a high rate" in note
+    assert compute.fit_plot(in_tmp / "fit.png") is not None
+
+
+def test_fit_note_is_silent_without_the_largest_budget(in_tmp):
+    write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
+    assert compute.fit_note() == "" and compute.fit_plot(in_tmp / "fit.png") is None

@@ -12,7 +12,7 @@ from typing import Any
 
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, flop_matched_tokens
+from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, LR40_FACTOR, STRETCH_BUDGET, flop_matched_tokens
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.retired import retired_settings, without_retired
@@ -116,6 +116,27 @@ def per_doubling(runs: dict[str, dict[str, dict[str, Any]]], preset: str, lo: st
     return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
 
 
+def _valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
+    pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
+    return [(q["tokens"], q["valid_bpc"]) for q in pts]
+
+
+def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> float | None:
+    """The validation estimate of ``preset``'s largest-budget run at the protocol's token count (its rate still near
+    the peak) minus the protocol run's at its end (the rate decayed): what the same tokens lose to an undecayed rate."""
+    short = runs.get(f"{PROTOCOL['tokens'] // 1_000_000}M", {}).get(preset)
+    long = next((r for r in with_twins("budget40") if r["preset"] == preset and not _model_note(r)
+                 and abs(r["tokens"] - BUDGETS[-1]) <= 0.1 * BUDGETS[-1]), None)  # at the swept rate, as the 10M run
+    if short is None or long is None or _model_note(short):
+        return None
+    a, b = _valid_points(short), _valid_points(long)
+    if not a or not b:
+        return None
+    end = a[-1]
+    near = min(b, key=lambda q: abs(q[0] - end[0]))
+    return near[1] - end[1] if abs(near[0] - end[0]) <= 0.05 * end[0] else None
+
+
 def fit_runs() -> list[tuple[str, dict[str, Any]]]:
     """Every Kuramoto run at the curve's largest budget (its presets and leads40's leads), by name."""
     label = f"{BUDGETS[-1] // 1_000_000}M"
@@ -126,36 +147,41 @@ def fit_runs() -> list[tuple[str, dict[str, Any]]]:
 def fit_note() -> str:
     """Why the gap grows with the budget, in the runs' own numbers: each Kuramoto model's gap to tf-1m in training
     BPC beside its gap in validation BPC at the end of the largest budget (equal: the model fits its training bytes
-    worse, it does not generalise worse), where along the run it falls behind, and the test BPC each model gains
-    per doubling of the budget."""
+    worse, it does not generalise worse) and where along the run it falls behind, the test BPC each model gains per
+    doubling of the budget, and what the same tokens lose to a rate not yet decayed (``anneal_cost``)."""
     runs = budget_runs()
     label = f"{BUDGETS[-1] // 1_000_000}M"
     tf = runs.get(label, {}).get(REFERENCE)
-    if tf is None or not fit_runs():
+    fits = [(name, g) for name, r in fit_runs() if tf is not None and (g := fit_gaps(r, tf))]
+    if not fits:
         return ""
     parts = []
-    for name, r in fit_runs():
-        gaps = fit_gaps(r, tf)
-        if not gaps:
-            continue
+    for name, gaps in fits:
         t, train, valid = gaps[-1]
         ahead = [g for g in gaps if g[1] < 0]  # the evaluations at which it fit its training bytes better
         since = (f"ahead of tf-1m's until {ahead[-1][0] / 1e6:.1f}M tokens, behind from then on" if ahead
                  else "behind tf-1m's throughout")
         parts.append(f"{name} {train:+.3f} in training BPC against {valid:+.3f} in validation BPC at "
                      f"{t / 1e6:.0f}M (its training BPC {since})")
-    slopes = {p: s for p in BUDGET_PRESETS if (s := per_doubling(runs, p)) is not None}
-    if not parts:
-        return ""
     text = (f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous evaluation, "
             f"and the validation estimate, each against tf-1m's at the same token count): " + "; ".join(parts) + ".")
-    ends = [g[-1] for _, r in fit_runs() if (g := fit_gaps(r, tf))]
-    if all(train >= 0.8 * valid > 0 for _, train, valid in ends):
+    if all(train >= 0.8 * valid > 0 for _, gaps in fits for _, train, valid in gaps[-1:]):
         text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
                  "widening gap is slower learning, not memorisation, and not worse generalisation.")
+    slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q)) is not None}
     if slopes:
         text += (f" Test BPC per doubling of the budget from 10M to {label}: "
-                 + ", ".join(f"{p} {s:+.3f}" for p, s in slopes.items()) + ".")
+                 + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
+    costs = {q: c for q in BUDGET_PRESETS if (c := anneal_cost(runs, q)) is not None}
+    if REFERENCE in costs and len(costs) > 1:
+        ten = f"{PROTOCOL['tokens'] / 1e6:.0f}M"
+        text += (f" Where the rate stands: {ten} tokens into its {label} schedule at its swept rate (the rate still "
+                 f"near its peak) each model's validation estimate is above its {ten} schedule's end (the rate "
+                 "decayed) by " + ", ".join(f"{q} {c:+.3f}" for q, c in costs.items()) + ".")
+        if all(c > costs[REFERENCE] for q, c in costs.items() if q != REFERENCE):
+            text += (" The Kuramoto models lose more to a high rate and gain more from its decay, so a budget that "
+                     f"keeps the rate high for longer favours the transformer (lr40 tries each at {LR40_FACTOR:g}× "
+                     f"its rate at {label}).")
     return text
 
 
@@ -203,10 +229,22 @@ def budget_runs() -> dict[str, dict[str, dict[str, Any]]]:
         "10M": {p: r for p, home in HOMES.items() if (r := _seed0(home.main, p)) is not None},
         "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")},
     }
-    for b, group in [*((b, "budget40") for b in BUDGETS), (STRETCH_BUDGET, "budget100")]:
-        rows[f"{b // 1_000_000}M"] = {r["preset"]: r for r in with_twins(group)
-                                      if r["tokens"] >= 0.9 * b and r["tokens"] <= 1.1 * b}
+    for b, groups in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",))]:
+        pool = [r for g in groups for r in with_twins(g) if 0.9 * b <= r["tokens"] <= 1.1 * b]
+        rows[f"{b // 1_000_000}M"] = {p: min(rs, key=_valid) for p in {r["preset"]: 0 for r in pool}
+                                      if (rs := [r for r in pool if r["preset"] == p])}
     return {k: v for k, v in rows.items() if v}
+
+
+def _valid(r: dict[str, Any]) -> float:
+    """What chooses between a preset's runs at one budget (budget40's at the swept rate, lr40's at half of it): the
+    validation estimate at the end, never the test BPC it reports."""
+    return r.get("final_valid_estimate", r["eval_bpc"])
+
+
+def off_rate(r: dict[str, Any]) -> bool:
+    """Whether a curve run trained at a rate other than its preset's swept one (group lr40's)."""
+    return r.get("group") == "lr40" or str(r.get("twin", "")).startswith("lr40/")
 
 
 def _model_note(r: dict[str, Any]) -> str:
@@ -235,7 +273,8 @@ def budget_section() -> str:
                          fmt(r["eval_bpc"]), gap, fmt_per_token(flops_per_token(r)), fmt_flops(training_flops(r)),
                          overfit(r)])
     return ("Each row a model trained with its own full schedule (warmup, cosine to the budget, its swept rate) to "
-            "that budget, seed 0 (3M: the best rate of the 3M sweep, scored on the validation split); the gap is to "
+            "that budget, seed 0 (3M: the best rate of the 3M sweep, scored on the validation split; 40M: the better "
+            "on validation of budget40's run and lr40's at half the rate, where lr40 has one); the gap is to "
             "tf-1m at the same budget. Memorisation: validation − training BPC (the mean training BPC since the "
             "previous evaluation; validation: the run's estimate) at the last evaluation within one pass over enwik7's "
             "9M training bytes and at the end, and whether the validation BPC rose (recorded by runs made since the "

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, TUNED_ABLATIONS, TUNED_FRESH_SEEDS
+from lab.groups import (
+    ABLATIONS,
+    BUDGET_PRESETS,
+    BUDGETS,
+    FLOPS_PRESETS,
+    LR40_FACTOR,
+    TUNED_ABLATIONS,
+    TUNED_FRESH_SEEDS,
+)
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.studies import induction
@@ -94,7 +102,7 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
             if r is None:
                 cells.append("—")
             else:
-                mark = "*" if compute._model_note(r) else ""
+                mark = ("*" if compute._model_note(r) else "") + ("†" if compute.off_rate(r) else "")
                 gap = f" ({r['eval_bpc'] - tf['eval_bpc']:+.3f})" if tf and p != "tf-1m" else ""
                 cells.append(f"{fmt(r['eval_bpc'])}{mark}{gap}")
         body.append([label + (" (valid)" if label == "3M" else ""), *cells])
@@ -103,6 +111,9 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
              "validation BPC)."]
     if any(compute._model_note(r) for by in runs.values() for r in by.values()):
         notes.append("*: an earlier ka-1m (the feed-forward on ψ(θ) itself; group budget ran before P ψ(θ)).")
+    if any(compute.off_rate(r) for by in runs.values() for r in by.values()):
+        notes.append(f"†: at {LR40_FACTOR:g}× its swept rate, which beat that rate on validation at this budget "
+                     "(group lr40).")
     if f"{BUDGETS[-1] // 1_000_000}M" not in runs:
         notes.append("The 40M runs are not in yet (`python -m lab run budget40`).")
     flops = {r["name"]: r for r in with_twins("flops")}
