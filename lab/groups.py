@@ -188,16 +188,14 @@ LEADS: dict[str, Lead] = {
     # base rate
     "omega-log": Lead({"omega": "log"}), "omega-log-lr-1": Lead({"omega": "log"}, {"omega_lr_mult": 1.0}),
     # at 40M the gap is largest on bytes that copying an earlier context predicts, and it grows with distance (`python
-    # -m lab gap budget40`): with the score a similarity of states, a query finds tokens whose phases match its own
-    # (up to the fixed lag β); a lag read from the state lets it look for another phase (W_β from 0; +2.6% parameters)
-    "lag-from-state": Lead({"lag_from_state": True}),
-    # the same gap, answered in the layer's structure: the paper's layer couples oscillator j of one token to j of
-    # another only, so a token has no direct way to hold its predecessor's byte in oscillators its own byte does not
-    # set, nor a query to compare its byte with a key's predecessor (what finds the byte after an earlier copy of the
-    # current one). A complex mix of a head's oscillators in the step (K: j synchronises to l), in the score (C: the
-    # query's), or both (layers/cross_coupling.py). On a synthetic copy task (`python -m lab induction`) the diagonal
-    # layer learns the copy without them, and no faster with them. Each mix's 51,200 weights are paid for by
-    # feed-forward units (27 per layer each)
+    # -m lab gap budget40`). Answered in the layer's structure: the paper's layer couples oscillator j of one token to
+    # j of another only, so a token has no direct way to hold its predecessor's byte in oscillators its own byte does
+    # not set, nor a query to compare its byte with a key's predecessor (what finds the byte after an earlier copy of
+    # the current one). A complex mix of a head's oscillators in the step (K: j synchronises to l), in the score (C:
+    # the query's), or both (layers/cross_coupling.py). On a synthetic copy task (`python -m lab induction`) the
+    # diagonal layer learns the copy without them, and no faster with them. Each mix's 51,200 weights are paid for by
+    # feed-forward units (27 per layer each). (Another answer, the lag read from the token's state, was dropped:
+    # group leads-retired.)
     "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
     "cross-score": Lead({"cross_score": True, "ff_hidden": 323}),
     "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}),

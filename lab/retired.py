@@ -47,6 +47,10 @@ RETIRED: dict[str, Retired] = {
                           "is still read by main-raw and ablation-raw"),
     "main-wrapped": Retired("the main protocol for ka-1m with the feed-forward on wrap(θ) (ff_wrap=True)"),
     "ablation-wrapped": Retired("the ablations of ka-1m with the feed-forward on wrap(θ) (ff_wrap=True)"),
+    # issue 26's leads that their screen dropped: each run stays in the leads table, marked, with its field gone
+    "leads-retired": Retired("issue 26's structural leads worse than ka-1m-tuned at the protocol: lag_from_state "
+                             "(the phase lag also read from the token's state, β_t = β + W_β u_t)", "4c98f00",
+                             "python -m lab run leads --only ka-1m-tuned-lag-from-state"),
 }
 
 

@@ -28,8 +28,7 @@ def make_layer(**fields) -> KuramotoAttention:
 
 
 @pytest.mark.parametrize("mixes", [{"cross_score": True}, {"cross_coupling": True}, BOTH])
-@pytest.mark.parametrize("fields", [{}, {"self_coupling": False}, {"phase_lag": True, "clock": 2},
-                                    {"phase_lag": True, "lag_from_state": True}, {"gates": False},
+@pytest.mark.parametrize("fields", [{}, {"self_coupling": False}, {"phase_lag": True, "clock": 2}, {"gates": False},
                                     {"bound": "elementwise"}])
 def test_fused_equals_reference(mixes, fields):
     """Outputs and every gradient (the Δs' too), in float64."""

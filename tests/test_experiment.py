@@ -49,8 +49,8 @@ def test_retired_groups_are_named_with_their_commit_and_not_planned():
     assert set(retired.RETIRED).isdisjoint({**groups.GROUPS, **groups.FROZEN})
     for group, ret in retired.RETIRED.items():
         assert re.fullmatch(r"[0-9a-f]{7,40}", ret.commit) and ret.what
-        assert retired.rerun_command(group) == f"git checkout {ret.commit} && kuramoto experiment run {group}"
-        with pytest.raises(ConfigError, match=re.escape(f"git checkout {ret.commit} && kuramoto experiment run")):
+        assert retired.rerun_command(group) == f"git checkout {ret.commit} && {ret.command.format(group=group)}"
+        with pytest.raises(ConfigError, match=re.escape(f"git checkout {ret.commit} && ")):
             groups.plan(group)
     assert retired.RETIRED["confirm"].commit == "7d67ce1"
     for group in (*groups.GROUPS, *groups.FROZEN):

@@ -39,8 +39,6 @@ def scores_of(layer: KuramotoAttention, theta: torch.Tensor) -> torch.Tensor:
     pos = torch.arange(theta.shape[1], dtype=theta.dtype)
     extra = None if layer.clock is None else layer.clock.score(pos[:, None] - pos[None, :])
     lag = None if layer.lag is None else layer.lag.view(H, -1)
-    if layer.config.lag_from_state:  # one lag per query token
-        lag = naive.heads(layer.lag + layer.gates.lag(naive.psi(theta)), H)
     s = naive.score(naive.kernel(naive.heads(theta, H), layer.omega.view(H, -1), lag), gq, gk, layer.log_tau.exp(),
                     extra)
     mask = naive.causal(theta.shape[1], theta.device, layer.config.self_coupling)
@@ -273,39 +271,6 @@ def test_clock_fused_equals_reference_and_literal_scores(self_coupling):
         KuramotoAttention(K, H, clock=-1)
 
 
-@pytest.mark.parametrize("self_coupling", [True, False])
-def test_lag_from_state_fused_equals_reference_and_literal_scores(self_coupling):
-    """β_t = β + W_β ψ(θ_t), one lag per query token: both paths agree (outputs and every gradient, W_β's too), and
-    the score is cos(θ_t − θ_u + ω_j (t − u) + β_{t,j}) written out."""
-    layer = make_layer(phase_lag=True, lag_from_state=True, self_coupling=self_coupling)
-    assert layer.gates.lag_map.weight.abs().sum() > 0  # moved off its zero init, so that the lag depends on θ_t
-    th = assert_fused_equals_reference(layer)
-    lag = layer.lag + layer.gates.lag(naive.psi(th))  # (B, T, K)
-    scores = scores_of(layer, th)
-    gq, gk = gates_of(layer, th)
-    d = K // H
-    for h, t, u in itertools.product(range(H), range(T), range(T)):
-        if u < t:
-            cols = slice(h * d, (h + 1) * d)
-            angle = th[:, t, cols] - th[:, u, cols] + layer.omega.view(H, -1)[h] * (t - u) + lag[:, t, cols]
-            literal = layer.log_tau[h].exp() / math.sqrt(d) * (gq[:, h, t] * gk[:, h, u] * torch.cos(angle)).sum(-1)
-            assert torch.allclose(scores[:, h, t, u], literal, atol=1e-12)
-
-
-def test_lag_from_state_starts_as_the_static_lag_and_needs_it():
-    """W_β starts at 0, so the layer starts as phase_lag's (same output); without the phase lag or the gates the
-    field is refused, and off the torus too."""
-    torch.manual_seed(0)
-    static = KuramotoAttention(K, H, phase_lag=True).double()
-    torch.manual_seed(0)
-    read = KuramotoAttention(K, H, phase_lag=True, lag_from_state=True).double()
-    theta = random_phases(B, T, K)
-    torch.testing.assert_close(read(theta), static(theta), rtol=0, atol=0)
-    for bad in ({"lag_from_state": True}, {"lag_from_state": True, "phase_lag": True, "gates": False}):
-        with pytest.raises(ValueError, match="lag_from_state needs phase_lag=True"):
-            KuramotoAttention(K, H, **bad)
-
-
 def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():
     """Tokens with identical phases: without β the kernel Σ_j cos(ω_j (t − u)) peaks at u = t; with
     β_j = −2 ω_j it peaks at u = t − 2."""
@@ -465,11 +430,7 @@ def test_every_preset_and_ablation_stays_on_a_fused_attention_kernel():
                 model(idx)
 
 
-def test_lag_and_norm_factor_refuse_what_they_were_not_built_for():
-    """Asking gates built without a lag map for a lag, or an elementwise bound for the norm bound's factor, is a
-    clear error, not a silent zero or a wrong rescaling."""
-    layer = KuramotoAttention(K, H)
-    with pytest.raises(ValueError, match="without a lag map"):
-        layer.gates.lag(torch.zeros(1, 2, 2 * K))
+def test_norm_factor_refuses_the_elementwise_bound():
+    """Asking an elementwise bound for the norm bound's factor is a clear error, not a wrong rescaling."""
     with pytest.raises(ValueError, match="norm_factor is the norm bound's"):
         KuramotoAttention(K, H, bound="elementwise").bound.norm_factor(torch.ones(1, 2, 1))

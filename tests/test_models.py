@@ -168,6 +168,9 @@ def test_config_errors():
     with pytest.raises(ConfigError, match="retired after commit 7d67ce1"):  # a retired field in use: where it lives
         ka_cfg(readout_harmonics=2)
     assert ka_cfg(readout_harmonics=1) == ka_cfg()  # at its old default it is the same model
+    with pytest.raises(ConfigError, match="retired after commit 4c98f00"):  # a dropped lead: its own commit
+        ka_cfg(lag_from_state=True)
+    assert ka_cfg(lag_from_state=False) == ka_cfg()
 
 
 def test_old_flat_configs_load_and_retired_ones_name_their_commit():

@@ -21,7 +21,7 @@ from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_run
 from lab.writers.compute import flops_per_token, fmt_per_token
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
-SEEDS_GROUP = "leads-seeds"
+SEEDS_GROUP, RETIRED_GROUP = "leads-seeds", "leads-retired"
 
 
 def _base() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -32,9 +32,11 @@ def _base() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
 
 
 def _lead_rows() -> list[tuple[str, Lead, dict[str, Any] | None]]:
-    """Each lead's planned name, its change, and its result (None: not run yet), in LEADS' order."""
+    """Each lead's planned name, its change, and its result (None: not run yet), in LEADS' order, then the retired
+    leads' (their fields left the library: their recorded change, marked)."""
     done = {r["name"]: r for r in with_twins(GROUP)}
-    return [(f"{PRESET}-{k}", lead, done.get(f"{PRESET}-{k}")) for k, lead in LEADS.items()]
+    return ([(f"{PRESET}-{k}", lead, done.get(f"{PRESET}-{k}")) for k, lead in LEADS.items()]
+            + [(f"{r['name']} (retired)", Lead(r.get("model_overrides", {})), r) for r in load_results(RETIRED_GROUP)])
 
 
 def _seed_vals(name: str, r: dict[str, Any] | None) -> list[float]:

@@ -43,7 +43,7 @@ def shared_uses(model: nn.Module) -> list[tuple[nn.Linear, int]]:
     out = []
     if model.shared_gates is not None:
         layers = sum(b.attn.gate_module is model.shared_gates for b in model.blocks)
-        out += [(m, layers) for m in (model.shared_gates.proj, model.shared_gates.lag_map) if m is not None]
+        out.append((model.shared_gates.proj, layers))
     p = model.shared_ff_proj
     if p is not None:
         by_ff = sum(b.ff is not None and b.ff.source.module is p for b in model.blocks)

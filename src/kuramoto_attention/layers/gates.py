@@ -65,19 +65,12 @@ class PhaseGates(nn.Module):
     P a map its owner holds (the feed-forward's shared P): then ``input_dim`` is P's output width.
     """
 
-    def __init__(self, lift_dim: int, oscillators: int, input_dim: int = 0, lag: bool = False) -> None:
+    def __init__(self, lift_dim: int, oscillators: int, input_dim: int = 0) -> None:
         super().__init__()
         self.source = Borrowed(None)
         self.proj = nn.Linear(input_dim or lift_dim, 2 * oscillators)
         nn.init.normal_(self.proj.weight, std=0.02)
         nn.init.zeros_(self.proj.bias)
-        # W_β of ``lag_from_state``, from 0; built without its default random init, so that every other number a
-        # model draws stays the same
-        self.lag_map = None
-        if lag:
-            self.lag_map = nn.utils.skip_init(nn.Linear, input_dim or lift_dim, oscillators, bias=False,
-                                              device=torch.get_default_device())
-            nn.init.zeros_(self.lag_map.weight)
 
     def read_through(self, source: nn.Linear) -> None:
         """Read P φ(x) from now on (P is built after these gates, so that building them draws the same numbers)."""
@@ -88,12 +81,6 @@ class PhaseGates(nn.Module):
     def forward(self, lifted: Tensor, mapped: Tensor | None = None) -> Tensor:
         """(B, T, 2n) logits; ``mapped``: P φ(x), when the caller has computed it already."""
         return self.proj(read(self.source, lifted, mapped))
-
-    def lag(self, lifted: Tensor, mapped: Tensor | None = None) -> Tensor:
-        """W_β u_t (B, T, n): the phase lag read from what the gates read (``lag_from_state``)."""
-        if self.lag_map is None:
-            raise ValueError("these gates were built without a lag map (lag_from_state=False)")
-        return self.lag_map(read(self.source, lifted, mapped))
 
 
 class PositionalClock(nn.Module):

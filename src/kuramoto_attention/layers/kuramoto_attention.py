@@ -66,10 +66,6 @@ class AttentionConfig:
     # phase is the same for every token scores Σ_j w_j cos(ω_j (t − u)), which peaks at u = t, so no head could prefer
     # an earlier offset by position alone (ka-1m-tuned; the torus only)
     phase_lag: bool = False
-    # β_t = β + W_β u_t: the lag also read from the token's state (u_t what the metric gates read; W_β from 0, one
-    # map beside the gates'), so that a query can look for a phase other than its own: the gap to the transformer
-    # grows with distance and on bytes that copying predicts (`python -m lab gap budget40`). Needs the phase lag
-    lag_from_state: bool = False
     # Oscillators of a head coupled across through a learned complex mix (cross_coupling.py; from the identity, 2d²
     # weights per head each; the torus only): in the score, the query's oscillators mixed (C); in the step, the
     # attended states' (K), so that oscillator j synchronises to l. The paper's layer couples j to j only, and at 40M
@@ -100,8 +96,6 @@ class AttentionConfig:
             (_finite(self.clock_init), "clock_init must be finite"),
             (isinstance(self.harmonics, int) and not isinstance(self.harmonics, bool) and self.harmonics >= 1,
              "harmonics must be an integer >= 1 (1: the plain Kuramoto term)"),
-            (not self.lag_from_state or (self.phase_lag and self.gates),
-             "lag_from_state needs phase_lag=True and gates=True (the lag map sits beside the gates' maps)"),
             (not self.cross_coupling or (self.value == "circular" and self.harmonics == 1),
              "cross_coupling mixes the averaged states: it needs value='circular' and harmonics=1"),
             (self.harmonics == 1 or self.value == "circular",
@@ -163,8 +157,7 @@ class KuramotoAttention(nn.Module):
         # built in this order so that every config draws the same initial numbers from the same seed
         self.gates: PhaseGates | None = None
         if cfg.gates and shared_gates is None:
-            self.gates = PhaseGates(lift_dim, dim, gate_input.out_features if gate_input is not None else 0,
-                                    lag=cfg.lag_from_state)
+            self.gates = PhaseGates(lift_dim, dim, gate_input.out_features if gate_input is not None else 0)
             if gate_input is not None:
                 self.gates.read_through(gate_input)
         self.shared_gates = Borrowed(shared_gates if cfg.gates else None)
@@ -236,12 +229,6 @@ class KuramotoAttention(nn.Module):
     def _tau(self) -> Tensor:
         return self.log_tau.exp()
 
-    def _lag(self, lifted: Tensor, mapped: Tensor | None) -> Tensor | None:
-        """β (n,), or β + W_β u_t (B, T, n) with ``lag_from_state``; None without the phase lag."""
-        if not self.config.lag_from_state:
-            return self.lag
-        return self.lag + self.gate_module.lag(lifted, mapped)
-
     # ----------------------------------------------------------------- paths
     def _fused(self, x: Tensor, cache: KVCache | None) -> Tensor:
         """The new states via one causal SDPA call. The lift is cast once to the matmul dtype for the gates, the
@@ -253,7 +240,7 @@ class KuramotoAttention(nn.Module):
         pos = torch.arange(offset, offset + x.shape[1], device=x.device, dtype=x.dtype)
         mapped = self._mapped(lifted_mm)
         q, k = geo.query_key(x, pos, self.omega, self._logits(lifted_mm, mapped), self.heads, self._tau(),
-                             lifted_mm.dtype, self._lag(lifted_mm, mapped), self.query_mix)
+                             lifted_mm.dtype, self.lag, self.query_mix)
         if self.clock is not None:  # 2c more query/key features per head
             cq, ck = self.clock.features(pos, self._tau(), lifted_mm.dtype)
             q = torch.cat((q, cq.expand(q.shape[0], -1, -1, -1)), dim=-1)
@@ -291,7 +278,7 @@ class KuramotoAttention(nn.Module):
             gq, gk = metric_gates(logits, self.heads).unbind(0)
         pos = torch.arange(t_len, device=x.device, dtype=x.dtype)
         extra = None if self.clock is None else self.clock.score(pos[:, None] - pos[None, :]).to(x.dtype)
-        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self._lag(lifted, mapped),
+        kern = self.geometry.reference_kernel(x, self.omega, self.heads, self.lag,
                                               self.query_mix)
         s = naive.score(kern, gq, gk, self._tau().to(x.dtype), extra)
         attn = naive.coupling_matrix(s, self.config.self_coupling)

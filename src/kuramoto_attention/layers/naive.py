@@ -44,8 +44,8 @@ def causal(t: int, device: torch.device, self_coupling: bool = True) -> Tensor:
 
 
 def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None, mix: Tensor | None = None) -> Tensor:
-    """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω (H, d), β (H, d) or one per
-    query token (B, H, T, d)  ->  (B, H, T, T, d).
+    """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω (H, d), β (H, d)
+    ->  (B, H, T, T, d).
 
     With ``mix`` C (H, d, d) complex (``cross_score``): Re(z_{t,j} e^{i(ω_j (t − u) + β_j)} e^{−iθ_{u,j}}),
     z_t = C e^{iθ_t}; C = I gives the cosine above."""
@@ -54,7 +54,7 @@ def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None, mix: Tensor
     offset = (pos[:, None] - pos[None, :])[..., None]  # t − u: (T, T, 1)
     drift = omega[:, None, None, :] * offset  # (H, T, T, d)
     if beta is not None:
-        drift = drift + (beta[:, None, None, :] if beta.dim() == 2 else beta[..., :, None, :])
+        drift = drift + beta[:, None, None, :]
     if mix is None:
         return torch.cos(theta[..., :, None, :] - theta[..., None, :, :] + drift)
     e = torch.polar(torch.ones_like(theta), theta)  # e^{iθ}: (B, H, T, d)

@@ -18,7 +18,7 @@ from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.geometry import Geometry
 from kuramoto_attention.layers.planes import gated_features
-from kuramoto_attention.ops.attention import rotary_angles, split_heads
+from kuramoto_attention.ops.attention import rotary_angles
 from kuramoto_attention.ops.fused import fused_applies, gated_step, query_key
 from kuramoto_attention.ops.torus import lift, tangent_projection
 
@@ -66,8 +66,7 @@ class Torus(Geometry):
         drifted = drift.view(heads, d).to(x.dtype) * pos[:, None, None]  # ω t: (T, H, d)
         phi = theta + drifted  # φ_t = θ_t + ω t
         trig = lift(phi).to(dtype)  # ψ(φ) per head: (B, T, H, 2d)
-        if lag is not None:  # β (n,), or β_t (B, T, n) read from the state
-            lag = lag.view(heads, d) if lag.dim() == 1 else lag.view(b, t, heads, d)
+        lag = None if lag is None else lag.view(heads, d)  # β (n,) per head
         if cross is not None:  # e^{i(ωt + β)} ⊙ C e^{iθ_t}
             trig_q = cross.query(theta, drifted if lag is None else drifted + lag).to(dtype)
         else:
@@ -98,7 +97,7 @@ class Torus(Geometry):
     def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
                          cross: OscillatorMix | None = None) -> Tensor:
         d = x.shape[-1] // heads
-        beta = None if lag is None else (lag.view(heads, d) if lag.dim() == 1 else split_heads(lag, heads)).to(x.dtype)
+        beta = None if lag is None else lag.view(heads, d).to(x.dtype)
         mix = None if cross is None else cross.matrix(x.dtype)
         return naive.kernel(naive.heads(x, heads), drift.view(heads, d).to(x.dtype), beta, mix)
 

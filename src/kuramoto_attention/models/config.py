@@ -12,16 +12,19 @@ from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 
-# Fields deleted when the library was reorganised (issue 23): what they did is in RESULTS.md's notebook, and the
-# runs that used them can be repeated at this commit. A saved config holding one at its old default loads (the model
-# is the same); any other value is refused with the commit to check out.
+# Fields deleted from the library: most when it was reorganised (issue 23), then each lead of issue 26 that its screen
+# dropped. What they did is in RESULTS.md's notebook, and the runs that used them can be repeated at the commit named
+# (RETIRED_AT, or the field's own in RETIRED_SINCE). A saved config holding one at its old default loads (the model is
+# the same); any other value is refused with the commit to check out.
 RETIRED_AT = "7d67ce1"
 RETIRED: dict[str, Any] = {
     "phase_lag_spread": 0.0, "content_lag": False, "coupling_lag": False, "value_lag": False,
     "clock_log_weight": False, "step_gate": False, "fp32_attention": False, "ff_wrap": False,
     "ff_output": "increment", "ff_proj_dim": 0, "readout_gain": "none", "readout_gain_init": 1.0,
     "readout_harmonics": 1, "readout_tied": False, "embed_spread": 1.0,
+    "lag_from_state": False,
 }
+RETIRED_SINCE: dict[str, str] = {"lag_from_state": "4c98f00"}  # the lead worse at 10M tokens (+0.014 on seed 0)
 RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none"), "ff_proj": ("layer",)}
 RENAMED = {"attn_radius_init": "radius_init"}  # the flat layout's name -> today's
 
@@ -70,13 +73,17 @@ def check_retired(key: str, value: Any) -> bool:
     """True when ``key`` is a retired field at its old default (drop it); raises for a retired value in use."""
     if key in RETIRED:
         if value != RETIRED[key]:
-            raise ConfigError(f"{key}={value!r} was retired after commit {RETIRED_AT}; to load or rerun this model, "
-                              f"`git checkout {RETIRED_AT}` (RESULTS.md's notebook has its results)")
+            raise _retired(key, value)
         return True
     if value in RETIRED_VALUES.get(key, ()):
-        raise ConfigError(f"{key}={value!r} was retired after commit {RETIRED_AT}; to load or rerun this model, "
-                          f"`git checkout {RETIRED_AT}` (RESULTS.md's notebook has its results)")
+        raise _retired(key, value)
     return False
+
+
+def _retired(key: str, value: Any) -> ConfigError:
+    commit = RETIRED_SINCE.get(key, RETIRED_AT)
+    return ConfigError(f"{key}={value!r} was retired after commit {commit}; to load or rerun this model, "
+                       f"`git checkout {commit}` (RESULTS.md's notebook has its results)")
 
 
 def apply_overrides(family: str, cfg: Any, overrides: dict[str, Any]) -> Any:

@@ -144,8 +144,7 @@ class KuramotoLM(ByteLM):
         lift_dim = self.geometry.components * config.dim
         # built in this order (shared gates before P) so that every config draws the same initial numbers
         gates_read_p = config.gates_input == "ff-proj"
-        self.shared_gates = (PhaseGates(lift_dim, config.dim, config.dim if gates_read_p else 0,
-                                        lag=config.attention.lag_from_state)
+        self.shared_gates = (PhaseGates(lift_dim, config.dim, config.dim if gates_read_p else 0)
                              if config.shared_gates and config.attention.gates else None)
         self.shared_ff_proj = input_projection(config, self.geometry) if config.ff_proj == "shared" else None
         if self.shared_gates is not None and self.shared_ff_proj is not None and gates_read_p:
