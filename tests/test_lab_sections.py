@@ -553,3 +553,18 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
 def test_fit_note_is_silent_without_the_largest_budget(in_tmp):
     write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
     assert compute.fit_note() == "" and compute.fit_plot(in_tmp / "fit.png") is None
+
+
+def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
+    assert compute.rate_note() == ""
+    b = 40_000_000
+    rows = [{**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b), "final_valid_estimate": 1.91},
+            {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b), "final_valid_estimate": 2.04},
+            {**run("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.87, lr=4e-3, tokens=b), "final_valid_estimate": 1.90},
+            {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b),
+             "final_valid_estimate": 1.97}]
+    write_results(in_tmp, rows)
+    note = compute.rate_note()
+    assert "ka-1m-tuned 1.9500 at 0.002 against 2.0300 at 0.004 (Δ -0.0800; validation -0.0700)" in note
+    assert "tf-1m 1.8700 at 0.004 against 1.8800 at 0.008 (Δ -0.0100" in note
+    assert "both at the lower rate: ka-1m-tuned +0.0800 (at the swept rates +0.1500)" in note

@@ -137,6 +137,26 @@ def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> floa
     return near[1] - end[1] if abs(near[0] - end[0]) <= 0.05 * end[0] else None
 
 
+def rate_note() -> str:
+    """lr40's runs against budget40's at the swept rate (test BPC, and the validation estimate that chooses), and
+    the gap to tf-1m at each pair's rates: whether the largest budget's gap is a rate chosen at smaller ones."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    swept = {r["preset"]: r for r in with_twins("budget40") if not _model_note(r)}
+    half = {r["preset"]: r for r in with_twins("lr40")}
+    pairs = [(q, swept[q], half[q]) for q in BUDGET_PRESETS if q in swept and q in half]
+    if not pairs:
+        return ""
+    parts = [f"{q} {fmt(h['eval_bpc'])} at {h['train']['lr']:g} against {fmt(w['eval_bpc'])} at {w['train']['lr']:g} "
+             f"(Δ {h['eval_bpc'] - w['eval_bpc']:+.4f}; validation {_valid(h) - _valid(w):+.4f})" for q, w, h in pairs]
+    text = f"At {LR40_FACTOR:g}× the swept rate ({label}, group lr40), test BPC: " + "; ".join(parts) + "."
+    if REFERENCE in half and REFERENCE in swept:
+        gaps = [f"{q} {h['eval_bpc'] - half[REFERENCE]['eval_bpc']:+.4f} (at the swept rates "
+                f"{w['eval_bpc'] - swept[REFERENCE]['eval_bpc']:+.4f})" for q, w, h in pairs if q != REFERENCE]
+        if gaps:
+            text += " The gap to tf-1m with both at the lower rate: " + "; ".join(gaps) + "."
+    return text
+
+
 def fit_runs() -> list[tuple[str, dict[str, Any]]]:
     """Every Kuramoto run at the curve's largest budget (its presets and leads40's leads), by name."""
     label = f"{BUDGETS[-1] // 1_000_000}M"
@@ -172,6 +192,8 @@ def fit_note() -> str:
     if slopes:
         text += (f" Test BPC per doubling of the budget from 10M to {label}: "
                  + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
+    if half := rate_note():
+        text += " " + half
     costs = {q: c for q in BUDGET_PRESETS if (c := anneal_cost(runs, q)) is not None}
     if REFERENCE in costs and len(costs) > 1:
         ten = f"{PROTOCOL['tokens'] / 1e6:.0f}M"
