@@ -130,10 +130,10 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     notes.append("At equal training FLOPs: " + "; ".join(eq) + "." if eq else
                  "At equal training FLOPs: not run yet (`python -m lab run flops`).")
     notes.append(target_note(runs, flops))
-    if fit := compute.fit_note():
-        notes.append(fit)
+    fit = compute.fit_note()
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
-    return text + "\n\n" + " ".join(notes) + ("\n\n" + " ".join(imgs) if imgs else "")
+    return (text + "\n\n" + " ".join(notes) + (f"\n\n{fit}" if fit else "")
+            + ("\n\n" + " ".join(imgs) if imgs else ""))
 
 
 TARGET_TOKENS, TARGET_FLOPS = 0.02, 0.03  # issue 26's ambition for a Kuramoto preset at 40M tokens
