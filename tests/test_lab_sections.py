@@ -12,7 +12,7 @@ from conftest import write_results
 from lab import groups, protocol
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
 from lab.studies import gap
-from lab.writers import common, compute, gap_budget, geometries, leads, results_md, size, summary
+from lab.writers import common, compute, fit, gap_budget, geometries, leads, results_md, size, summary
 
 
 def run(group: str, name: str, preset: str, bpc: float, lr: float = 4e-3, seed: int = 0, tokens: int = 10_000_000,
@@ -538,25 +538,25 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     tf10 = _along(run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3), [(10_000_000, 2.10, 2.18)])
     ka10 = _along(run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.15), [(10_000_000, 2.12, 2.20)])
     write_results(in_tmp, [tf, ka, tf10, ka10])
-    flat = [x for point in compute.fit_gaps(ka, tf) for x in point]
+    flat = [x for point in fit.fit_gaps(ka, tf) for x in point]
     assert flat == pytest.approx([5_000_000, -0.05, -0.05, 10_000_000, 0.08, 0.08, b, 0.12, 0.12])
-    note = compute.fit_note()
+    note = fit.fit_note()
     assert "ka-1m-tuned +0.120 in training BPC against +0.120 in validation BPC at 40M" in note
     assert "ahead of tf-1m's until 5.0M tokens, behind from then on" in note and "slower learning" in note
     # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2
     assert "tf-1m -0.115, ka-1m-tuned -0.060" in note
     # 10M tokens into the 40M schedule against the 10M schedule's end: 2.30 - 2.18 and 2.38 - 2.20
     assert "by tf-1m +0.120, ka-1m-tuned +0.180" in note and "lose more to a high rate" in note
-    assert compute.fit_plot(in_tmp / "fit.png") is not None
+    assert fit.fit_plot(in_tmp / "fit.png") is not None
 
 
 def test_fit_note_is_silent_without_the_largest_budget(in_tmp):
     write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
-    assert compute.fit_note() == "" and compute.fit_plot(in_tmp / "fit.png") is None
+    assert fit.fit_note() == "" and fit.fit_plot(in_tmp / "fit.png") is None
 
 
 def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
-    assert compute.rate_note() == ""
+    assert fit.rate_note() == ""
     b = 40_000_000
     rows = [{**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b), "final_valid_estimate": 1.91},
             {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b), "final_valid_estimate": 2.04},
@@ -564,7 +564,7 @@ def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
             {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b),
              "final_valid_estimate": 1.97}]
     write_results(in_tmp, rows)
-    note = compute.rate_note()
+    note = fit.rate_note()
     assert "ka-1m-tuned 1.9500 at 0.002 against 2.0300 at 0.004 (Δ -0.0800; validation -0.0700)" in note
     assert "tf-1m 1.8700 at 0.004 against 1.8800 at 0.008 (Δ -0.0100" in note
     assert "both at the lower rate: ka-1m-tuned +0.0800 (at the swept rates +0.1500)" in note

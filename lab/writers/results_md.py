@@ -19,7 +19,7 @@ from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, load_results
 from lab.records import with_twins
 from lab.retired import RETIRED, rerun_command, retired_settings
-from lab.writers import compute, gap_budget, geometries, leads, size, summary
+from lab.writers import compute, fit, gap_budget, geometries, leads, size, summary
 from lab.writers.common import (
     fmt,
     label,
@@ -573,7 +573,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         compute.budget_section(),
         "",
         *([f"![test BPC against budget]({link(plots['budget'])})", ""] if plots.get("budget") else []),
-        *([compute.fit_note(), ""] if compute.fit_note() else []),
+        *([fit.fit_note(), ""] if fit.fit_note() else []),
         *([f"![the gap along the largest budget's runs]({link(plots['fit'])})", ""] if plots.get("fit") else []),
         "### The gap at equal training FLOPs",
         "",
@@ -712,7 +712,7 @@ def write_report(root: Path = Path(".")) -> list[Path]:
         raise ConfigError(f"no results in {protocol.RESULTS}/: nothing to report (run `python -m lab run GROUP` first, "
                           "or report from the repository root, or pass --out DIR where `run --out DIR` wrote them)")
     plots = {"curves": _curve_plot(["main", "main-tuned"] if with_twins("main") else ["screen"],
-                                   protocol.RESULTS / "curves.png"), **compute.plots()}
+                                   protocol.RESULTS / "curves.png"), **compute.plots(), **fit.plots()}
     notebook = root / "docs" / "notebook.md"
     notebook.parent.mkdir(parents=True, exist_ok=True)
     notebook.write_text(notebook_text(notebook, plots))

@@ -23,7 +23,7 @@ from lab.groups import (
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.studies import induction
-from lab.writers import compute, gap_budget, geometries, leads, size
+from lab.writers import compute, fit, gap_budget, geometries, leads, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.scaling import PAPER_BY_SIZE
 
@@ -102,14 +102,14 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
             if r is None:
                 cells.append("—")
             else:
-                mark = ("*" if compute._model_note(r) else "") + ("†" if compute.off_rate(r) else "")
+                mark = ("*" if compute.model_note(r) else "") + ("†" if compute.off_rate(r) else "")
                 gap = f" ({r['eval_bpc'] - tf['eval_bpc']:+.3f})" if tf and p != "tf-1m" else ""
                 cells.append(f"{fmt(r['eval_bpc'])}{mark}{gap}")
         body.append([label + (" (valid)" if label == "3M" else ""), *cells])
     text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") for p in BUDGET_PRESETS)], body)
     notes = ["Seed 0, each model with its own full schedule to the budget, test BPC (3M: the sweep's best rate, "
              "validation BPC)."]
-    if any(compute._model_note(r) for by in runs.values() for r in by.values()):
+    if any(compute.model_note(r) for by in runs.values() for r in by.values()):
         notes.append("*: an earlier ka-1m (the feed-forward on ψ(θ) itself; group budget ran before P ψ(θ)).")
     if any(compute.off_rate(r) for by in runs.values() for r in by.values()):
         notes.append(f"†: at {LR40_FACTOR:g}× its swept rate, which beat that rate on validation at this budget "
@@ -130,9 +130,9 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     notes.append("At equal training FLOPs: " + "; ".join(eq) + "." if eq else
                  "At equal training FLOPs: not run yet (`python -m lab run flops`).")
     notes.append(target_note(runs, flops))
-    fit = compute.fit_note()
+    fit_text = fit.fit_note()
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
-    return (text + "\n\n" + " ".join(notes) + (f"\n\n{fit}" if fit else "")
+    return (text + "\n\n" + " ".join(notes) + (f"\n\n{fit_text}" if fit_text else "")
             + ("\n\n" + " ".join(imgs) if imgs else ""))
 
 

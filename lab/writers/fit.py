@@ -1,0 +1,164 @@
+"""Why the gap grows with the budget (issue 26), from the budget curve's own logs: each Kuramoto run's gap to tf-1m
+in training BPC beside its gap in validation BPC along the largest budget (``fit_gaps``, results/fit.png), the test
+BPC each model gains per doubling of the budget, what the protocol's tokens lose to a rate not yet decayed
+(``anneal_cost``), and the largest budget's runs at half the swept rate (group lr40, ``rate_note``)."""
+
+from pathlib import Path
+from typing import Any
+
+from lab import protocol
+from lab.groups import BUDGET_PRESETS, BUDGETS, LR40_FACTOR
+from lab.protocol import PROTOCOL, load_results
+from lab.records import with_twins
+from lab.writers.common import fmt
+from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_estimate
+
+
+def _train_points(r: dict[str, Any]) -> dict[int, float]:
+    """tokens -> the mean training BPC since the previous evaluation, along a run's curve."""
+    return {q["tokens"]: q["train_bpc"] for q in r.get("curve", []) if q.get("train_bpc") is not None}
+
+
+def fit_gaps(r: dict[str, Any], tf: dict[str, Any]) -> list[tuple[int, float, float]]:
+    """(tokens, training-BPC gap, validation-BPC gap) of run ``r`` to ``tf`` at every evaluation both made at the
+    same token count: whether the gap is in fitting the training bytes or in generalising from them."""
+    train, train_tf = _train_points(r), _train_points(tf)
+    valid = {q["tokens"]: q["valid_bpc"] for q in r.get("curve", [])}
+    valid_tf = {q["tokens"]: q["valid_bpc"] for q in tf.get("curve", [])}
+    return [(t, train[t] - train_tf[t], valid[t] - valid_tf[t]) for t in sorted(train) if t in train_tf
+            and t in valid and t in valid_tf]
+
+
+def per_doubling(runs: dict[str, dict[str, dict[str, Any]]], preset: str, lo: str = "10M",
+                 hi: str = f"{BUDGETS[-1] // 1_000_000}M") -> float | None:
+    """Test BPC gained per doubling of the token budget between two budgets of the curve (seed 0, own schedules)."""
+    import math
+
+    a, b = runs.get(lo, {}).get(preset), runs.get(hi, {}).get(preset)
+    if a is None or b is None or model_note(a) or model_note(b):
+        return None
+    return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
+
+
+def _valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
+    pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
+    return [(q["tokens"], q["valid_bpc"]) for q in pts]
+
+
+def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> float | None:
+    """The validation estimate of ``preset``'s largest-budget run at the protocol's token count (its rate still near
+    the peak) minus the protocol run's at its end (the rate decayed): what the same tokens lose to an undecayed rate."""
+    short = runs.get(f"{PROTOCOL['tokens'] // 1_000_000}M", {}).get(preset)
+    long = next((r for r in with_twins("budget40") if r["preset"] == preset and not model_note(r)
+                 and abs(r["tokens"] - BUDGETS[-1]) <= 0.1 * BUDGETS[-1]), None)  # at the swept rate, as the 10M run
+    if short is None or long is None or model_note(short):
+        return None
+    a, b = _valid_points(short), _valid_points(long)
+    if not a or not b:
+        return None
+    end = a[-1]
+    near = min(b, key=lambda q: abs(q[0] - end[0]))
+    return near[1] - end[1] if abs(near[0] - end[0]) <= 0.05 * end[0] else None
+
+
+def rate_note() -> str:
+    """lr40's runs against budget40's at the swept rate (test BPC, and the validation estimate that chooses), and
+    the gap to tf-1m at each pair's rates: whether the largest budget's gap is a rate chosen at smaller ones."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    swept = {r["preset"]: r for r in with_twins("budget40") if not model_note(r)}
+    half = {r["preset"]: r for r in with_twins("lr40")}
+    pairs = [(q, swept[q], half[q]) for q in BUDGET_PRESETS if q in swept and q in half]
+    if not pairs:
+        return ""
+    parts = [f"{q} {fmt(h['eval_bpc'])} at {h['train']['lr']:g} against {fmt(w['eval_bpc'])} at {w['train']['lr']:g} "
+             f"(Δ {h['eval_bpc'] - w['eval_bpc']:+.4f}; validation {valid_estimate(h) - valid_estimate(w):+.4f})"
+             for q, w, h in pairs]
+    text = f"At {LR40_FACTOR:g}× the swept rate ({label}, group lr40), test BPC: " + "; ".join(parts) + "."
+    if REFERENCE in half and REFERENCE in swept:
+        gaps = [f"{q} {h['eval_bpc'] - half[REFERENCE]['eval_bpc']:+.4f} (at the swept rates "
+                f"{w['eval_bpc'] - swept[REFERENCE]['eval_bpc']:+.4f})" for q, w, h in pairs if q != REFERENCE]
+        if gaps:
+            text += " The gap to tf-1m with both at the lower rate: " + "; ".join(gaps) + "."
+    return text
+
+
+def fit_runs() -> list[tuple[str, dict[str, Any]]]:
+    """Every Kuramoto run at the curve's largest budget (its presets and leads40's leads), by name."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    at = budget_runs().get(label, {})
+    return ([(p, r) for p, r in at.items() if p != REFERENCE] + [(r["name"], r) for r in load_results("leads40")])
+
+
+def fit_note() -> str:
+    """Why the gap grows with the budget, in the runs' own numbers: each Kuramoto model's gap to tf-1m in training
+    BPC beside its gap in validation BPC at the end of the largest budget (equal: the model fits its training bytes
+    worse, it does not generalise worse) and where along the run it falls behind, the test BPC each model gains per
+    doubling of the budget, and what the same tokens lose to a rate not yet decayed (``anneal_cost``)."""
+    runs = budget_runs()
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    tf = runs.get(label, {}).get(REFERENCE)
+    fits = [(name, g) for name, r in fit_runs() if tf is not None and (g := fit_gaps(r, tf))]
+    if not fits:
+        return ""
+    parts = []
+    for name, gaps in fits:
+        t, train, valid = gaps[-1]
+        ahead = [g for g in gaps if g[1] < 0]  # the evaluations at which it fit its training bytes better
+        since = (f"ahead of tf-1m's until {ahead[-1][0] / 1e6:.1f}M tokens, behind from then on" if ahead
+                 else "behind tf-1m's throughout")
+        parts.append(f"{name} {train:+.3f} in training BPC against {valid:+.3f} in validation BPC at "
+                     f"{t / 1e6:.0f}M (its training BPC {since})")
+    text = (f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous evaluation, "
+            f"and the validation estimate, each against tf-1m's at the same token count): " + "; ".join(parts) + ".")
+    if all(train >= 0.8 * valid > 0 for _, gaps in fits for _, train, valid in gaps[-1:]):
+        text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
+                 "widening gap is slower learning, not memorisation, and not worse generalisation.")
+    slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q)) is not None}
+    if slopes:
+        text += (f" Test BPC per doubling of the budget from 10M to {label}: "
+                 + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
+    if half := rate_note():
+        text += " " + half
+    costs = {q: c for q in BUDGET_PRESETS if (c := anneal_cost(runs, q)) is not None}
+    if REFERENCE in costs and len(costs) > 1:
+        ten = f"{PROTOCOL['tokens'] / 1e6:.0f}M"
+        text += (f" Where the rate stands: {ten} tokens into its {label} schedule at its swept rate (the rate still "
+                 f"near its peak) each model's validation estimate is above its {ten} schedule's end (the rate "
+                 "decayed) by " + ", ".join(f"{q} {c:+.3f}" for q, c in costs.items()) + ".")
+        if all(c > costs[REFERENCE] for q, c in costs.items() if q != REFERENCE):
+            text += (" The Kuramoto models lose more to a high rate and gain more from its decay, so a budget that "
+                     f"keeps the rate high for longer favours the transformer (lr40 tries each at {LR40_FACTOR:g}× "
+                     f"its rate at {label}).")
+    return text
+
+
+def fit_plot(out: Path) -> Path | None:
+    """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    tf = budget_runs().get(label, {}).get(REFERENCE)
+    series = [(name, g) for name, r in fit_runs() if tf is not None and (g := fit_gaps(r, tf))]
+    if not series:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=120)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, gaps) in enumerate(series):
+        colour = COLOURS.get(name, cycle[i % len(cycle)])
+        xs = [t / 1e6 for t, _, _ in gaps]
+        ax.plot(xs, [g for _, g, _ in gaps], "-", color=colour, label=f"{name}: training")
+        ax.plot(xs, [g for _, _, g in gaps], ":", color=colour, label=f"{name}: validation")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("training tokens (M)")
+    ax.set_ylabel("BPC minus tf-1m's at the same tokens")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"the gap along the {label}-token runs (seed 0)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plots() -> dict[str, Path | None]:
+    return {"fit": fit_plot(protocol.RESULTS / "fit.png")}
