@@ -526,7 +526,7 @@ def test_the_40m_point_is_the_better_rate_on_validation_never_on_test(in_tmp):
     chosen = compute.budget_runs()["40M"]["ka-1m-tuned"]
     assert chosen["name"] == "ka-1m-tuned-40m-lr-0.002" and compute.off_rate(chosen)
     assert "2.0000†" in summary.budget_section({}, str)  # marked, and the note says what the mark means
-    assert "†: at 0.5× its swept rate" in summary.budget_section({}, str)
+    assert "†: below its swept rate (ka-1m-tuned at 0.002)" in summary.budget_section({}, str)
 
 
 def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
@@ -567,4 +567,4 @@ def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
     note = fit.rate_note()
     assert "ka-1m-tuned 1.9500 at 0.002 against 2.0300 at 0.004 (Δ -0.0800; validation -0.0700)" in note
     assert "tf-1m 1.8700 at 0.004 against 1.8800 at 0.008 (Δ -0.0100" in note
-    assert "both at the lower rate: ka-1m-tuned +0.0800 (at the swept rates +0.1500)" in note
+    assert "each at its best rate on validation: ka-1m-tuned +0.0800 (at the swept rates +0.1500)" in note

@@ -16,7 +16,6 @@ from lab.groups import (
     BUDGET_PRESETS,
     BUDGETS,
     FLOPS_PRESETS,
-    LR40_FACTOR,
     TUNED_ABLATIONS,
     TUNED_FRESH_SEEDS,
 )
@@ -111,9 +110,9 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
              "validation BPC)."]
     if any(compute.model_note(r) for by in runs.values() for r in by.values()):
         notes.append("*: an earlier ka-1m (the feed-forward on ψ(θ) itself; group budget ran before P ψ(θ)).")
-    if any(compute.off_rate(r) for by in runs.values() for r in by.values()):
-        notes.append(f"†: at {LR40_FACTOR:g}× its swept rate, which beat that rate on validation at this budget "
-                     "(group lr40).")
+    if off := [r for by in runs.values() for r in by.values() if compute.off_rate(r)]:
+        notes.append("†: below its swept rate (" + ", ".join(f"{r['preset']} at {r['train']['lr']:g}" for r in off)
+                     + "), its best on validation at this budget (group lr40).")
     if f"{BUDGETS[-1] // 1_000_000}M" not in runs:
         notes.append("The 40M runs are not in yet (`python -m lab run budget40`).")
     flops = {r["name"]: r for r in with_twins("flops")}
