@@ -568,3 +568,6 @@ def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
     assert "ka-1m-tuned 1.9500 at 0.002 against 2.0300 at 0.004 (Δ -0.0800; validation -0.0700)" in note
     assert "tf-1m 1.8700 at 0.004 against 1.8800 at 0.008 (Δ -0.0100" in note
     assert "each at its best rate on validation: ka-1m-tuned +0.0800 (at the swept rates +0.1500)" in note
+    assert "not a rate chosen at smaller ones" not in note  # the gap narrowed by 0.07: the rate's
+    write_results(in_tmp, [{**rows[2], "eval_bpc": 1.80}])  # the transformer gains more from the lower rate
+    assert "A lower rate helps the transformer as much or more" in fit.rate_note()

@@ -61,6 +61,9 @@ def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> floa
     return near[1] - end[1] if abs(near[0] - end[0]) <= 0.05 * end[0] else None
 
 
+RATE_CLOSES = 0.01  # how much narrower the gap at the best rates must be to count as the rate's
+
+
 def rate_note() -> str:
     """lr40's runs against budget40's at the swept rate (test BPC, and the validation estimate that chooses), and
     the gap to tf-1m with each at its best rate on validation: whether the largest budget's gap is a rate chosen at
@@ -83,6 +86,12 @@ def rate_note() -> str:
                 for q in BUDGET_PRESETS if q in tried and q != REFERENCE and q in best]
         if gaps:
             text += " The gap to tf-1m with each at its best rate on validation: " + "; ".join(gaps) + "."
+        closed = [q for q in BUDGET_PRESETS if q in tried and q != REFERENCE and q in best
+                  and best[q]["eval_bpc"] - best[REFERENCE]["eval_bpc"]
+                  < swept[q]["eval_bpc"] - swept[REFERENCE]["eval_bpc"] - RATE_CLOSES]
+        if gaps and not closed:
+            text += (" A lower rate helps the transformer as much or more: the gap at this budget is not a rate "
+                     "chosen at smaller ones.")
     return text
 
 
@@ -121,8 +130,6 @@ def fit_note() -> str:
     if slopes:
         text += (f" Test BPC per doubling of the budget from 10M to {label}: "
                  + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
-    if half := rate_note():
-        text += " " + half
     costs = {q: c for q in BUDGET_PRESETS if (c := anneal_cost(runs, q)) is not None}
     if REFERENCE in costs and len(costs) > 1:
         ten = f"{PROTOCOL['tokens'] / 1e6:.0f}M"
@@ -130,8 +137,10 @@ def fit_note() -> str:
                  f"near its peak) each model's validation estimate is above its {ten} schedule's end (the rate "
                  "decayed) by " + ", ".join(f"{q} {c:+.3f}" for q, c in costs.items()) + ".")
         if all(c > costs[REFERENCE] for q, c in costs.items() if q != REFERENCE):
-            text += (" The Kuramoto models lose more to a high rate and gain more from its decay, so a budget that "
-                     f"keeps the rate high for longer favours the transformer (lr40 tries lower rates at {label}).")
+            text += (" The Kuramoto models lose more to a high rate and gain more from its decay (lr40 asks "
+                     f"whether lower rates at {label} close the gap).")
+    if lower := rate_note():
+        text += " " + lower
     return text
 
 
