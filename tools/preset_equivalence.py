@@ -29,6 +29,9 @@ def record(name: str) -> dict:
 
 
 def main() -> int:
+    if len(sys.argv) != 3 or sys.argv[1] not in ("save", "check"):
+        print("usage: python tools/preset_equivalence.py save|check DIR", file=sys.stderr)
+        return 2
     action, folder = sys.argv[1], Path(sys.argv[2])
     names = list(ka.PRESETS)
     if action == "save":
