@@ -504,7 +504,7 @@ def _target(name: str, value: float | None, key: str, op: str = ">=", note: str 
     t = TARGETS[key]
     ok = {">=": lambda: value >= t, "<": lambda: value < t, "<=": lambda: value <= t}[op]
     status = "N/A" if value is None else "PASS" if ok() else "FAIL"
-    return {"name": name, "value": value, "op": op, "threshold": t, "status": status, "note": note}
+    return {"name": name, "value": value, "op": op, "threshold": t, "status": status, "note": note, "key": key}
 
 
 def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -586,13 +586,19 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
             *("| " + " | ".join(map(str, r)) + " |" for r in rows), ""]
 
 
+LAB_TARGETS = frozenset({"equal_flops_gap"})  # targets read from the lab's results, not measured by a bench run
+
+
 def _history_section(history: list[dict[str, Any]]) -> list[str]:
     """Each recorded full run's targets side by side (one column per run, oldest first): the same code can pass
     on one machine and fail on another, and a reader should see both."""
     if len(history) < 2:
         return []
-    names = list(dict.fromkeys(t["name"] for run in reversed(history) for t in evaluate_targets(run)))
-    verdicts = [{t["name"]: t for t in evaluate_targets(run)} for run in history]
+    # a run's own measurements only: the equal-FLOP gaps are read from the lab's runs as they stand now, the same
+    # for every column, so they stay in the targets above
+    measured = [[t for t in evaluate_targets(run) if t.get("key") not in LAB_TARGETS] for run in history]
+    names = list(dict.fromkeys(t["name"] for targets in reversed(measured) for t in targets))
+    verdicts = [{t["name"]: t for t in targets} for targets in measured]
 
     def cell(t: dict[str, Any] | None) -> str:
         return "—" if t is None or t["value"] is None else f"{t['value']:.3f} {t['status']}"
