@@ -573,7 +573,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         compute.budget_section(),
         "",
         *([f"![test BPC against budget]({link(plots['budget'])})", ""] if plots.get("budget") else []),
-        *([fit.fit_note(), ""] if fit.fit_note() else []),
+        *([note, ""] if (note := fit.fit_note()) else []),
         *([f"![the gap along the largest budget's runs]({link(plots['fit'])})", ""] if plots.get("fit") else []),
         "### The gap at equal training FLOPs",
         "",
