@@ -18,14 +18,17 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
   lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's best variant (ka-su2-1m-tuned, ω at the
                                    base rate), through the same stages
+  lr40              issue 26: tf-1m and ka-1m-tuned at 40M tokens, one and two halvings below their swept rate
+  lr-5m-tuned, main-5m   issue 26's size axis: ka-5m-tuned's 3M sweep, then it against tf-5m over 3 seeds
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
   main-unprojected, ablation-unprojected, pycode-unprojected, lr-unprojected
                                    on ψ(θ) itself, the default until confirm measured P ψ(θ) better (ka-1m only)
-The screening rounds (screen, screen2 ... screen6), confirm and the wrap(θ) groups are retired (retired.py): their
-fields left the library, their results stay and are reported, and the commit that runs them is named there.
+The screening rounds (screen, screen2 ... screen6), confirm, the wrap(θ) groups and leads-retired are retired
+(retired.py): their fields left the library, their results stay and are reported, and the commit that runs them is
+named there.
 Every group run before main-unprojected's successor (budget, lr10m, warmup10m and the frozen ones) ran ka-1m on the
 unprojected feed-forward at lr-unprojected's rate: ``plan`` pins its ka-1m runs to it (``UNPROJECTED``).
 """
@@ -193,9 +196,9 @@ LEADS: dict[str, Lead] = {
     # not set, nor a query to compare its byte with a key's predecessor (what finds the byte after an earlier copy of
     # the current one). A complex mix of a head's oscillators in the step (K: j synchronises to l), in the score (C:
     # the query's), or both (layers/cross_coupling.py). On a synthetic copy task (`python -m lab induction`) the
-    # diagonal layer learns the copy without them, and no faster with them. Each mix's 51,200 weights are paid for by
-    # feed-forward units (27 per layer each). (Another answer, the lag read from the token's state, was dropped:
-    # group leads-retired.)
+    # diagonal layer learns the copy without them, and ends more accurate than with them. Each mix's 51,200 weights
+    # are paid for by feed-forward units (27 per layer each). (Another answer, the lag read from the token's state,
+    # was dropped: group leads-retired.)
     "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
     "cross-score": Lead({"cross_score": True, "ff_hidden": 323}),
     "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}),
@@ -436,7 +439,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
     "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
     "screen-su2": _screen_su2,  # the tuned recipe's ingredients on SU(2), at 3M tokens
-    # the screen's best, "tuned-omega-lr-1" (presets.py ka-su2-1m-tuned, ω at the base rate), the same three stages
+    # the screen's best, "tuned-omega-lr-1" (presets.py ka-su2-1m-tuned, trained with ω at the base rate), the same
+    # three stages
     "lr-su2-tuned": lambda: _lr("lr-su2-tuned", presets=("ka-su2-1m-tuned",), train=SU2_TUNED_TRAIN),
     "lr10m-su2-tuned": lambda: _second_stage("lr10m-su2-tuned", "lr-su2-tuned", "ka-su2-1m-tuned", SU2_TUNED_TRAIN),
     "main-su2-tuned": lambda: _main(group="main-su2-tuned", presets=("ka-su2-1m-tuned",), lr_group="lr10m-su2-tuned",

@@ -106,7 +106,7 @@ def _offset_lines(rows: list[dict[str, Any]]) -> list[str]:
         f"Δ = 0..{OFFSETS}) is "
         "largest, layer by layer (heads in order); and the mean over heads of A_{t,t−Δ} for Δ = 0, 1, 2, 3. "
         "A transformer's previous-token and skip heads peak at Δ ≥ 1 whatever the content; here the score's "
-        "positional part Σ_j w_j cos(ω_j Δ) (w ≥ 0) peaks at Δ = 0 (RESULTS.md, round 5).",
+        "positional part Σ_j w_j cos(ω_j Δ) (w ≥ 0) peaks at Δ = 0 (docs/notebook.md, round 5).",
         "",
         "| run | peak offset of each head, per layer | mean A at Δ = 0, 1, 2, 3, per layer | heads peaking at Δ ≥ 2 |",
         "|---|---|---|---|",

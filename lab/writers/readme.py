@@ -16,7 +16,7 @@ from lab.writers.summary import PAPER_1M
 START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /headline -->"
 PRESETS_START, PRESETS_END = "<!-- presets: written by `python -m lab report` -->", "<!-- /presets -->"
 ROWS = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
-        ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration"))
+        ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration on the torus"))
 # shown once their groups have runs: the same layer on SU(2), the paper's non-abelian case (issue 25)
 MEASURED_ROWS = (("ka-su2-1m", "main-su2", "the same layer on SU(2) (unit quaternions)"),
                  ("ka-su2-1m-tuned", "main-su2-tuned", "on SU(2) with the tuned recipe"))

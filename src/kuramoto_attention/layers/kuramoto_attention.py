@@ -55,7 +55,7 @@ class AttentionConfig:
     bound_scale: Literal["one", "learned"] = "one"
     tau: Literal["learned", "fixed"] = "learned"  # the temperature τ per head (log-parametrised) or fixed at tau_init
     tau_init: float = 1.0
-    # r at init. Radius 10: at 1, 97-100% of increments sat on the bound and training stalled (RESULTS.md)
+    # r at init. Radius 10: at 1, 97-100% of increments sat on the bound and training stalled (the notebook's screen)
     radius_init: float = 10.0
     value_init: float = 1.0  # the value gate's initial bias (> 0: every oscillator starts synchronising)
     omega_base: float = 10000.0  # base of ω's geometric initialisation (RoPE's)
@@ -70,7 +70,7 @@ class AttentionConfig:
     # weights per head each; the torus only): in the score, the query's oscillators mixed (C); in the step, the
     # attended states' (K), so that oscillator j synchronises to l. The paper's layer couples j to j only, and at 40M
     # tokens the gap is largest on bytes that copying predicts (`python -m lab gap budget40`); yet on a synthetic copy
-    # task it learns to copy without them (`python -m lab induction`). Leads of issue 26, both worse at 10M tokens
+    # task it learns to copy without them (`python -m lab induction`). Issue 26's leads (RESULTS.md: their scores)
     cross_score: bool = False
     cross_coupling: bool = False
     clock: int = 0  # positional clock oscillators per head (gates.py PositionalClock); 0: none

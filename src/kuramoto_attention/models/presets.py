@@ -30,7 +30,7 @@ PRESETS: dict[str, tuple[str, Any]] = {
     # BPC worse over three seeds; RESULTS.md). ka-5m keeps the unprojected feed-forward until it is rerun
     "ka-1m": ("kuramoto", KuramotoConfig(dim=128, depth=4, heads=4, ff_hidden=312, ff_proj="shared")),
     "tf-1m": ("transformer", TransformerConfig(dim=128, depth=5, heads=4, ff_hidden=336)),
-    # the best 1M variant at the protocol's 10M tokens (issue 4, RESULTS.md), outside the paper's score: no self term,
+    # the best 1M torus variant at the protocol's 10M tokens (issue 4), outside the paper's score: no self term,
     # a learned phase lag, 8 clock oscillators per head; k = 160 paid for by one pair of metric gates for all layers
     # and by the value and metric gates reading the feed-forward's shared P ψ(θ) (k wide) instead of ψ(θ) (2k)
     "ka-1m-tuned": ("kuramoto", KuramotoConfig(
