@@ -19,7 +19,8 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's best variant (ka-su2-1m-tuned, ω at the
                                    base rate), through the same stages
   lr40              issue 26: tf-1m and ka-1m-tuned at 40M tokens, one and two halvings below their swept rate
-  lr-5m-tuned, main-5m   issue 26's size axis: ka-5m-tuned's 3M sweep, then it against tf-5m over 3 seeds
+  lr-5m-tuned, main-5m   issue 26's size axis: ka-5m-tuned's 3M sweep, then it against tf-5m over 3 seeds and at
+                         tf-5m's training FLOPs
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
@@ -377,12 +378,19 @@ def _second_stage(group: str, sweep: str, preset: str, train: dict[str, Any] | N
                  {**PROTOCOL, "seed": 0, "lr": r["train"]["lr"], **(train or {})}, "valid") for r in ranked[:2]]
 
 
+EQUAL_FLOPS_5M = "ka-5m-tuned-flops-tf-5m-10m"  # main-5m's equal-compute run
+
+
 def _main_5m() -> list[Spec]:
     """Issue 26's size axis: ka-5m-tuned (its rate from lr-5m-tuned) against tf-5m (its best rate in scale), 3 seeds
-    each at the main protocol."""
+    each at the main protocol; and ka-5m-tuned, with its own full schedule, for the budget at which its training FLOPs
+    equal tf-5m's 10M-token runs, seed 0."""
     rates = {"ka-5m-tuned": best_lr("ka-5m-tuned", "lr-5m-tuned"), "tf-5m": best_lr("tf-5m", "scale")}
-    return [Spec("main-5m", f"{p}-seed{s}", p, {}, {**PROTOCOL, "seed": s, "lr": lr})
-            for p, lr in rates.items() for s in (0, 1, 2)]
+    tokens = flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
+    return [*(Spec("main-5m", f"{p}-seed{s}", p, {}, {**PROTOCOL, "seed": s, "lr": lr})
+              for p, lr in rates.items() for s in (0, 1, 2)),
+            Spec("main-5m", EQUAL_FLOPS_5M, "ka-5m-tuned", {},
+                 {**PROTOCOL, "tokens": tokens, "seed": 0, "lr": rates["ka-5m-tuned"]})]
 
 
 # In run order: the issue's list (the paper's three first), then the feed-forward's inputs. A P ψ(θ) default

@@ -763,6 +763,10 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     text = summary.budget_section(plots, lambda p: p.name)
     assert "1.9500 (+0.050)" in text and "at tf-1m's 10M-token FLOPs (6.0M tokens): gap **+0.1000**" in text
     assert "(at equal tokens +0.0200)" in text and "![budget](budget.png)" in text
+    # every cell carries its training FLOPs, the notes each preset's model FLOPs per token
+    assert f"1.9500 (+0.050), {compute.fmt_flops(per * 40_001_536)}" in text
+    assert "ka-1m-tuned (gap), training FLOPs" in text
+    assert f"ka-1m-tuned {compute.fmt_per_token(per)}" in text
 
 
 def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tmp):

@@ -225,7 +225,7 @@ def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     ratio = groups.flops_per_token("ka-5m-tuned") / groups.flops_per_token("tf-5m")
     assert f"costs {ratio:.2f}× tf-5m's model FLOPs per token" in text and f"at {tokens / 1e6:.2f}M tokens" in text
-    assert "a planned figure, not measured" in text
+    assert "not run yet: `python -m lab run main-5m --only ka-5m-tuned-flops-tf-5m-10m`" in text
     assert size.summary_row() is None and "not run yet: `python -m lab run main-5m" in size.summary_note()
 
 
@@ -242,17 +242,19 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     assert f"means **{statistics.mean(ka) - statistics.mean(tf):+.4f}**" in text
     assert f"medians **{statistics.median(ka) - statistics.median(tf):+.4f}**" in text
     assert "moved test BPC by -0.1000" in text  # seed 0 against scale's best ka-5m
-    assert "a planned figure, not measured" in text
+    assert "--only ka-5m-tuned-flops-tf-5m-10m" in text and "at tf-5m's 10M-token training FLOPs not run yet" in \
+        size.summary_note()
     row = size.summary_row()
     assert row is not None and row[1:4] == ["1.9100", "1.8900", "+0.0200"]
     assert "| 5M tuned (main-5m: ka-5m-tuned, medians of 3 / 3 seeds) | 1.9100 | 1.8900 | +0.0200 |" in \
         summary.size_section()
-    # a run at the equal-FLOP budget, wherever it was made, turns the planned figure into a measured one
+    # main-5m's equal-FLOP run: its gap beside the seeds', and not counted as a seed
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
-    write_results(in_tmp, [run("flops", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens)])
+    write_results(in_tmp, [run("main-5m", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens, lr=1e-3)])
     text = size.section()
-    assert "not measured" not in text
+    assert "not run yet" not in text and "| ka-5m-tuned | 1,000,000 | 3 |" in text
     assert f"test BPC 1.9700, a gap of **{1.97 - statistics.mean(tf):+.4f}** to tf-5m's mean" in text
+    assert f"training FLOPs **{1.97 - statistics.mean(tf):+.4f}**" in size.summary_note()
 
 
 def _tuned_base(tmp, vals=(2.15, 2.16, 2.17, 2.14, 2.18, 2.16)):
@@ -571,3 +573,15 @@ def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
     assert "not a rate chosen at smaller ones" not in note  # the gap narrowed by 0.07: the rate's
     write_results(in_tmp, [{**rows[2], "eval_bpc": 1.80}])  # the transformer gains more from the lower rate
     assert "A lower rate helps the transformer as much or more" in fit.rate_note()
+
+
+def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
+    full = run("main", "ka-1m-seed0", "ka-1m", 2.25)
+    no_ff = run("ablation", "ka-no-ff", "ka-1m", 2.60, ff="none", ff_proj="none")
+    write_results(in_tmp, [full, no_ff])
+    text = summary.ablation_section()
+    per = compute.flops_per_token(no_ff)
+    assert per < compute.flops_per_token(full)  # the feed-forward's FLOPs leave with it
+    cost = f"{compute.fmt_per_token(per)} / — | {compute.fmt_flops(per * 10_000_000)} / —"
+    assert f"| no-ff | +0.3500 | — | +0.27 | {cost} |" in text
+    assert f"ka-1m 2.2500 ({compute.fmt_per_token(compute.flops_per_token(full))} model FLOPs per token)" in text

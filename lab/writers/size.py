@@ -1,13 +1,14 @@
 """Issue 26's size axis in the notebook and the summary: the tuned recipe at 5M (ka-5m-tuned, its rate from its own 3M
 sweep lr-5m-tuned) against tf-5m, three seeds each at the protocol (main-5m), beside the paper's 5M enwik8 numbers
-(``scaling.PAPER_BY_SIZE``) and what equal training FLOPs would ask of it."""
+(``scaling.PAPER_BY_SIZE``), and ka-5m-tuned at tf-5m's 10M-token training FLOPs (main-5m's equal-FLOP run)."""
 
 import statistics
 from typing import Any
 
-from lab.groups import all_results, flop_matched_tokens, flops_per_token
+from lab.groups import EQUAL_FLOPS_5M, flop_matched_tokens, flops_per_token
 from lab.protocol import PROTOCOL, best_result
-from lab.writers.common import fmt, label, mean_sd, not_run, seed_runs, table
+from lab.records import with_twins
+from lab.writers.common import fmt, mean_sd, not_run, seed_runs, table
 from lab.writers.compute import fmt_flops, fmt_per_token
 from lab.writers.scaling import PAPER_BY_SIZE
 from lab.writers.sweeps import sweep_section
@@ -18,7 +19,18 @@ PAPER_5M = PAPER_BY_SIZE["5m"]  # the paper's 5M enwik8 medians (ka, tf, gap): t
 
 
 def _runs() -> dict[str, list[dict[str, Any]]]:
-    return {p: seed_runs(MAIN_GROUP, p) for p in (KA, TF)}
+    """Each preset's seeds at the protocol's budget (not the equal-FLOP run)."""
+    return {p: [r for r in seed_runs(MAIN_GROUP, p) if r["name"] != EQUAL_FLOPS_5M] for p in (KA, TF)}
+
+
+def _equal_flops_run() -> dict[str, Any] | None:
+    return next((r for r in with_twins(MAIN_GROUP) if r["name"] == EQUAL_FLOPS_5M), None)
+
+
+def equal_flops_gap(tf_vals: list[float]) -> float | None:
+    """ka-5m-tuned at tf-5m's 10M-token training FLOPs against tf-5m's mean at 10M tokens, None until both exist."""
+    run = _equal_flops_run()
+    return run["eval_bpc"] - statistics.mean(tf_vals) if run and tf_vals else None
 
 
 def _vals(rs: list[dict[str, Any]]) -> list[float]:
@@ -40,21 +52,18 @@ def _table(runs: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def _equal_flops(tf_vals: list[float]) -> str:
-    """ka-5m-tuned's cost per token over tf-5m's, and the budget at which its training FLOPs equal tf-5m's 10M-token
-    runs: a measured gap only where such a run exists (none is planned), else the planned figure, labelled so."""
+    """ka-5m-tuned's cost per token over tf-5m's, the budget at which its training FLOPs equal tf-5m's 10M-token
+    runs, and the gap there (main-5m's equal-FLOP run), or how to run it."""
     ratio = flops_per_token(KA) / flops_per_token(TF)
     tokens = flop_matched_tokens(KA, TF, PROTOCOL["tokens"])
-    step = PROTOCOL["batch_size"] * PROTOCOL["context"]
     text = (f"At equal FLOPs: {KA} costs {ratio:.2f}× {TF}'s model FLOPs per token, so its training FLOPs equal "
             f"{TF}'s {PROTOCOL['tokens'] / 1e6:g}M-token runs at {tokens / 1e6:.2f}M tokens (`groups."
             "flop_matched_tokens`)")
-    run = next((r for r in all_results() if r["preset"] == KA and not r.get("model_overrides")
-                and abs(r["tokens"] - tokens) <= step), None)
+    run, gap = _equal_flops_run(), equal_flops_gap(tf_vals)
     if run is None:
-        return text + ("; a planned figure, not measured: no run of that budget is in results/ (the gap at equal "
-                       "tokens above is the measured one).")
-    gap = f", a gap of **{run['eval_bpc'] - statistics.mean(tf_vals):+.4f}** to {TF}'s mean" if tf_vals else ""
-    return text + f"; measured by {label(run)} ({run['group']}): test BPC {fmt(run['eval_bpc'])}{gap}."
+        return text + f"; not run yet: `python -m lab run {MAIN_GROUP} --only {EQUAL_FLOPS_5M}`."
+    against = f", a gap of **{gap:+.4f}** to {TF}'s mean at 10M tokens" if gap is not None else ""
+    return text + f"; {EQUAL_FLOPS_5M} (seed 0, its own full schedule): test BPC {fmt(run['eval_bpc'])}{against}."
 
 
 def section() -> str:
@@ -93,7 +102,8 @@ def summary_row() -> list[str] | None:
     return [f"5M tuned ({MAIN_GROUP}: {KA}, medians of {len(ka)} / {len(tf)} seeds)", fmt(statistics.median(ka)),
             fmt(statistics.median(tf)), f"{statistics.median(ka) - statistics.median(tf):+.4f}",
             f"{PAPER_5M[0]} / {PAPER_5M[1]}, {PAPER_5M[2]}",
-            f"{fmt_per_token(flops_per_token(KA))} / {fmt_per_token(flops_per_token(TF))}"]
+            f"{fmt_per_token(flops_per_token(KA))} / {fmt_per_token(flops_per_token(TF))}",
+            " / ".join(fmt_flops(flops_per_token(p) * runs[p][0]["tokens"]) for p in (KA, TF))]
 
 
 def summary_note() -> str:
@@ -101,6 +111,8 @@ def summary_note() -> str:
     runs = _runs()
     ka, tf = _vals(runs[KA]), _vals(runs[TF])
     if ka and tf:
+        gap = equal_flops_gap(tf)
         return (f" In {MAIN_GROUP}, {KA} over its seeds: {mean_sd(ka)}; {TF}: {mean_sd(tf)}; gap of the means "
-                f"{statistics.mean(ka) - statistics.mean(tf):+.4f}.")
+                f"{statistics.mean(ka) - statistics.mean(tf):+.4f}; at {TF}'s 10M-token training FLOPs "
+                + ("not run yet" if gap is None else f"**{gap:+.4f}**") + ".")
     return f" The tuned recipe at 5M over seeds ({KA} against {TF}): {not_run(MAIN_GROUP, 'not run yet')}."

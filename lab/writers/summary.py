@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lab import protocol
+from lab import groups, protocol
 from lab.groups import (
     ABLATIONS,
     BUDGET_PRESETS,
@@ -76,16 +76,24 @@ def ablation_section() -> str:
         return "_No ablations yet (`python -m lab run ablation`, `python -m lab run ablation-tuned`)._"
     body = []
     for name in dict.fromkeys([*ABLATIONS, *TUNED_ABLATIONS]):
-        cells = []
-        for g, ref in full.items():
-            r = done[g].get(f"ka-{name}")
-            cells.append(f"{r['eval_bpc'] - ref['eval_bpc']:+.4f}" if r and ref else "—")
+        runs = [(done[g].get(f"ka-{name}"), ref) for g, ref in full.items()]
+        cells = [f"{r['eval_bpc'] - ref['eval_bpc']:+.4f}" if r and ref else "—" for r, ref in runs]
         if any(c != "—" for c in cells):
-            body.append([name, *cells, PAPER_DELTAS.get(name, "—")])
-    refs = ", ".join(f"{r['preset']} {fmt(r['eval_bpc'])}" for r in full.values() if r)
+            body.append([name, *cells, PAPER_DELTAS.get(name, "—"), *_costs([r for r, _ in runs])])
+    refs = ", ".join(f"{r['preset']} {fmt(r['eval_bpc'])} ({_costs([r])[0]} model FLOPs per token)"
+                     for r in full.values() if r)
     return (f"ΔBPC (test, 10M tokens, seed 0) of each ablation against its full model ({refs}); a component removed "
-            "takes its parameters with it.\n\n"
-            + table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ"], body))
+            "takes its parameters with it, and its FLOPs.\n\n"
+            + table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ", "model FLOPs/token on ka-1m / tuned",
+                     "training FLOPs on ka-1m / tuned"], body))
+
+
+def _costs(runs: list[dict[str, Any] | None]) -> list[str]:
+    """Model FLOPs per token and training FLOPs of runs, each pair of cells joined by " / " ("—" for a run not
+    made)."""
+    per = [compute.fmt_per_token(compute.flops_per_token(r)) if r else "—" for r in runs]
+    total = [compute.fmt_flops(compute.training_flops(r)) if r else "—" for r in runs]
+    return [" / ".join(per), " / ".join(total)]
 
 
 def budget_section(plots: dict[str, Path | None], link: Any) -> str:
@@ -103,11 +111,13 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
             else:
                 mark = ("*" if compute.model_note(r) else "") + ("†" if compute.off_rate(r) else "")
                 gap = f" ({r['eval_bpc'] - tf['eval_bpc']:+.3f})" if tf and p != "tf-1m" else ""
-                cells.append(f"{fmt(r['eval_bpc'])}{mark}{gap}")
+                cells.append(f"{fmt(r['eval_bpc'])}{mark}{gap}, {compute.fmt_flops(compute.training_flops(r))}")
         body.append([label + (" (valid)" if label == "3M" else ""), *cells])
-    text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") for p in BUDGET_PRESETS)], body)
+    text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") + ", training FLOPs" for p in BUDGET_PRESETS)],
+                 body)
+    per = ", ".join(f"{p} {compute.fmt_per_token(groups.flops_per_token(p))}" for p in BUDGET_PRESETS)
     notes = ["Seed 0, each model with its own full schedule to the budget, test BPC (3M: the sweep's best rate, "
-             "validation BPC)."]
+             f"validation BPC). Model FLOPs per token: {per}."]
     if any(compute.model_note(r) for by in runs.values() for r in by.values()):
         notes.append("*: an earlier ka-1m (the feed-forward on ψ(θ) itself; group budget ran before P ψ(θ)).")
     if off := [r for by in runs.values() for r in by.values() if compute.off_rate(r)]:
@@ -178,12 +188,12 @@ def size_section() -> str:
         m = {p: statistics.mean(r["eval_bpc"] for r in rs) for p, rs in one.items()}
         rows.append(["1M (main, mean)", fmt(m["ka-1m"]), fmt(m["tf-1m"]), f"{m['ka-1m'] - m['tf-1m']:+.4f}",
                      f"{PAPER_1M['ka-1m'].split()[0]} / {PAPER_1M['tf-1m'].split()[0]}, {PAPER_GAP_1M} (means)",
-                     " / ".join(compute.fmt_per_token(compute.flops_per_token(one[p][0])) for p in one)])
+                     *_costs([one[p][0] for p in one])])
     if all(best.values()):
         ka, tf = best["ka-5m"], best["tf-5m"]
         rows.append(["5M (scale, seed 0, the best rate tried)", fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]),
                      f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}", f"{PAPER_5M[0]} / {PAPER_5M[1]}, {PAPER_5M[2]}",
-                     " / ".join(compute.fmt_per_token(compute.flops_per_token(r)) for r in (ka, tf))])
+                     *_costs([ka, tf])])
     tuned = size.summary_row()
     if tuned:
         rows.append(tuned)
@@ -193,7 +203,7 @@ def size_section() -> str:
     note = (f" The best 1M variant carried to 5M ({variant['name']}, scale-variant): {fmt(variant['eval_bpc'])}, "
             f"gap {variant['eval_bpc'] - best['tf-5m']['eval_bpc']:+.4f}." if variant and best["tf-5m"] else "")
     return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap",
-                   "model FLOPs/token ka / tf"], rows)
+                   "model FLOPs/token ka / tf", "training FLOPs ka / tf"], rows)
             + "\n\n10M tokens each. At 5M (scale) neither model has a full sweep (the notebook lists the rates tried)."
             + note + size.summary_note())
 
