@@ -607,10 +607,18 @@ def _history_section(history: list[dict[str, Any]]) -> list[str]:
              f"`{ARCHIVE}/` (one JSON per run, written by the run itself), oldest first; the sections above are "
              "the latest. Machines differ between sessions: the ratios move with the CPU, not only with the code. "
              "The runs with 2 warm-up steps per model took them one model after the other, the later ones "
-             "alternated.", ""]
+             "alternated. The matmul peak and the load at the start say how fast and how quiet each machine was.", ""]
     head = ["target", *(f"{r['machine']['date'][:16]} {r['machine']['cpu']}" for r in history)]
     warmup = ["training warm-up steps per model", *(str(r["plan"]["warmup"]) for r in history)]
-    return lines + _table(head, [warmup, *([n, *(cell(v.get(n)) for v in verdicts)] for n in names)])
+    peak = ["matmul peak fp32 / bf16, GFLOP/s",
+            *(" / ".join(f"{r['matmul_peak'][p] / 1e9:.0f}" for p in ("fp32", "bf16")) for r in history)]
+    load = ["load average at start", *(_load(r) for r in history)]
+    return lines + _table(head, [warmup, peak, load, *([n, *(cell(v.get(n)) for v in verdicts)] for n in names)])
+
+
+def _load(run: dict[str, Any]) -> str:
+    value = run["machine"].get("load_average_at_start")
+    return "—" if value is None else f"{value:.2f}"
 
 
 def load_history() -> list[dict[str, Any]]:

@@ -337,6 +337,10 @@ def test_recorded_runs_are_shown_side_by_side(quick: dict[str, Any], tmp_path: P
     latest = next(t for t in quick["res"]["targets"] if t["name"] == name)
     assert row.split(" | ")[1:] == ["1.000 FAIL", f"{latest['value']:.3f} {latest['status']} |"]
     assert "equal-FLOP gap" not in section  # read from the lab's runs as they are now, not measured by either run
+    # how fast and how quiet each machine was, beside its verdicts
+    peak = quick["res"]["matmul_peak"]
+    assert f"| matmul peak fp32 / bf16, GFLOP/s | {peak['fp32'] / 1e9:.0f} / {peak['bf16'] / 1e9:.0f} |" in section
+    assert f"| load average at start | {older['machine']['load_average_at_start']:.2f} |" in section
     # --render judges today's targets on the recorded measurements (the equal-FLOP ones on this folder's results/)
     rejudged = {**quick["res"], "targets": bench.evaluate_targets(quick["res"])}
     assert md.split("## Every recorded full run")[0] == bench.render(rejudged).rstrip("\n") + "\n\n"
