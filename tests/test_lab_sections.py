@@ -278,10 +278,12 @@ def test_leads_section_without_results_says_what_to_run(in_tmp):
 def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     base = _tuned_base(in_tmp)
     bpcs = {k: 2.10 + 0.02 * i for i, k in enumerate(groups.LEADS)}  # the first lead the best
-    write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
-                               **groups.LEADS[k].model) for k, b in bpcs.items()])
+    on_bound = {"attn_saturation": [0.0, 0.5], "ff_saturation": [1.0, 1.0]}  # the increments of each layer
+    write_results(in_tmp, [{**run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
+                                  **groups.LEADS[k].model), "diagnostics": on_bound} for k, b in bpcs.items()])
     first = next(iter(groups.LEADS))
     text = leads.section()
+    assert "| increments on the bound, attn / ff |" in text and "| 25% / 100% |" in text  # means over layers
     mean = statistics.mean(base)
     assert f"test BPC 2.1500; main-tuned over all its 6 seeds: {mean:.4f} ± {statistics.stdev(base):.4f}" in text
     assert f"| ka-1m-tuned-{first} | {groups.LEADS[first].change()} | 1,000,000 |" in text

@@ -63,6 +63,16 @@ def _flops(lead: Lead, r: dict[str, Any] | None) -> str:
     return fmt_per_token(flops_per_token(r or {"preset": PRESET, "model_overrides": lead.model, "train": {}}))
 
 
+def _on_bound(r: dict[str, Any] | None) -> str:
+    """The share of attention / feed-forward increments on the norm bound, mean over layers (the run's diagnostics):
+    what a lead changed in how far each step moves."""
+    diag = (r or {}).get("diagnostics") or {}
+    shares = [diag.get(k) for k in ("attn_saturation", "ff_saturation")]
+    if not all(shares):
+        return "—"
+    return " / ".join(f"{statistics.mean(s):.0%}" for s in shares)
+
+
 def _bpc(r: dict[str, Any] | None) -> float | None:
     return r["eval_bpc"] if r else None
 
@@ -108,10 +118,11 @@ def section() -> str:
     leads = _lead_rows()
     body = [[name, overrides(r) if r else lead.change(),
              f"{r['params']:,}" if r else "—", _flops(lead, r), fmt(r["eval_bpc"]) if r else "not run",
-             _delta(r, _bpc(seed0)), _delta(r, mean), *_seeds_cells(_seed_vals(name, r), mean)]
+             _delta(r, _bpc(seed0)), _delta(r, mean), *_seeds_cells(_seed_vals(name, r), mean), _on_bound(r)]
             for name, lead, r in leads]
     ref = (f"ka-1m-tuned's seed 0 ({label(seed0)}; {seed0['params']:,} params, "
-           f"{fmt_per_token(flops_per_token(seed0))} model FLOPs per token): test BPC {fmt(seed0['eval_bpc'])}"
+           f"{fmt_per_token(flops_per_token(seed0))} model FLOPs per token, increments on the bound (attention / "
+           f"feed-forward) {_on_bound(seed0)}): test BPC {fmt(seed0['eval_bpc'])}"
            if seed0 else f"ka-1m-tuned's seed 0: {not_run(BASE_GROUP, 'not run yet')}")
     spread = (f"; main-tuned over all its {len(vals)} seeds: {mean_sd(vals)}" if vals else "")
     own = [r["eval_bpc"] for r in load_results(BASE_GROUP)]
@@ -125,7 +136,7 @@ def section() -> str:
              f"main-tuned's mean is also run on seeds {', '.join(map(str, LEAD_SEEDS))} ({SEEDS_GROUP})." + rule)
     text = intro + "\n\n" + table(["lead", "change", "params", "model FLOPs/token", "test BPC",
                                    "Δ vs ka-1m-tuned seed 0", "Δ vs main-tuned mean", "over seeds, mean ± sd (n)",
-                                   "Δ of means vs main-tuned"], body)
+                                   "Δ of means vs main-tuned", "increments on the bound, attn / ff"], body)
     if not any(r for _, _, r in leads):
         text += f"\n\n_{not_run(GROUP)}._"
     return text + "\n\n" + _long_part()
