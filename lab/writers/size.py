@@ -9,7 +9,7 @@ from lab.groups import EQUAL_FLOPS_5M, flop_matched_tokens, flops_per_token
 from lab.protocol import PROTOCOL, best_result
 from lab.records import with_twins
 from lab.writers.common import fmt, mean_sd, not_run, seed_runs, table
-from lab.writers.compute import fmt_flops, fmt_per_token
+from lab.writers.compute import fmt_flops, fmt_per_token, training_flops
 from lab.writers.scaling import PAPER_BY_SIZE
 from lab.writers.sweeps import sweep_section
 
@@ -27,9 +27,8 @@ def _equal_flops_run() -> dict[str, Any] | None:
     return next((r for r in with_twins(MAIN_GROUP) if r["name"] == EQUAL_FLOPS_5M), None)
 
 
-def equal_flops_gap(tf_vals: list[float]) -> float | None:
-    """ka-5m-tuned at tf-5m's 10M-token training FLOPs against tf-5m's mean at 10M tokens, None until both exist."""
-    run = _equal_flops_run()
+def _gap(run: dict[str, Any] | None, tf_vals: list[float]) -> float | None:
+    """The equal-FLOP run against tf-5m's mean at 10M tokens, None until both exist."""
     return run["eval_bpc"] - statistics.mean(tf_vals) if run and tf_vals else None
 
 
@@ -59,7 +58,8 @@ def _equal_flops(tf_vals: list[float]) -> str:
     text = (f"At equal FLOPs: {KA} costs {ratio:.2f}× {TF}'s model FLOPs per token, so its training FLOPs equal "
             f"{TF}'s {PROTOCOL['tokens'] / 1e6:g}M-token runs at {tokens / 1e6:.2f}M tokens (`groups."
             "flop_matched_tokens`)")
-    run, gap = _equal_flops_run(), equal_flops_gap(tf_vals)
+    run = _equal_flops_run()
+    gap = _gap(run, tf_vals)
     if run is None:
         return text + f"; not run yet: `python -m lab run {MAIN_GROUP} --only {EQUAL_FLOPS_5M}`."
     against = f", a gap of **{gap:+.4f}** to {TF}'s mean at 10M tokens" if gap is not None else ""
@@ -103,7 +103,7 @@ def summary_row() -> list[str] | None:
             fmt(statistics.median(tf)), f"{statistics.median(ka) - statistics.median(tf):+.4f}",
             f"{PAPER_5M[0]} / {PAPER_5M[1]}, {PAPER_5M[2]}",
             f"{fmt_per_token(flops_per_token(KA))} / {fmt_per_token(flops_per_token(TF))}",
-            " / ".join(fmt_flops(flops_per_token(p) * runs[p][0]["tokens"]) for p in (KA, TF))]
+            " / ".join(fmt_flops(training_flops(runs[p][0])) for p in (KA, TF))]
 
 
 def summary_note() -> str:
@@ -111,7 +111,7 @@ def summary_note() -> str:
     runs = _runs()
     ka, tf = _vals(runs[KA]), _vals(runs[TF])
     if ka and tf:
-        gap = equal_flops_gap(tf)
+        gap = _gap(_equal_flops_run(), tf)
         return (f" In {MAIN_GROUP}, {KA} over its seeds: {mean_sd(ka)}; {TF}: {mean_sd(tf)}; gap of the means "
                 f"{statistics.mean(ka) - statistics.mean(tf):+.4f}; at {TF}'s 10M-token training FLOPs "
                 + ("not run yet" if gap is None else f"**{gap:+.4f}**") + ".")
