@@ -36,6 +36,7 @@ unprojected feed-forward at lr-unprojected's rate: ``plan`` pins its ka-1m runs 
 
 import contextlib
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,7 +44,7 @@ from typing import Any
 from kuramoto_attention.diagnostics.flops import model_flops
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
-from kuramoto_attention.models.presets import build_model, get_preset
+from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import protocol
 from lab.protocol import LRS, PROTOCOL, SWEEP, Spec, best_lr, load_results
 from lab.retired import RETIRED
@@ -252,6 +253,24 @@ def _leads_seeds() -> list[Spec]:
             for name, lead in _leads_beating_tuned("leads-seeds") for s in LEAD_SEEDS]
 
 
+# Issue 26's "cheaper widths that buy tokens at equal FLOPs": ka-1m-tuned's recipe in shapes that cost fewer model
+# FLOPs per token at the same parameters (±3%, the feed-forward's width filling the budget). ka-1m-tuned's k = 160
+# was chosen at equal tokens; at equal FLOPs it sees 61% of tf-1m's tokens. Each is trained, with its own full
+# schedule at ka-1m-tuned's rate, seed 0, for the tokens at which its training FLOPs equal tf-1m's 10M-token run, and
+# judged against flops' ka-1m-tuned-flops-tf-10m (the same FLOPs spent by the preset itself)
+WIDTHS: dict[str, Lead] = {
+    # ka-1m's k = 128 (heads of 32): narrower T×T matmuls and a smaller shared P, applied 8 times (1.41× tf-1m)
+    "k-128": Lead({"dim": 128, "ff_hidden": 502}),
+    # three layers of k = 160: one Kuramoto step fewer, a wider feed-forward (1.39× tf-1m)
+    "depth-3": Lead({"depth": 3, "ff_hidden": 484}),
+}
+
+
+def _leads_flops() -> list[Spec]:
+    return [Spec("leads-flops", f"ka-1m-tuned-{k}-flops-tf-10m", "ka-1m-tuned", lead.model,
+                 {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"],
+                                                                     lead.model)), **lead.train})
+            for k, lead in WIDTHS.items()]
 
 
 # Issue 25's "a variant of it": what of ka-1m-tuned's recipe applies off the torus (no self term, 8 clocks per head,
@@ -339,17 +358,27 @@ def _lr40() -> list[Spec]:
             for rate in (_own_lr(p) * LR40_FACTOR ** k for k in range(1, LR40_STEPS[p] + 1))]
 
 
-def flop_matched_tokens(preset: str, reference: str, reference_tokens: int) -> int:
-    """The token budget at which ``preset``'s training FLOPs equal ``reference``'s at ``reference_tokens``
-    (the bench's analytic count per token), rounded to whole protocol steps."""
+def flop_matched_tokens(preset: str, reference: str, reference_tokens: int, model: dict[str, Any] | None = None) -> int:
+    """The token budget at which ``preset``'s training FLOPs (with the ``model`` overrides) equal ``reference``'s at
+    ``reference_tokens`` (the bench's analytic count per token), rounded to whole protocol steps."""
     step = PROTOCOL["batch_size"] * PROTOCOL["context"]
-    return round(reference_tokens * flops_per_token(reference) / flops_per_token(preset) / step) * step
+    return round(reference_tokens * flops_per_token(reference) / flops_per_token(preset, model) / step) * step
+
+
+def flops_per_token(preset: str, model: dict[str, Any] | None = None, context: int = PROTOCOL["context"]) -> int:
+    """A preset's model FLOPs per training token at ``context``, with the ``model`` overrides
+    (``diagnostics.flops.model_flops``, the bench's)."""
+    return _flops_per_token(preset, json.dumps(model or {}, sort_keys=True), context)
 
 
 @functools.cache
-def flops_per_token(preset: str, context: int = PROTOCOL["context"]) -> int:
-    """A preset's model FLOPs per training token at ``context`` (``diagnostics.flops.model_flops``, the bench's)."""
-    return model_flops(build_model(*get_preset(preset)), context)["flops_per_token"]
+def _flops_per_token(preset: str, overrides: str, context: int) -> int:
+    import torch
+
+    family, cfg = get_preset(preset)
+    with torch.device("meta"):  # shapes only: the count reads parameter sizes
+        return model_flops(build_model(family, apply_overrides(family, cfg, json.loads(overrides))), context)[
+            "flops_per_token"]
 
 
 def _flops() -> list[Spec]:
@@ -439,7 +468,7 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
     "budget40": _budget40, "lr40": _lr40, "budget100": _budget100, "flops": _flops,
-    "leads": _leads, "leads40": _leads40, "leads-seeds": _leads_seeds,
+    "leads": _leads, "leads40": _leads40, "leads-seeds": _leads_seeds, "leads-flops": _leads_flops,
     # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
     "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
     # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds

@@ -284,6 +284,24 @@ def test_the_tuned_su2_stages_carry_its_training_setting(in_tmp):
         assert s.train["omega_lr_mult"] == groups.SU2_TUNED_TRAIN["omega_lr_mult"] == 1.0
 
 
+def test_cheaper_widths_keep_the_parameters_and_spend_tf_1m_s_flops(in_tmp):
+    """leads-flops: each width variant of ka-1m-tuned has its parameters (±3% of 1M), costs fewer FLOPs per token,
+    and trains for the whole steps at which its training FLOPs meet tf-1m's 10M-token run, at ka-1m-tuned's rate."""
+    write_results(in_tmp, [{**fake_result("lr10m-tuned", "ka-1m-tuned-lr-0.004", "ka-1m-tuned", 2.0, lr=4e-3),
+                            "eval_split": "valid"}])
+    specs = groups.plan("leads-flops")
+    assert [s.name for s in specs] == [f"ka-1m-tuned-{k}-flops-tf-10m" for k in groups.WIDTHS]
+    reference = groups.flops_per_token("tf-1m") * protocol.PROTOCOL["tokens"]
+    step = protocol.PROTOCOL["batch_size"] * protocol.PROTOCOL["context"]
+    for s in specs:
+        family, cfg = get_preset(s.preset)
+        params = build_model(family, apply_overrides(family, cfg, s.model)).num_params()
+        per = groups.flops_per_token(s.preset, s.model)
+        assert abs(params / 1e6 - 1) <= 0.03 and per < groups.flops_per_token("ka-1m-tuned")
+        assert s.train["tokens"] % step == 0 and abs(per * s.train["tokens"] - reference) <= per * step / 2
+        assert (s.train["lr"], s.train["seed"], s.eval_split) == (4e-3, 0, "test")
+
+
 def test_the_tuned_preset_is_its_confirm_candidate():
     """ka-1m-tuned is TUNED_CANDIDATE's model exactly, so confirm's runs of it are main-tuned's seeds 0-2 (twins)."""
     family, base = get_preset("ka-1m")

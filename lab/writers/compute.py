@@ -5,14 +5,13 @@ tokens, and the plots of test BPC against budget and of validation BPC against t
 (at the bench's side-by-side rates)."""
 
 import contextlib
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
-from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import protocol
 from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, flop_matched_tokens
+from lab.groups import flops_per_token as preset_flops_per_token
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.retired import retired_settings, without_retired
@@ -32,17 +31,9 @@ def _train_bytes() -> int | None:
     return None
 
 
-@functools.cache
-def _flops_per_token(preset: str, overrides: str, context: int) -> int | None:
-    import torch
-
-    from kuramoto_attention.diagnostics.flops import model_flops
-
-    family, cfg = get_preset(preset)
+def _flops_per_token(preset: str, overrides: dict[str, Any], context: int) -> int | None:
     try:
-        with torch.device("meta"):  # shapes only: the count reads parameter sizes
-            model = build_model(family, apply_overrides(family, cfg, json.loads(overrides)))
-        return model_flops(model, context)["flops_per_token"]
+        return preset_flops_per_token(preset, overrides, context)
     except Exception:  # a record of a model the library no longer builds (a retired field)
         return None
 
@@ -51,8 +42,8 @@ def flops_per_token(r: dict[str, Any]) -> int | None:
     """A result's model FLOPs per training token (``diagnostics.flops.model_flops``, the bench's count), or None."""
     if retired_settings(r.get("model_overrides", {})):  # a model the library no longer builds
         return None
-    overrides = json.dumps(without_retired(r.get("model_overrides", {})), sort_keys=True)
-    return _flops_per_token(r["preset"], overrides, r["train"].get("context", PROTOCOL["context"]))
+    return _flops_per_token(r["preset"], without_retired(r.get("model_overrides", {})),
+                            r["train"].get("context", PROTOCOL["context"]))
 
 
 def training_flops(r: dict[str, Any]) -> int | None:
