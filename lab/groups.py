@@ -23,6 +23,8 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
                          tf-5m's training FLOPs
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then the best one at 40M tokens
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
+  leads-flops       issue 26: cheaper widths of ka-1m-tuned (same parameters, fewer FLOPs per token) at tf-1m's
+                    10M-token training FLOPs
   frozen groups, kept reproducible after the defaults moved on (the feed-forward's input):
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
   main-unprojected, ablation-unprojected, pycode-unprojected, lr-unprojected

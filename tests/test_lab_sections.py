@@ -587,3 +587,23 @@ def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
     cost = f"{compute.fmt_per_token(per)} / — | {compute.fmt_flops(per * 10_000_000)} / —"
     assert f"| no-ff | +0.3500 | — | +0.27 | {cost} |" in text
     assert f"ka-1m 2.2500 ({compute.fmt_per_token(compute.flops_per_token(full))} model FLOPs per token)" in text
+
+
+def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
+    """leads-flops' table: each width's Δ against flops' ka-1m-tuned at tf-1m's 10M-token FLOPs and its gap to
+    tf-1m's seed 0; one not yet run shows its planned tokens; the summary names the run ones."""
+    assert "Not run yet: `python -m lab run leads-flops" in leads.section() and not leads.widths_phrase()
+    k128, depth3 = groups.WIDTHS["k-128"], groups.WIDTHS["depth-3"]
+    tokens = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], k128.model)
+    write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.10, lr=8e-3),
+                           run("flops", "ka-1m-tuned-flops-tf-10m", "ka-1m-tuned", 2.20, tokens=6_094_848),
+                           run("leads-flops", "ka-1m-tuned-k-128-flops-tf-10m", "ka-1m-tuned", 2.17, tokens=tokens,
+                               **k128.model)])
+    text = leads.section()
+    assert (f"| {tokens / 1e6:.2f}M | {compute.fmt_flops(groups.flops_per_token('ka-1m-tuned', k128.model) * tokens)}"
+            f" | 2.1700 | {2.17 - 2.20:+.4f} | {2.17 - 2.10:+.4f} |") in text
+    later = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], depth3.model)
+    assert "| ka-1m-tuned-depth-3-flops-tf-10m | depth=3, ff_hidden=484 | — | " in text
+    assert f"| {later / 1e6:.2f}M | — | not run |" in text
+    assert f"k-128 2.1700 ({tokens / 1e6:.1f}M tokens, Δ {2.17 - 2.20:+.4f} against ka-1m-tuned-flops-tf-10m, gap " \
+           f"{2.17 - 2.10:+.4f} to tf-1m)" in leads.summary_line()

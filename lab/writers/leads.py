@@ -13,15 +13,17 @@ import torch
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import build_model, get_preset
 from lab import protocol
-from lab.groups import LEAD_SEEDS, LEADS, TUNED_CANDIDATE, Lead, plan
+from lab.groups import LEAD_SEEDS, LEADS, TUNED_CANDIDATE, WIDTHS, Lead, flop_matched_tokens, plan
 from lab.protocol import PROTOCOL, load_results
 from lab.records import with_twins
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
-from lab.writers.compute import flops_per_token, fmt_per_token
+from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
 SEEDS_GROUP, RETIRED_GROUP = "leads-seeds", "leads-retired"
+WIDTHS_GROUP, FLOPS_GROUP = "leads-flops", "flops"  # the cheaper widths, and the preset at the same FLOPs
+FLOPS_REF = f"{PRESET}-flops-tf-10m"
 
 
 def _base() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -139,7 +141,50 @@ def section() -> str:
                                    "Δ of means vs main-tuned", "increments on the bound, attn / ff"], body)
     if not any(r for _, _, r in leads):
         text += f"\n\n_{not_run(GROUP)}._"
-    return text + "\n\n" + _long_part()
+    return text + "\n\n" + _long_part() + "\n\n" + _widths_part()
+
+
+def _widths() -> tuple[list[tuple[str, Lead, dict[str, Any] | None]], dict[str, Any] | None, dict[str, Any] | None]:
+    """Each cheaper width's planned name, change and result (None: not run yet); flops' run of the preset at the same
+    FLOPs; tf-1m's 10M-token seed 0 (the FLOPs both spend)."""
+    done = {r["name"]: r for r in with_twins(WIDTHS_GROUP)}
+    names = [(f"{PRESET}-{k}-flops-tf-10m", lead) for k, lead in WIDTHS.items()]
+    ref = next((r for r in with_twins(FLOPS_GROUP) if r["name"] == FLOPS_REF), None)
+    return [(n, lead, done.get(n)) for n, lead in names], ref, budget_runs().get("10M", {}).get("tf-1m")
+
+
+def _widths_part() -> str:
+    """leads-flops: each cheaper width at tf-1m's 10M-token training FLOPs, against the preset at the same FLOPs."""
+    rows, ref, tf = _widths()
+    body = []
+    for name, lead, r in rows:
+        tokens = r["tokens"] if r else flop_matched_tokens(PRESET, "tf-1m", PROTOCOL["tokens"], lead.model)
+        body.append([name, overrides(r) if r else lead.change(), f"{r['params']:,}" if r else "—", _flops(lead, r),
+                     f"{tokens / 1e6:.2f}M", fmt_flops(training_flops(r)) if r else "—",
+                     fmt(r["eval_bpc"]) if r else "not run", _delta(r, _bpc(ref)), _delta(r, _bpc(tf))])
+    body += [[label(x), "(preset)" if x is ref else "(the transformer)", f"{x['params']:,}",
+              fmt_per_token(flops_per_token(x)), f"{x['tokens'] / 1e6:.2f}M", fmt_flops(training_flops(x)),
+              fmt(x["eval_bpc"]), "—" if x is ref else _delta(x, _bpc(ref)), "—" if x is tf else _delta(x, _bpc(tf))]
+             for x in (ref, tf) if x]
+    note = "" if any(r for _, _, r in rows) else f" _{not_run(WIDTHS_GROUP)}._"
+    return (f"Cheaper widths at equal FLOPs ({WIDTHS_GROUP}, groups.WIDTHS): ka-1m-tuned's recipe in shapes with its "
+            "parameters (±3%) and fewer model FLOPs per token, each trained with its own full schedule at "
+            "ka-1m-tuned's rate (seed 0) for the tokens at which its training FLOPs equal tf-1m's 10M-token run, "
+            f"against {FLOPS_REF} (group {FLOPS_GROUP}: the preset at those FLOPs), test BPC.{note}\n\n"
+            + table(["run", "change", "params", "model FLOPs/token", "tokens", "training FLOPs", "test BPC",
+                     f"Δ vs {FLOPS_REF}", "gap to tf-1m"], body))
+
+
+def widths_phrase() -> str:
+    """The summary's words on the cheaper widths (empty until one has run)."""
+    rows, ref, tf = _widths()
+    done = [(n, r) for n, _, r in rows if r]
+    if not done:
+        return ""
+    return (" At tf-1m's 10M-token FLOPs, cheaper widths (leads-flops, same parameters): "
+            + "; ".join(f"{n.removeprefix(PRESET + '-').removesuffix('-flops-tf-10m')} {fmt(r['eval_bpc'])} "
+                        f"({r['tokens'] / 1e6:.1f}M tokens, Δ {_delta(r, _bpc(ref))} against {FLOPS_REF}, gap "
+                        f"{_delta(r, _bpc(tf))} to tf-1m)" for n, r in done) + ".")
 
 
 def _why() -> str:
@@ -178,7 +223,7 @@ def summary_line() -> str:
     leads = [(name.removeprefix(f"{PRESET}-"), r) for name, _, r in _lead_rows()]
     if not any(r for _, r in leads):
         return (f"- **Structural leads on ka-1m-tuned** (issue 26: {', '.join(k for k, _ in leads)}): planned, "
-                f"{not_run(GROUP, 'not run yet')}.")
+                f"{not_run(GROUP, 'not run yet')}." + widths_phrase())
     seed0, base = _base()
     mean = statistics.mean(r["eval_bpc"] for r in base) if base else None
     parts = [f"{k} {fmt(r['eval_bpc'])} (Δ {_delta(r, _bpc(seed0))} against ka-1m-tuned's seed 0, "
@@ -196,4 +241,4 @@ def summary_line() -> str:
         except ConfigError:  # none beat ka-1m-tuned, or leads is not complete: the notebook gives the reason
             at40 = "none trained (see the notebook for why)"
     return (f"- **Structural leads on ka-1m-tuned** (issue 26, seed 0, 10M tokens, test BPC): {'; '.join(parts)}. "
-            f"At 40M: {at40}.")
+            f"At 40M: {at40}." + widths_phrase())
