@@ -265,6 +265,8 @@ WIDTHS: dict[str, Lead] = {
     "k-128": Lead({"dim": 128, "ff_hidden": 502}),
     # three layers of k = 160: one Kuramoto step fewer, a wider feed-forward (1.39× tf-1m)
     "depth-3": Lead({"depth": 3, "ff_hidden": 484}),
+    # the other way: five layers of k = 96 (heads of 24), narrow and deep as tf-1m is (1.34× tf-1m)
+    "k-96-depth-5": Lead({"dim": 96, "depth": 5, "ff_hidden": 586}),
 }
 
 
