@@ -76,6 +76,16 @@ def recording_reads() -> Iterator[set[str]]:
         _READS.remove(reads)
 
 
+@contextlib.contextmanager
+def _unrecorded() -> Iterator[None]:
+    saved = _READS[:]
+    _READS.clear()
+    try:
+        yield
+    finally:
+        _READS[:] = saved
+
+
 def load_results(group: str) -> list[dict[str, Any]]:
     for reads in _READS:
         reads.add(group)
@@ -84,8 +94,19 @@ def load_results(group: str) -> list[dict[str, Any]]:
 
 
 def best_result(preset: str, group: str) -> dict[str, Any] | None:
-    """The preset's run with the lowest eval BPC in results/GROUP, or None when it has none."""
-    return min((r for r in load_results(group) if r["preset"] == preset), key=lambda r: r["eval_bpc"], default=None)
+    """The preset's run with the lowest eval BPC in results/GROUP, or None when it has none. A planned run that
+    another group already made identically (a twin, which the runner does not make again) counts as the group's."""
+    from lab.groups import plan  # lab.groups and lab.records plan with this module's readers
+    from lab.records import with_twins
+
+    rows = [r for r in load_results(group) if r["preset"] == preset]
+    with contextlib.suppress(ConfigError):  # a group that cannot be planned has no twins
+        if {s.name for s in plan(group) if s.preset == preset} - {r["name"] for r in rows}:
+            with _unrecorded():  # the twin search reads every group; planning depends only on the twins' groups
+                rows = [r for r in with_twins(group) if r["preset"] == preset]
+            for reads in _READS:
+                reads.update(r["twin"].split("/")[0] for r in rows if "twin" in r)
+    return min(rows, key=lambda r: r["eval_bpc"], default=None)
 
 
 def run_command(group: str) -> str:

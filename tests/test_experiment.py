@@ -35,6 +35,21 @@ def test_best_lr_reads_the_sweep(in_tmp):
         groups.plan("main")
 
 
+def test_best_lr_counts_a_sweep_run_that_another_group_made(in_tmp):
+    """A sweep's run made identically by another group is not trained again (a twin): its rate still competes, and
+    planning records the twin's group as a dependency."""
+    specs = [s for s in groups.plan("lr") if s.preset == "tf-1m"]
+    twin_spec, rest = specs[0], specs[1:]
+    twin = fake_result("confirm", "tf-x", "tf-1m", 1.5, lr=twin_spec.train["lr"])
+    twin["model"], twin["train"] = records.expected_configs(twin_spec)
+    twin["eval_split"] = twin_spec.eval_split
+    write_results(in_tmp, [twin, *(fake_result("lr", s.name, "tf-1m", 2.0, lr=s.train["lr"]) for s in rest)])
+    assert protocol.best_lr("tf-1m") == twin_spec.train["lr"]
+    with protocol.recording_reads() as seen:
+        protocol.best_lr("tf-1m")
+    assert seen == {"lr", "confirm"}
+
+
 def test_plans_are_well_formed():
     names = [s.name for s in groups.plan("lr")]
     assert len(names) == len(set(names)) and "tf-1m-lr-0.016" in names
