@@ -48,8 +48,9 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import protocol
-from lab.protocol import LRS, PROTOCOL, SWEEP, Spec, best_lr, load_results
-from lab.retired import RETIRED
+from lab.protocol import LRS, PROTOCOL, SWEEP, Spec, load_results, run_command
+from lab.records import same_run
+from lab.retired import RETIRED, rerun_command
 
 # The feed-forward's input moved three times: wrap(θ) ∈ [-π, π) until screen2 measured the raw angle θ (the paper's
 # reading) far better, then raw θ until the 10M-token ablation measured ψ(θ) better still (at the same parameter
@@ -526,6 +527,45 @@ def plan(group: str) -> list[Spec]:
     if group in PINNED_UNPROJECTED:
         specs = [replace(sp, model={**UNPROJECTED, **sp.model}) if sp.preset == "ka-1m" else sp for sp in specs]
     return specs
+
+
+def with_twins(group: str) -> list[dict[str, Any]]:
+    """A group's results plus, for each planned run not made because another group already made it
+    identically (``records.same_run``), that run under the planned name, with ``twin`` naming it ("GROUP/NAME")."""
+    rows = load_results(group)
+    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
+        done, pool = {r["name"] for r in rows}, all_results()
+        for spec in plan(group):
+            r = same_run(spec, pool) if spec.name not in done else None
+            if r is not None:
+                twin = f"{r['group']}/{r['name']}"  # the run's own group and name; the row is this group's
+                rows.append({**r, "group": group, "name": spec.name, "preset": spec.preset,
+                             "model_overrides": spec.model, "twin": twin})
+    return rows
+
+
+def best_result(preset: str, group: str) -> dict[str, Any] | None:
+    """The preset's run with the lowest eval BPC in results/GROUP, or None when it has none. A planned run that
+    another group already made identically (a twin: the runner does not make it again) counts as the group's."""
+    rows = [r for r in load_results(group) if r["preset"] == preset]
+    with contextlib.suppress(ConfigError):  # a group that cannot be planned has no twins
+        if {s.name for s in plan(group) if s.preset == preset} - {r["name"] for r in rows}:
+            with protocol.unrecorded():  # the twin search reads every group; planning depends on the twins' only
+                rows = [r for r in with_twins(group) if r["preset"] == preset]
+            for r in rows:
+                if "twin" in r:
+                    protocol.note_read(r["twin"].split("/")[0])
+    return min(rows, key=lambda r: r["eval_bpc"], default=None)
+
+
+def best_lr(preset: str, group: str = "lr") -> float:
+    """The sweep's best learning rate for a preset, read from results/GROUP (never typed in)."""
+    best = best_result(preset, group)
+    if best is None:
+        how = (f"{group} is retired: copy the repository's results/{group}/ there, or rerun it with "
+               f"`{rerun_command(group)}`" if group in RETIRED else f"run `{run_command(group)}` first")
+        raise ConfigError(f"no learning-rate sweep for {preset} in {protocol.RESULTS / group}; {how}")
+    return best["train"]["lr"]
 
 
 def all_results() -> list[dict[str, Any]]:

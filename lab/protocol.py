@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.training.train import TrainConfig
 
 TRAIN_DEFAULTS = asdict(TrainConfig())
@@ -77,7 +76,8 @@ def recording_reads() -> Iterator[set[str]]:
 
 
 @contextlib.contextmanager
-def _unrecorded() -> Iterator[None]:
+def unrecorded() -> Iterator[None]:
+    """Reads inside the block are not recorded (a search that reads every group, of which planning depends on few)."""
     saved = _READS[:]
     _READS.clear()
     try:
@@ -86,42 +86,19 @@ def _unrecorded() -> Iterator[None]:
         _READS[:] = saved
 
 
-def load_results(group: str) -> list[dict[str, Any]]:
+def note_read(group: str) -> None:
+    """Planning read ``group``'s results (``recording_reads``)."""
     for reads in _READS:
         reads.add(group)
+
+
+def load_results(group: str) -> list[dict[str, Any]]:
+    note_read(group)
     folder = RESULTS / group
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
-
-
-def best_result(preset: str, group: str) -> dict[str, Any] | None:
-    """The preset's run with the lowest eval BPC in results/GROUP, or None when it has none. A planned run that
-    another group already made identically (a twin, which the runner does not make again) counts as the group's."""
-    from lab.groups import plan  # lab.groups and lab.records plan with this module's readers
-    from lab.records import with_twins
-
-    rows = [r for r in load_results(group) if r["preset"] == preset]
-    with contextlib.suppress(ConfigError):  # a group that cannot be planned has no twins
-        if {s.name for s in plan(group) if s.preset == preset} - {r["name"] for r in rows}:
-            with _unrecorded():  # the twin search reads every group; planning depends only on the twins' groups
-                rows = [r for r in with_twins(group) if r["preset"] == preset]
-            for reads in _READS:
-                reads.update(r["twin"].split("/")[0] for r in rows if "twin" in r)
-    return min(rows, key=lambda r: r["eval_bpc"], default=None)
 
 
 def run_command(group: str) -> str:
     """The command that runs a group under the current root."""
     out = "" if Path("results") == RESULTS else f" --out {RESULTS.parent}"
     return f"python -m lab run {group}{out}"
-
-
-def best_lr(preset: str, group: str = "lr") -> float:
-    """The sweep's best learning rate for a preset, read from results/GROUP (never typed in)."""
-    best = best_result(preset, group)
-    if best is None:
-        from lab.retired import RETIRED, rerun_command
-
-        how = (f"{group} is retired: copy the repository's results/{group}/ there, or rerun it with "
-               f"`{rerun_command(group)}`" if group in RETIRED else f"run `{run_command(group)}` first")
-        raise ConfigError(f"no learning-rate sweep for {preset} in {RESULTS / group}; {how}")
-    return best["train"]["lr"]

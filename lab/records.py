@@ -1,21 +1,19 @@
 """The lab's record of what was run: the full configs a spec trains with, whether a recorded result still matches
-its spec (a changed default makes it stale), and runs that another group already made identically (twins).
+its spec (a changed default makes it stale), and runs that another group already made identically (twins;
+``groups.with_twins`` reads a group's results with them).
 
 A record made before the retired fields left the library (retired.py) carries them: at their defaults they are what
 every model is now and are ignored; at any other value the record is of another model."""
 
-import contextlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields, flat_record
 from kuramoto_attention.models.presets import FAMILIES, apply_overrides, get_preset
 from kuramoto_attention.training.train import train_config_from
 from lab import protocol
-from lab.groups import all_results, plan
-from lab.protocol import TRAIN_DEFAULTS, Spec, load_results
+from lab.protocol import TRAIN_DEFAULTS, Spec
 from lab.retired import RETIRED_FIELDS, retired_settings, without_retired
 
 # where a run's data came from and how it reported progress: not part of what was trained
@@ -62,20 +60,20 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
     return ", ".join(diffs) or None
 
 
-def same_run(spec: Spec, pool: list[dict[str, Any]] | None = None, any_split: bool = False) -> dict[str, Any] | None:
+def same_run(spec: Spec, pool: list[dict[str, Any]], any_split: bool = False) -> dict[str, Any] | None:
     """A finished run of another group that trained and evaluated exactly what ``spec`` asks for (same
     full model and training configs, seed and split), or None: a spec need not be run twice. ``pool``:
-    the results to search (default: every group's), for callers that ask about many specs. ``any_split``: trained
-    the same, scored on any split (``same_training``)."""
+    the results to search (``groups.all_results()``, read once by callers that ask about many specs).
+    ``any_split``: trained the same, scored on any split (``same_training``)."""
     family = get_preset(spec.preset)[0]
-    for r in all_results() if pool is None else pool:
+    for r in pool:
         if (r["group"], r["name"]) != (spec.group, spec.name) and (any_split or r["eval_split"] == spec.eval_split) \
                 and r["family"] == family and not _config_diffs(spec, r["model"], r["train"]):
             return r
     return None
 
 
-def same_training(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+def same_training(spec: Spec, pool: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A finished run of another group that trained exactly what ``spec`` asks for but was scored on another split
     (a sweep's second stage picks its rate on valid; the seeds at that rate are scored on test), whose checkpoint is
     on this machine: the spec needs only its evaluation, not its training (runner.py records it as ``trained_in``)."""
@@ -83,21 +81,6 @@ def same_training(spec: Spec, pool: list[dict[str, Any]] | None = None) -> dict[
     if r is None or r["eval_split"] == spec.eval_split:
         return None
     return r if (run_dir_of(r) / "checkpoint").exists() else None
-
-
-def with_twins(group: str) -> list[dict[str, Any]]:
-    """A group's results plus, for each planned run not made because another group already made it
-    identically (``same_run``), that run under the planned name, with ``twin`` naming it ("GROUP/NAME")."""
-    rows = load_results(group)
-    with contextlib.suppress(ConfigError):  # a group that cannot be planned yet has no twins either
-        done, pool = {r["name"] for r in rows}, all_results()
-        for spec in plan(group):
-            r = same_run(spec, pool) if spec.name not in done else None
-            if r is not None:
-                twin = f"{r['group']}/{r['name']}"  # the run's own group and name; the row is this group's
-                rows.append({**r, "group": group, "name": spec.name, "preset": spec.preset,
-                             "model_overrides": spec.model, "twin": twin})
-    return rows
 
 
 def run_dir_of(result: dict[str, Any]) -> Path:

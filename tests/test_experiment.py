@@ -27,10 +27,10 @@ def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3
 
 def test_best_lr_reads_the_sweep(in_tmp):
     with pytest.raises(ConfigError, match="learning-rate sweep"):
-        protocol.best_lr("ka-1m")
+        groups.best_lr("ka-1m")
     write_results(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", bpc, lr=lr) for lr, bpc in
                            [(1e-3, 2.0), (2e-3, 1.9), (4e-3, 1.95)]])
-    assert protocol.best_lr("ka-1m") == 2e-3
+    assert groups.best_lr("ka-1m") == 2e-3
     with pytest.raises(ConfigError, match="tf-1m"):  # the transformer's sweep is absent: main cannot be planned
         groups.plan("main")
 
@@ -44,9 +44,9 @@ def test_best_lr_counts_a_sweep_run_that_another_group_made(in_tmp):
     twin["model"], twin["train"] = records.expected_configs(twin_spec)
     twin["eval_split"] = twin_spec.eval_split
     write_results(in_tmp, [twin, *(fake_result("lr", s.name, "tf-1m", 2.0, lr=s.train["lr"]) for s in rest)])
-    assert protocol.best_lr("tf-1m") == twin_spec.train["lr"]
+    assert groups.best_lr("tf-1m") == twin_spec.train["lr"]
     with protocol.recording_reads() as seen:
-        protocol.best_lr("tf-1m")
+        groups.best_lr("tf-1m")
     assert seen == {"lr", "confirm"}
 
 
@@ -232,7 +232,7 @@ def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
     model, train = records.expected_configs(spec)
     twin = {**fake_result("confirm", "ka-x", "ka-1m", 2.0, lr=4e-3), "model": model, "train": train}
     write_results(in_tmp, [twin])
-    rows = records.with_twins("main-tuned")
+    rows = groups.with_twins("main-tuned")
     assert [(r["name"], r["preset"], r["twin"]) for r in rows] == [(spec.name, "ka-1m-tuned", "confirm/ka-x")]
 
 
@@ -323,8 +323,8 @@ def test_the_tuned_preset_is_its_confirm_candidate():
     assert apply_overrides(family, base, groups.VARIANTS[groups.TUNED_CANDIDATE]) == get_preset("ka-1m-tuned")[1]
     with protocol.at_root(protocol.COMMITTED):  # the committed runs, where present
         present = bool(protocol.load_results("confirm"))
-        twins = {r["name"]: r.get("twin") for r in records.with_twins("main-tuned")}
-        main = {r["name"]: r.get("twin") for r in records.with_twins("main")}
+        twins = {r["name"]: r.get("twin") for r in groups.with_twins("main-tuned")}
+        main = {r["name"]: r.get("twin") for r in groups.with_twins("main")}
     if present:  # confirm is retired: its records still hold main-tuned's seeds 0-2 and main's ka-1m
         assert [main[f"ka-1m-seed{s}"] for s in range(3)] == ["confirm/ka-ff-proj-shared"] + [
             f"confirm/ka-ff-proj-shared-seed{s}" for s in (1, 2)]
@@ -440,10 +440,11 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
     twin["model"], twin["train"] = records.expected_configs(twin_spec)
     write_results(in_tmp, [twin, fake_result("main", "ka-1m-seed0", "ka-1m", 2.3, lr=2e-3)])
     spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
-    assert records.same_run(spec) is None  # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
+    # the ablation runs at the current sweep's lr, 2e-3 here, not 4e-3
+    assert records.same_run(spec, groups.all_results()) is None
     write_results(in_tmp, [fake_result("lr", "ka-1m-lr-0.004", "ka-1m", 1.0, lr=4e-3)])  # now the best lr is 4e-3
     spec = next(s for s in groups.plan("ablation") if s.name == "ka-ff-angles")
-    assert records.same_run(spec)["group"] == "main-raw"
+    assert records.same_run(spec, groups.all_results())["group"] == "main-raw"
     experiment.run_group("ablation", None, only=["ka-ff-angles"])
     assert "already run as main-raw/ka-1m-seed0" in capsys.readouterr().out
     assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()
@@ -611,7 +612,7 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     run["model"] = {**model, **retired.RETIRED_FIELDS}
     other = {**run, "name": "ka-ff-proj-shared-wrapped", "model": {**run["model"], "ff_wrap": True}}  # another model
     write_results(in_tmp, [run, other])
-    main = {r["name"]: r for r in records.with_twins("main")}
+    main = {r["name"]: r for r in groups.with_twins("main")}
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
     assert records.run_dir_of(main["ka-1m-seed0"]) == in_tmp / "runs" / "confirm" / "ka-ff-proj-shared"
     assert "ka-1m-seed1" not in main  # not run anywhere

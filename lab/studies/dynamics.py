@@ -40,7 +40,8 @@ def _spearman(values: list[float]) -> float:
 
 def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, Any]]:
     from kuramoto_attention.diagnostics.measure import diagnose_run
-    from lab.records import run_dir_of, with_twins
+    from lab.groups import with_twins
+    from lab.records import run_dir_of
 
     rows = []
     # main's ka-1m may be another group's identical run; a retired group's runs of a retired model are not loadable

@@ -108,7 +108,8 @@ def measure(group: str, data_dir: str | None, windows: int = WINDOWS) -> dict[st
         return measure_budget(group, data_dir, windows)
     from kuramoto_attention.diagnostics.measure import valid_batch
     from kuramoto_attention.training.checkpoint import load_model
-    from lab.records import run_dir_of, with_twins
+    from lab.groups import with_twins
+    from lab.records import run_dir_of
 
     done = {r["name"]: r for r in with_twins(group)}  # main's ka-1m may be another group's identical run
     if not any(r["family"] == "transformer" for r in done.values()):  # a frozen ka-1m group: main's transformer
@@ -145,7 +146,8 @@ def measure_budget(group: str, data_dir: str | None, windows: int = WINDOWS) -> 
     """The budget group's Kuramoto runs against its transformer, seed 0, on ``windows`` validation windows."""
     from kuramoto_attention.diagnostics.measure import valid_batch
     from kuramoto_attention.training.checkpoint import load_model
-    from lab.records import run_dir_of, with_twins
+    from lab.groups import with_twins
+    from lab.records import run_dir_of
 
     done = {r["name"]: r for r in with_twins(group)}
     names = {key: name for key, name in BUDGET_PAIR[group].items() if name in done}

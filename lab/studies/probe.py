@@ -23,8 +23,7 @@ from torch import Tensor
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.ops.torus import lift
 from lab import protocol
-from lab.groups import BEST_VARIANT
-from lab.protocol import best_result
+from lab.groups import BEST_VARIANT, best_result
 from lab.studies import missing_runs
 
 # (group, run): the main pair's seed 0, ka-1m on ψ(θ) itself (main-unprojected: the model the confirm candidates
@@ -103,7 +102,8 @@ def probe_runs() -> list[tuple[str, str]]:
 def _run_dirs(names: list[tuple[str, str]]) -> list[Path]:
     """Each run's directory: its own, or that of the identical run another group made (main's ka-1m may be one);
     each group's results read once."""
-    from lab.records import run_dir_of, with_twins
+    from lab.groups import with_twins
+    from lab.records import run_dir_of
 
     found = {(g, r["name"]): run_dir_of(r) for g in dict.fromkeys(g for g, _ in names) for r in with_twins(g)}
     return [found.get((g, n), protocol.RUNS / g / n) for g, n in names]

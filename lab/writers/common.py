@@ -6,9 +6,8 @@ import statistics
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
-from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, order, plan, reads
+from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, order, plan, reads, with_twins
 from lab.protocol import TRAIN_DEFAULTS, load_results, run_command
-from lab.records import with_twins
 
 
 def fmt(x: float) -> str:
@@ -38,7 +37,7 @@ def not_run(group: str, lead: str = "Not run yet") -> str:
 
 
 def seed_runs(group: str, preset: str) -> list[dict[str, Any]]:
-    """A preset's runs in a group, another group's identical runs included (``records.with_twins``), by seed."""
+    """A preset's runs in a group, another group's identical runs included (``groups.with_twins``), by seed."""
     return sorted((r for r in with_twins(group) if r["preset"] == preset), key=lambda r: r["train"]["seed"])
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, flop_matched_tokens
+from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, flop_matched_tokens, with_twins
 from lab.groups import flops_per_token as preset_flops_per_token
 from lab.protocol import PROTOCOL, load_results
-from lab.records import with_twins
 from lab.retired import retired_settings, without_retired
 from lab.writers.common import fmt, table
 

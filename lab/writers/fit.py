@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS
+from lab.groups import BUDGET_PRESETS, BUDGETS, with_twins
 from lab.protocol import PROTOCOL, load_results
-from lab.records import with_twins
 from lab.writers.common import fmt
 from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_estimate
 

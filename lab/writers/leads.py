@@ -13,9 +13,8 @@ import torch
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import build_model, get_preset
 from lab import protocol
-from lab.groups import LEAD_SEEDS, LEADS, TUNED_CANDIDATE, WIDTHS, Lead, flop_matched_tokens, plan
+from lab.groups import LEAD_SEEDS, LEADS, TUNED_CANDIDATE, WIDTHS, Lead, flop_matched_tokens, plan, with_twins
 from lab.protocol import PROTOCOL, load_results
-from lab.records import with_twins
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
 from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops

@@ -15,9 +15,8 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS
-from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, best_lr, load_results
-from lab.records import with_twins
+from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, best_lr, with_twins
+from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
 from lab.retired import RETIRED, rerun_command, retired_settings
 from lab.writers import compute, fit, gap_budget, geometries, leads, size, summary
 from lab.writers.common import (

@@ -3,9 +3,8 @@ training settings each model was tuned at (learning rate, warmup) checked again 
 
 from typing import Any
 
-from lab.groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS, UNPROJECTED
+from lab.groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS, UNPROJECTED, with_twins
 from lab.protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results
-from lab.records import with_twins
 from lab.writers.common import fmt, reference_main, table, variant_change
 
 

@@ -5,9 +5,8 @@ sweep lr-5m-tuned) against tf-5m, three seeds each at the protocol (main-5m), be
 import statistics
 from typing import Any
 
-from lab.groups import EQUAL_FLOPS_5M, flop_matched_tokens, flops_per_token
-from lab.protocol import PROTOCOL, best_result
-from lab.records import with_twins
+from lab.groups import EQUAL_FLOPS_5M, best_result, flop_matched_tokens, flops_per_token, with_twins
+from lab.protocol import PROTOCOL
 from lab.writers.common import fmt, mean_sd, not_run, seed_runs, table
 from lab.writers.compute import fmt_flops, fmt_per_token, training_flops
 from lab.writers.scaling import PAPER_BY_SIZE

@@ -18,9 +18,9 @@ from lab.groups import (
     FLOPS_PRESETS,
     TUNED_ABLATIONS,
     TUNED_FRESH_SEEDS,
+    with_twins,
 )
 from lab.protocol import PROTOCOL, load_results
-from lab.records import with_twins
 from lab.studies import induction
 from lab.writers import compute, fit, gap_budget, geometries, leads, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table

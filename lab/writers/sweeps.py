@@ -1,10 +1,11 @@
 """The learning-rate sweeps' tables, shared by every preset's section: a 3M-token sweep (valid BPC per rate), and a
 sweep's second stage (its two best rates again at the protocol's 10M tokens, beside their 3M figures). A preset's
-rate is always read from these results (``protocol.best_lr``), never typed."""
+rate is always read from these results (``groups.best_lr``), never typed."""
 
 from typing import Any
 
-from lab.protocol import PROTOCOL, SWEEP, best_lr, load_results, run_command
+from lab.groups import best_lr
+from lab.protocol import PROTOCOL, SWEEP, load_results, run_command
 from lab.writers.common import fmt, not_run, overrides, table
 
 
