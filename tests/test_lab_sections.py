@@ -444,6 +444,27 @@ def test_readme_headline_adds_su2_once_measured(in_tmp):
     assert f"| +0.1200 | {flops} | 0.25× |" in readme.headline()
 
 
+def test_readme_headline_follows_the_gap_along_budget_compute_and_size(in_tmp):
+    """The headline's prose after the table: each curve preset at 40M, each equal-FLOP run, the 5M pair's means, each
+    from results (nothing of it before its runs exist)."""
+    from lab.writers import readme
+
+    write_results(in_tmp, [*seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3), *seeds("main", "ka-1m", [2.25, 2.24])])
+    assert "Trained to" not in readme.headline() and "equal training FLOPs" not in readme.headline()
+    b40 = 40_001_536
+    write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3),
+                           run("budget40", "ka-1m-40m", "ka-1m", 2.10, tokens=b40),
+                           run("flops", "ka-1m-flops-tf-10m", "ka-1m", 2.30, tokens=8_000_000),
+                           *seeds("main-5m", "ka-5m-tuned", [2.08, 2.09], lr=1e-3),
+                           *seeds("main-5m", "tf-5m", [2.02, 2.03], lr=2e-3)])
+    text = readme.headline()
+    assert "Trained to 40M tokens (seed 0, `python -m lab run budget40`): tf-1m 1.9000; ka-1m 2.1000 (gap +0.2000)." \
+        in text
+    assert f"the gap of ka-1m {2.30 - 2.14:+.4f} at tf-1m's 10M-token FLOPs." in text  # main's seed 0 of tf-1m
+    assert "At 5M parameters (`python -m lab run main-5m`), ka-5m-tuned over its seeds: 2.0850 ± 0.0071; tf-5m: " \
+           "2.0250 ± 0.0071; gap of the means +0.0600" in text
+
+
 def test_gap_by_position_reads_the_near_and_the_farthest_bin():
     rows = [{"from": 4, "to": 8, "tuned_gap": 0.5}, {"from": 8, "to": 16, "tuned_gap": 0.1},
             {"from": 128, "to": 256, "tuned_gap": 0.3}]

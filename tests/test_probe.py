@@ -83,5 +83,8 @@ def test_probe_runs_add_the_best_5m_pair(tmp_path, monkeypatch):
     assert probe.probe_runs() == list(probe.PROBE_RUNS)
     (tmp_path / "scale").mkdir()
     for name, preset, bpc in (("ka-5m", "ka-5m", 2.2), ("ka-5m-lr-0.001", "ka-5m", 2.1), ("tf-5m", "tf-5m", 2.0)):
-        (tmp_path / "scale" / f"{name}.json").write_text(json.dumps({"name": name, "preset": preset, "eval_bpc": bpc}))
+        family = "kuramoto" if preset.startswith("ka") else "transformer"
+        row = {"group": "scale", "name": name, "preset": preset, "family": family, "eval_split": "test",
+               "model": {}, "train": {}, "model_overrides": {}, "eval_bpc": bpc}
+        (tmp_path / "scale" / f"{name}.json").write_text(json.dumps(row))
     assert probe.probe_runs()[-2:] == [("scale", "ka-5m-lr-0.001"), ("scale", "tf-5m")]

@@ -7,8 +7,8 @@ import statistics
 from pathlib import Path
 
 from kuramoto_attention.models.presets import preset_table
-from lab.groups import BUDGETS, flops_per_token
-from lab.writers import compute
+from lab.groups import BUDGETS, FLOPS_PRESETS, flops_per_token, with_twins
+from lab.writers import compute, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.compute import BENCH_MODE, bench_rates
 from lab.writers.summary import PAPER_1M
@@ -54,16 +54,31 @@ def headline() -> str:
 
 
 def _longer() -> str:
-    """The same pair at the budget curve's largest budget (seed 0, RESULTS.md's), where it has both: how the gap
-    moves as training grows."""
-    runs = compute.budget_runs().get(f"{BUDGETS[-1] // 1_000_000}M", {})
-    if "tf-1m" not in runs or "ka-1m-tuned" not in runs:
-        return ""
-    tf, ka = runs["tf-1m"], runs["ka-1m-tuned"]
-    rates = "" if not any(map(compute.off_rate, (tf, ka))) else ", each at its better rate there (lr40)"
-    return (f" Trained to {tf['tokens'] / 1e6:.0f}M tokens (seed 0, `python -m lab run budget40`{rates}): tf-1m "
-            f"{fmt(tf['eval_bpc'])}, ka-1m-tuned {fmt(ka['eval_bpc'])}, a gap of "
-            f"{ka['eval_bpc'] - tf['eval_bpc']:+.4f}.")
+    """How the gaps move as training grows, at equal compute and with size (RESULTS.md's runs, where they exist): each
+    curve preset at the largest budget (seed 0), each Kuramoto preset at tf-1m's training FLOPs, and the 5M pair."""
+    runs = compute.budget_runs()
+    longest = runs.get(f"{BUDGETS[-1] // 1_000_000}M", {})
+    text = ""
+    if "tf-1m" in longest and len(longest) > 1:
+        tf = longest["tf-1m"]
+        lower = [p for p, r in longest.items() if compute.off_rate(r)]
+        rates = f", {' and '.join(lower)} at {'its' if len(lower) == 1 else 'their'} better rate there (lr40)" \
+            if lower else ""
+        text += (f" Trained to {tf['tokens'] / 1e6:.0f}M tokens (seed 0, `python -m lab run budget40`{rates}): "
+                 f"tf-1m {fmt(tf['eval_bpc'])}; " + ", ".join(
+                     f"{p} {fmt(r['eval_bpc'])} (gap {r['eval_bpc'] - tf['eval_bpc']:+.4f})"
+                     for p, r in longest.items() if p != "tf-1m") + ".")
+    flops = {r["name"]: r for r in with_twins("flops")}
+    gaps = [f"{p} {eq['eval_bpc'] - tf['eval_bpc']:+.4f} at tf-1m's {b}-token FLOPs"
+            for p in FLOPS_PRESETS for b, at in runs.items()
+            if (tf := at.get("tf-1m")) and (eq := flops.get(f"{p}-flops-tf-{b.lower()}"))]
+    if gaps:
+        text += (" At equal training FLOPs instead of equal tokens (seed 0, `python -m lab run flops`), the gap of "
+                 + "; ".join(gaps) + ".")
+    if size.summary_row() is not None:  # both 5M presets have seeds
+        text += size.summary_note().replace(f" In {size.MAIN_GROUP},",
+                                            f" At 5M parameters (`python -m lab run {size.MAIN_GROUP}`),")
+    return text
 
 
 def presets() -> str:
