@@ -245,14 +245,24 @@ def _leads_beating_tuned(group: str) -> list[tuple[str, Lead]]:
 
 
 def _leads40() -> list[Spec]:
-    """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``), then every lead ``at_budget``,
-    trained as budget40's runs: the gap grows with the budget, so a lead is judged there. Leads not yet screened join
-    when they are."""
-    chosen = dict(_leads_beating_tuned("leads40"))
-    chosen.update((f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget)
+    """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``), then every lead ``at_budget``
+    (whatever its protocol score, screened or not), trained as budget40's runs: the gap grows with the budget, so a
+    lead is judged there. Leads not yet screened join when they beat it."""
+    at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
+    try:
+        chosen = dict(_leads_beating_tuned("leads40"))
+    except ConfigError:  # none screened or none beat it: the budget's own leads still go
+        if not at_budget:
+            raise
+        chosen = {}
+    chosen.update(at_budget)
+    train = {**PROTOCOL, "seed": 0, "lr": _own_lr("ka-1m-tuned")}
     return [Spec("leads40", f"{name}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
-                 {**PROTOCOL, "tokens": b, "seed": 0, "lr": _own_lr("ka-1m-tuned"), **lead.train})
-            for name, lead in chosen.items() for b in BUDGETS]
+                 {**train, "tokens": b, **lead.train}) for name, lead in chosen.items() for b in BUDGETS] + [
+        # and each at tf-1m's training FLOPs of that budget (its own full schedule): the target's other half
+        Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
+             {**train, "tokens": flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model), **lead.train})
+        for name, lead in chosen.items() for b in BUDGETS]
 
 
 LEAD_SEEDS = (1, 2)  # beside leads' seed 0: a lead's mean over three seeds against main-tuned's over six

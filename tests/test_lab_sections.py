@@ -289,7 +289,8 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| ka-1m-tuned-{first} | {groups.LEADS[first].change()} | 1,000,000 |" in text
     assert f"| 2.1000 | {2.10 - 2.15:+.4f} | {2.10 - mean:+.4f} |" in text
     beating = [k for k, b in sorted(bpcs.items(), key=lambda kv: kv[1]) if b < statistics.mean(base)]  # best first
-    names = ", ".join(f"ka-1m-tuned-{k}-40m" for k in beating)
+    beating += [k for k, lead in groups.LEADS.items() if lead.at_budget and k not in beating]  # then the budget's
+    names = ", ".join([f"ka-1m-tuned-{k}-40m" for k in beating] + [f"ka-1m-tuned-{k}-flops-tf-40m" for k in beating])
     assert f"At 40M tokens (leads40: {names}): _Not run yet: `python -m lab run leads40" in text
     assert f"{first} 2.1000 (Δ {2.10 - 2.15:+.4f} against ka-1m-tuned's seed 0" in leads.summary_line()
     assert "At 40M: not run yet: `python -m lab run leads40" in leads.summary_line()
@@ -304,6 +305,20 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| ka-1m-tuned-40m | (preset) | 40.0M | 1.9500 | — | {1.95 - 1.9:+.4f} |" in text
     assert f"At 40M: ka-1m-tuned-{first}-40m 1.9300 (Δ {1.93 - 1.95:+.4f} against ka-1m-tuned-40m)" in \
         leads.summary_line()
+    # at tf-1m's 40M-token FLOPs: against the preset at the same FLOPs (flops), and in the target's judgement
+    at_flops = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000, groups.LEADS[first].model)
+    write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-flops-tf-40m", "ka-1m-tuned", 1.97, tokens=at_flops,
+                               train=groups.LEADS[first].train, **groups.LEADS[first].model),
+                           run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 2.0, tokens=at_flops)])
+    text = leads.section()
+    assert f"| ka-1m-tuned-{first}-flops-tf-40m |" in text and \
+        f"| {at_flops / 1e6:.1f}M | 1.9700 | {1.97 - 2.0:+.4f} | {1.97 - 1.9:+.4f} |" in text
+    assert f"ka-1m-tuned-{first}-flops-tf-40m 1.9700 (Δ {1.97 - 2.0:+.4f} against ka-1m-tuned-flops-tf-40m)" in \
+        leads.summary_line()
+    write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])  # the target needs tf-1m at 10M
+    note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
+    assert f"ka-1m-tuned-{first}-40m {1.93 - 1.9:+.3f} at equal tokens, at equal FLOPs {1.97 - 1.9:+.3f}, at 10M " \
+           f"{2.10 - 2.13:+.3f}" in note
 
 
 def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
@@ -328,9 +343,29 @@ def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     _tuned_base(in_tmp)
     write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
                            for k, v in groups.LEADS.items()])
-    text = leads.section()
-    assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
-    assert "At 40M: none trained" in leads.summary_line()
+    with pytest.MonkeyPatch.context() as mp:  # without a lead whose reason is the budget: nothing to train
+        mp.setattr(groups, "LEADS", {k: v for k, v in groups.LEADS.items() if not v.at_budget})
+        text = leads.section()
+        assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
+        assert "At 40M: none trained" in leads.summary_line()
+    # a lead whose reason is the budget goes to 40M whatever it scored at the protocol
+    budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
+    assert [s.name for s in groups.plan("leads40")] == [f"ka-1m-tuned-{k}-{b}" for b in ("40m", "flops-tf-40m")
+                                                        for k in budget_leads]
+
+
+def test_a_budget_lead_is_planned_at_40m_before_any_lead_is_screened(in_tmp):
+    _tuned_base(in_tmp)  # main-tuned and its rate, no lead run: only the budget's leads can be planned
+    planned = groups.plan("leads40")
+    budget_leads = [f"ka-1m-tuned-{k}-" for k, v in groups.LEADS.items() if v.at_budget]
+    assert planned and all(s.name.startswith(tuple(budget_leads)) for s in planned)
+    lead = groups.LEADS["angles-lr-5"]
+    spec = next(s for s in planned if s.name == "ka-1m-tuned-angles-lr-5-40m")
+    assert spec.train["phase_lr_mult"] == lead.train["phase_lr_mult"] and spec.train["omega_lr_mult"] == 1.0
+    assert spec.train["lr"] == 4e-3 and spec.train["tokens"] == 40_000_000  # lr10m-tuned's best, as every lead's
+    at_flops = next(s for s in planned if s.name == "ka-1m-tuned-angles-lr-5-flops-tf-40m")
+    assert at_flops.train["tokens"] == groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000) < 40_000_000
+    assert "every lead whose reason is the budget itself, whatever its score here (angles-lr-5)" in leads.section()
 
 
 def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -> None:

@@ -13,7 +13,7 @@ import torch
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import build_model, get_preset
 from lab import protocol
-from lab.groups import LEAD_SEEDS, LEADS, TUNED_CANDIDATE, WIDTHS, Lead, flop_matched_tokens, plan, with_twins
+from lab.groups import BUDGETS, LEAD_SEEDS, LEADS, TUNED_CANDIDATE, WIDTHS, Lead, flop_matched_tokens, plan, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
@@ -97,18 +97,31 @@ def _long_part() -> str:
         except ConfigError as exc:  # no lead run yet, or none beat ka-1m-tuned: the plan's own computed reason
             return f"At 40M tokens ({LONG_GROUP}): nothing to train yet: {exc}."
         return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
-    ref, tf = _budget_run(PRESET), _budget_run("tf-1m")
-    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), _delta(r, _bpc(ref)),
-             _delta(r, _bpc(tf))] for r in rows]
+    ref, tf, at_flops = _budget_run(PRESET), _budget_run("tf-1m"), _flops_ref()
+    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]),
+             _delta(r, _bpc(at_flops if _at_flops(r) else ref)), _delta(r, _bpc(tf))] for r in rows]
     # the references themselves, for the absolute numbers
     body += [[label(r), "(preset)", f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—",
-              _delta(r, _bpc(tf)) if r is not tf else "—"] for r in (ref, tf) if r]
+              _delta(r, _bpc(tf)) if r is not tf else "—"] for r in (ref, at_flops, tf) if r]
     missing = [p for p, r in ((PRESET, ref), ("tf-1m", tf)) if r is None]
     note = (f" Not in {BUDGET_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`)." if missing
             else "")
     return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule), against {BUDGET_GROUP}'s runs of the same "
-            f"budget, test BPC.{note}\n\n"
-            + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M", "gap to tf-1m at 40M"], body))
+            f"budget, and at tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), "
+            f"against {FLOPS_GROUP}'s {PRESET} at the same FLOPs, test BPC.{note}\n\n"
+            + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M (or at its FLOPs)",
+                     "gap to tf-1m at 40M"], body))
+
+
+def _at_flops(r: dict[str, Any]) -> bool:
+    """Whether a leads40 run is trained to tf-1m's 40M-token FLOPs (not to 40M tokens)."""
+    return "-flops-tf-" in r["name"]
+
+
+def _flops_ref() -> dict[str, Any] | None:
+    """flops' run of ka-1m-tuned at tf-1m's 40M-token training FLOPs (the equal-FLOP leads' reference)."""
+    name = f"{PRESET}-flops-tf-{BUDGETS[-1] // 1_000_000}m"
+    return next((r for r in with_twins(FLOPS_GROUP) if r["name"] == name), None)
 
 
 def section() -> str:
@@ -128,7 +141,8 @@ def section() -> str:
     spread = (f"; main-tuned over all its {len(vals)} seeds: {mean_sd(vals)}" if vals else "")
     own = [r["eval_bpc"] for r in load_results(BASE_GROUP)]
     rule = (f" leads40 trains every lead that beat main-tuned's mean over its own runs (its twins, confirm's "
-            f"runs of {TUNED_CANDIDATE}, left out: they chose the preset): {fmt(statistics.mean(own))}." if own else "")
+            f"runs of {TUNED_CANDIDATE}, left out: they chose the preset): {fmt(statistics.mean(own))}, and every "
+            f"lead whose reason is the budget itself, whatever its score here ({_at_budget()})." if own else "")
     why = _why()
     intro = (why + "Each lead is a field of ka-1m-tuned's own code path or a training setting (groups.LEADS), trained "
              "at the protocol (10M tokens, "
@@ -141,6 +155,10 @@ def section() -> str:
     if not any(r for _, _, r in leads):
         text += f"\n\n_{not_run(GROUP)}._"
     return text + "\n\n" + _long_part() + "\n\n" + _widths_part()
+
+
+def _at_budget() -> str:
+    return ", ".join(k for k, lead in LEADS.items() if lead.at_budget) or "none"
 
 
 def _widths() -> tuple[list[tuple[str, Lead, dict[str, Any] | None]], dict[str, Any] | None, dict[str, Any] | None]:
@@ -229,10 +247,11 @@ def summary_line() -> str:
              f"{_delta(r, mean)} against main-tuned's mean{_seeds_phrase(f'{PRESET}-{k}', r, mean)})"
              if r else f"{k} not run yet" for k, r in leads]
     long = with_twins(LONG_GROUP)
-    ref = _budget_run(PRESET)
     if long:
+        refs = {False: _budget_run(PRESET), True: _flops_ref()}
         at40 = "; ".join(f"{r['name']} {fmt(r['eval_bpc'])}" + (f" (Δ {_delta(r, ref['eval_bpc'])} against "
-                                                                 f"{ref['name']})" if ref else "") for r in long)
+                                                                 f"{ref['name']})" if ref else "")
+                         for r in long for ref in (refs[_at_flops(r)],))
     else:
         try:
             plan(LONG_GROUP)

@@ -159,8 +159,10 @@ def target_note(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dic
     tens = {r["name"]: r for r in load_results("leads")}
     models = [(p, r, runs["10M"].get(p), flops.get(f"{p}-flops-tf-{label.lower()}"))
               for p, r in runs[label].items() if p != "tf-1m"]
-    models += [(r["name"], r, tens.get(r["name"].removesuffix(f"-{label.lower()}")), None)
-               for r in load_results("leads40")]
+    long = {r["name"]: r for r in load_results("leads40")}
+    models += [(name, r, tens.get(name.removesuffix(f"-{label.lower()}")),
+                long.get(name.replace(f"-{label.lower()}", f"-flops-tf-{label.lower()}")))
+               for name, r in long.items() if "-flops-tf-" not in name]
     parts, met = [], []
     for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
         gap = r["eval_bpc"] - tf40["eval_bpc"]
