@@ -391,6 +391,12 @@ def flop_matched_tokens(preset: str, reference: str, reference_tokens: int, mode
     return round(reference_tokens * flops_per_token(reference) / flops_per_token(preset, model) / step) * step
 
 
+def flop_matched(name: str) -> bool:
+    """Whether a run (by its name) trained to the tokens at which it spends tf-1m's training FLOPs of a budget (the
+    ``-flops-tf-`` runs of flops, leads40 and leads-flops), not to the budget itself."""
+    return "-flops-tf-" in name
+
+
 def flops_per_token(preset: str, model: dict[str, Any] | None = None, context: int = PROTOCOL["context"]) -> int:
     """A preset's model FLOPs per training token at ``context``, with the ``model`` overrides
     (``diagnostics.flops.model_flops``, the bench's)."""

@@ -663,3 +663,14 @@ def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
     assert f"| {later / 1e6:.2f}M | — | not run |" in text
     assert f"k-128 2.1700 ({tokens / 1e6:.1f}M tokens, Δ {2.17 - 2.20:+.4f} against ka-1m-tuned-flops-tf-10m, gap " \
            f"{2.17 - 2.10:+.4f} to tf-1m)" in leads.summary_line()
+
+
+def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
+    """leads40's runs at tf-1m's FLOPs stop short of 40M tokens: the fit study reads the 40M-token runs only."""
+    b40 = 40_001_536
+    write_results(in_tmp, [run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40),
+                           run("leads40", "ka-1m-tuned-omega-lr-1-flops-tf-40m", "ka-1m-tuned", 1.95,
+                               tokens=24_330_240)])
+    assert [name for name, _ in fit.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
+    assert groups.flop_matched("ka-1m-tuned-omega-lr-1-flops-tf-40m")
+    assert not groups.flop_matched("ka-1m-tuned-omega-lr-1-40m")

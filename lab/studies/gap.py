@@ -31,7 +31,7 @@ from torch import Tensor
 
 from kuramoto_attention.errors import ConfigError
 from lab import protocol
-from lab.groups import TUNED_CANDIDATE
+from lab.groups import TUNED_CANDIDATE, flop_matched
 from lab.protocol import load_results
 from lab.studies import missing_runs
 
@@ -151,7 +151,8 @@ def measure_budget(group: str, data_dir: str | None, windows: int = WINDOWS) -> 
 
     done = {r["name"]: r for r in with_twins(group)}
     names = {key: name for key, name in BUDGET_PAIR[group].items() if name in done}
-    leads = sorted(with_twins(LEADS_AT_BUDGET[group]), key=lambda r: r["eval_bpc"])  # the best lead, if trained
+    leads = sorted((r for r in with_twins(LEADS_AT_BUDGET[group]) if not flop_matched(r["name"])),
+                   key=lambda r: r["eval_bpc"])  # the best lead at the budget itself, if trained
     if leads:
         done[leads[0]["name"]] = leads[0]
         names = {"lead": leads[0]["name"], **names}

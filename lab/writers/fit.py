@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, with_twins
+from lab.groups import BUDGET_PRESETS, BUDGETS, flop_matched, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.writers.common import fmt
 from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_estimate
@@ -98,7 +98,8 @@ def fit_runs() -> list[tuple[str, dict[str, Any]]]:
     """Every Kuramoto run at the curve's largest budget (its presets and leads40's leads), by name."""
     label = f"{BUDGETS[-1] // 1_000_000}M"
     at = budget_runs().get(label, {})
-    return ([(p, r) for p, r in at.items() if p != REFERENCE] + [(r["name"], r) for r in load_results("leads40")])
+    return ([(p, r) for p, r in at.items() if p != REFERENCE]
+            + [(r["name"], r) for r in load_results("leads40") if not flop_matched(r["name"])])
 
 
 def fit_note() -> str:

@@ -13,7 +13,18 @@ import torch
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import build_model, get_preset
 from lab import protocol
-from lab.groups import BUDGETS, LEAD_SEEDS, LEADS, TUNED_CANDIDATE, WIDTHS, Lead, flop_matched_tokens, plan, with_twins
+from lab.groups import (
+    BUDGETS,
+    LEAD_SEEDS,
+    LEADS,
+    TUNED_CANDIDATE,
+    WIDTHS,
+    Lead,
+    flop_matched,
+    flop_matched_tokens,
+    plan,
+    with_twins,
+)
 from lab.protocol import PROTOCOL, load_results
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
@@ -99,7 +110,7 @@ def _long_part() -> str:
         return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
     ref, tf, at_flops = _budget_run(PRESET), _budget_run("tf-1m"), _flops_ref()
     body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]),
-             _delta(r, _bpc(at_flops if _at_flops(r) else ref)), _delta(r, _bpc(tf))] for r in rows]
+             _delta(r, _bpc(at_flops if flop_matched(r["name"]) else ref)), _delta(r, _bpc(tf))] for r in rows]
     # the references themselves, for the absolute numbers
     body += [[label(r), "(preset)", f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—",
               _delta(r, _bpc(tf)) if r is not tf else "—"] for r in (ref, at_flops, tf) if r]
@@ -111,11 +122,6 @@ def _long_part() -> str:
             f"against {FLOPS_GROUP}'s {PRESET} at the same FLOPs, test BPC.{note}\n\n"
             + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M (or at its FLOPs)",
                      "gap to tf-1m at 40M"], body))
-
-
-def _at_flops(r: dict[str, Any]) -> bool:
-    """Whether a leads40 run is trained to tf-1m's 40M-token FLOPs (not to 40M tokens)."""
-    return "-flops-tf-" in r["name"]
 
 
 def _flops_ref() -> dict[str, Any] | None:
@@ -252,7 +258,7 @@ def summary_line() -> str:
         refs = {False: _budget_run(PRESET), True: _flops_ref()}
         at40 = "; ".join(f"{r['name']} {fmt(r['eval_bpc'])}" + (f" (Δ {_delta(r, ref['eval_bpc'])} against "
                                                                  f"{ref['name']})" if ref else "")
-                         for r in long for ref in (refs[_at_flops(r)],))
+                         for r in long for ref in (refs[flop_matched(r["name"])],))
     else:
         try:
             plan(LONG_GROUP)

@@ -18,6 +18,7 @@ from lab.groups import (
     FLOPS_PRESETS,
     TUNED_ABLATIONS,
     TUNED_FRESH_SEEDS,
+    flop_matched,
     with_twins,
 )
 from lab.protocol import PROTOCOL, load_results
@@ -162,7 +163,7 @@ def target_note(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dic
     long = {r["name"]: r for r in load_results("leads40")}
     models += [(name, r, tens.get(name.removesuffix(f"-{label.lower()}")),
                 long.get(name.replace(f"-{label.lower()}", f"-flops-tf-{label.lower()}")))
-               for name, r in long.items() if "-flops-tf-" not in name]
+               for name, r in long.items() if not flop_matched(name)]
     parts, met = [], []
     for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
         gap = r["eval_bpc"] - tf40["eval_bpc"]
