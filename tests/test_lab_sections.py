@@ -674,3 +674,19 @@ def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
     assert [name for name, _ in fit.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
     assert groups.flop_matched("ka-1m-tuned-omega-lr-1-flops-tf-40m")
     assert not groups.flop_matched("ka-1m-tuned-omega-lr-1-40m")
+
+
+def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
+    """The leads40 table gives the lead's validation estimate minus the preset's at each quarter of the schedule."""
+    _tuned_base(in_tmp)
+    b40 = 40_001_536
+    quarters = [round(f * b40) for f in leads.ALONG]
+    lead_run = run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40,
+                   train=groups.LEADS["omega-lr-1"].train)
+    base_run = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40)
+    lead_run["valid_curve"] = [[t, v] for t, v in zip(quarters, (2.30, 2.15, 2.05, 2.00), strict=True)]
+    base_run["valid_curve"] = [[t, v] for t, v in zip(quarters, (2.40, 2.20, 2.06, 2.04), strict=True)]
+    write_results(in_tmp, [lead_run, base_run, run("budget40", "tf-1m-40m", "tf-1m", 1.85, tokens=b40, lr=8e-3)])
+    text = leads.section()
+    assert "| Δ validation vs ka-1m-tuned-40m at 10M / 20M / 30M / 40M |" in text
+    assert "| -0.100 / -0.050 / -0.010 / -0.040 |" in text

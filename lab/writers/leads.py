@@ -110,10 +110,11 @@ def _long_part() -> str:
         return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
     ref, tf, at_flops = _budget_run(PRESET), _budget_run("tf-1m"), _flops_ref()
     body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]),
-             _delta(r, _bpc(at_flops if flop_matched(r["name"]) else ref)), _delta(r, _bpc(tf))] for r in rows]
+             _delta(r, _bpc(at_flops if flop_matched(r["name"]) else ref)), _delta(r, _bpc(tf)),
+             "—" if flop_matched(r["name"]) else _along(r, ref)] for r in rows]
     # the references themselves, for the absolute numbers
     body += [[label(r), "(preset)", f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—",
-              _delta(r, _bpc(tf)) if r is not tf else "—"] for r in (ref, at_flops, tf) if r]
+              _delta(r, _bpc(tf)) if r is not tf else "—", "—"] for r in (ref, at_flops, tf) if r]
     missing = [p for p, r in ((PRESET, ref), ("tf-1m", tf)) if r is None]
     note = (f" Not in {BUDGET_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`)." if missing
             else "")
@@ -121,7 +122,24 @@ def _long_part() -> str:
             f"budget, and at tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), "
             f"against {FLOPS_GROUP}'s {PRESET} at the same FLOPs, test BPC.{note}\n\n"
             + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M (or at its FLOPs)",
-                     "gap to tf-1m at 40M"], body))
+                     "gap to tf-1m at 40M", f"Δ validation vs {PRESET}-40m at {_ALONG_LABEL}"], body))
+
+
+ALONG = (0.25, 0.5, 0.75, 1.0)  # where along the 40M-token schedule the validation estimates are compared
+_ALONG_LABEL = " / ".join(f"{f * BUDGETS[-1] / 1e6:.0f}M" for f in ALONG)
+
+
+def _along(r: dict[str, Any], ref: dict[str, Any] | None) -> str:
+    """A 40M-token lead's validation estimate minus the preset's at the same schedule's quarters (each at the
+    evaluation nearest to it both made): where along the schedule a lead gains or loses, which its end alone hides."""
+    if ref is None:
+        return "—"
+    own, base = dict(map(tuple, r["valid_curve"])), dict(map(tuple, ref["valid_curve"]))
+    shared = sorted(set(own) & set(base))
+    if not shared:
+        return "—"
+    cells = [min(shared, key=lambda t: abs(t - f * r["tokens"])) for f in ALONG]
+    return " / ".join(f"{own[t] - base[t]:+.3f}" for t in cells)
 
 
 def _flops_ref() -> dict[str, Any] | None:
