@@ -120,7 +120,7 @@ def _long_part() -> str:
             else "")
     return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule), against {BUDGET_GROUP}'s runs of the same "
             f"budget, and at tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), "
-            f"against {FLOPS_GROUP}'s {PRESET} at the same FLOPs, test BPC.{note}\n\n"
+            f"against {PRESET} at the same FLOPs (group {FLOPS_GROUP}), test BPC.{note}\n\n"
             + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M (or at its FLOPs)",
                      "gap to tf-1m at 40M", f"Δ validation vs {PRESET}-40m at {_ALONG_LABEL}"], body))
 
