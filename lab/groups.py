@@ -257,12 +257,13 @@ def _leads40() -> list[Spec]:
             raise
         chosen = {}
     chosen.update(at_budget)
-    train = {**PROTOCOL, "seed": 0, "lr": _own_lr("ka-1m-tuned")}
     return [Spec("leads40", f"{name}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
-                 {**train, "tokens": b, **lead.train}) for name, lead in chosen.items() for b in BUDGETS] + [
+                 {**_own_training("ka-1m-tuned", b), **lead.train})
+            for name, lead in chosen.items() for b in BUDGETS] + [
         # and each at tf-1m's training FLOPs of that budget (its own full schedule): the target's other half
         Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
-             {**train, "tokens": flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model), **lead.train})
+             {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model)),
+              **lead.train})
         for name, lead in chosen.items() for b in BUDGETS]
 
 

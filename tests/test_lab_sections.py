@@ -319,6 +319,7 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
     assert f"ka-1m-tuned-{first}-40m {1.93 - 1.9:+.3f} at equal tokens, at equal FLOPs {1.97 - 1.9:+.3f}, at 10M " \
            f"{2.10 - 2.13:+.3f}" in note
+    assert "-flops-tf-40m +" not in note  # the equal-FLOP run is its lead's other half, not a model of its own
 
 
 def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
@@ -344,7 +345,9 @@ def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
                            for k, v in groups.LEADS.items()])
     with pytest.MonkeyPatch.context() as mp:  # without a lead whose reason is the budget: nothing to train
-        mp.setattr(groups, "LEADS", {k: v for k, v in groups.LEADS.items() if not v.at_budget})
+        plain = {k: v for k, v in groups.LEADS.items() if not v.at_budget}
+        mp.setattr(groups, "LEADS", plain)
+        mp.setattr(leads, "LEADS", plain)
         text = leads.section()
         assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
         assert "At 40M: none trained" in leads.summary_line()
@@ -684,9 +687,13 @@ def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
     lead_run = run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40,
                    train=groups.LEADS["omega-lr-1"].train)
     base_run = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40)
-    lead_run["valid_curve"] = [[t, v] for t, v in zip(quarters, (2.30, 2.15, 2.05, 2.00), strict=True)]
-    base_run["valid_curve"] = [[t, v] for t, v in zip(quarters, (2.40, 2.20, 2.06, 2.04), strict=True)]
+    for r, vals in ((lead_run, (2.30, 2.15, 2.05, 2.00)), (base_run, (2.40, 2.20, 2.06, 2.04))):
+        r["curve"] = [{"tokens": t, "valid_bpc": v} for t, v in zip(quarters, vals, strict=True)]
     write_results(in_tmp, [lead_run, base_run, run("budget40", "tf-1m-40m", "tf-1m", 1.85, tokens=b40, lr=8e-3)])
     text = leads.section()
     assert "| Δ validation vs ka-1m-tuned-40m at 10M / 20M / 30M / 40M |" in text
     assert "| -0.100 / -0.050 / -0.010 / -0.040 |" in text
+    # a quarter with no evaluation near it (within 5%) in both runs is left blank, not read off a far one
+    lead_run["curve"] = [{"tokens": 0, "valid_bpc": 8.0}, {"tokens": b40, "valid_bpc": 2.0}]
+    write_results(in_tmp, [lead_run])
+    assert "| — / — / — / -0.040 |" in leads.section()

@@ -39,7 +39,8 @@ def per_doubling(runs: dict[str, dict[str, dict[str, Any]]], preset: str, lo: st
     return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
 
 
-def _valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
+def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
+    """(tokens, validation estimate) along a run: its curve, else its older records' valid_curve."""
     pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
     return [(q["tokens"], q["valid_bpc"]) for q in pts]
 
@@ -52,7 +53,7 @@ def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> floa
                  and abs(r["tokens"] - BUDGETS[-1]) <= 0.1 * BUDGETS[-1]), None)  # at the swept rate, as the 10M run
     if short is None or long is None or model_note(short):
         return None
-    a, b = _valid_points(short), _valid_points(long)
+    a, b = valid_points(short), valid_points(long)
     if not a or not b:
         return None
     end = a[-1]

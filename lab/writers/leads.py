@@ -1,7 +1,8 @@
 """Issue 26's structural leads on ka-1m-tuned (groups.LEADS: fields of its own code path, such as the coupling's
 higher harmonics) in the notebook and the summary: each at the protocol (group leads, seed 0) against the same run
 without it (ka-1m-tuned's seed 0, a twin of confirm's run of the candidate) and against main-tuned's mean over all
-its seeds; then every lead that beat it at 40M tokens (leads40) against budget40's ka-1m-tuned and tf-1m."""
+its seeds; then every lead that beat it, and every lead whose reason is the budget, at 40M tokens (leads40) against
+budget40's ka-1m-tuned and tf-1m, and at tf-1m's 40M-token training FLOPs against flops' ka-1m-tuned there."""
 
 import json
 import math
@@ -29,11 +30,12 @@ from lab.protocol import PROTOCOL, load_results
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
 from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops
+from lab.writers.fit import valid_points
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
 SEEDS_GROUP, RETIRED_GROUP = "leads-seeds", "leads-retired"
 WIDTHS_GROUP, FLOPS_GROUP = "leads-flops", "flops"  # the cheaper widths, and the preset at the same FLOPs
-FLOPS_REF = f"{PRESET}-flops-tf-10m"
+FLOPS_REF = f"{PRESET}-flops-tf-{PROTOCOL['tokens'] // 1_000_000}m"  # the preset at tf-1m's 10M-token FLOPs
 
 
 def _base() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -100,7 +102,8 @@ def _budget_run(preset: str) -> dict[str, Any] | None:
 
 
 def _long_part() -> str:
-    """leads40's runs against budget40's ka-1m-tuned and tf-1m at the same budget, or why it has none yet."""
+    """leads40's runs against budget40's ka-1m-tuned and tf-1m at the same budget (those at tf-1m's FLOPs against
+    flops' ka-1m-tuned at the same FLOPs), or why it has none yet."""
     rows = with_twins(LONG_GROUP)
     if not rows:
         try:
@@ -118,11 +121,14 @@ def _long_part() -> str:
     missing = [p for p, r in ((PRESET, ref), ("tf-1m", tf)) if r is None]
     note = (f" Not in {BUDGET_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`)." if missing
             else "")
+    if at_flops is None and any(flop_matched(r["name"]) for r in rows):
+        note += f" Not in {FLOPS_GROUP} yet: {_flops_name()} (`python -m lab run {FLOPS_GROUP}`)."
     return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule), against {BUDGET_GROUP}'s runs of the same "
             f"budget, and at tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), "
             f"against {PRESET} at the same FLOPs (group {FLOPS_GROUP}), test BPC.{note}\n\n"
-            + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M (or at its FLOPs)",
-                     "gap to tf-1m at 40M", f"Δ validation vs {PRESET}-40m at {_ALONG_LABEL}"], body))
+            + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M tokens (or at tf-1m's 40M FLOPs)",
+                     "gap to budget40's tf-1m-40m (at its swept rate)",
+                     f"Δ validation vs {PRESET}-40m at {_ALONG_LABEL}"], body))
 
 
 ALONG = (0.25, 0.5, 0.75, 1.0)  # where along the 40M-token schedule the validation estimates are compared
@@ -130,22 +136,28 @@ _ALONG_LABEL = " / ".join(f"{f * BUDGETS[-1] / 1e6:.0f}M" for f in ALONG)
 
 
 def _along(r: dict[str, Any], ref: dict[str, Any] | None) -> str:
-    """A 40M-token lead's validation estimate minus the preset's at the same schedule's quarters (each at the
-    evaluation nearest to it both made): where along the schedule a lead gains or loses, which its end alone hides."""
+    """A 40M-token lead's validation estimate minus the preset's at the same schedule's quarters (each at an
+    evaluation both made within 5% of it, else "—"): where along the schedule a lead gains or loses, which its end
+    alone hides."""
     if ref is None:
         return "—"
-    own, base = dict(map(tuple, r["valid_curve"])), dict(map(tuple, ref["valid_curve"]))
+    own, base = dict(valid_points(r)), dict(valid_points(ref))
     shared = sorted(set(own) & set(base))
-    if not shared:
-        return "—"
-    cells = [min(shared, key=lambda t: abs(t - f * r["tokens"])) for f in ALONG]
-    return " / ".join(f"{own[t] - base[t]:+.3f}" for t in cells)
+    cells = []
+    for f in ALONG:
+        at = f * r["tokens"]
+        t = min(shared, key=lambda x: abs(x - at), default=None)
+        cells.append(f"{own[t] - base[t]:+.3f}" if t is not None and abs(t - at) <= 0.05 * at else "—")
+    return " / ".join(cells)
 
 
-def _flops_ref() -> dict[str, Any] | None:
-    """flops' run of ka-1m-tuned at tf-1m's 40M-token training FLOPs (the equal-FLOP leads' reference)."""
-    name = f"{PRESET}-flops-tf-{BUDGETS[-1] // 1_000_000}m"
-    return next((r for r in with_twins(FLOPS_GROUP) if r["name"] == name), None)
+def _flops_name(budget: int = BUDGETS[-1]) -> str:
+    return f"{PRESET}-flops-tf-{budget // 1_000_000}m"
+
+
+def _flops_ref(budget: int = BUDGETS[-1]) -> dict[str, Any] | None:
+    """flops' run of ka-1m-tuned at tf-1m's training FLOPs of ``budget`` tokens (the equal-FLOP leads' reference)."""
+    return next((r for r in with_twins(FLOPS_GROUP) if r["name"] == _flops_name(budget)), None)
 
 
 def section() -> str:
@@ -190,7 +202,7 @@ def _widths() -> tuple[list[tuple[str, Lead, dict[str, Any] | None]], dict[str, 
     FLOPs; tf-1m's 10M-token seed 0 (the FLOPs both spend)."""
     done = {r["name"]: r for r in with_twins(WIDTHS_GROUP)}
     names = [(f"{PRESET}-{k}-flops-tf-10m", lead) for k, lead in WIDTHS.items()]
-    ref = next((r for r in with_twins(FLOPS_GROUP) if r["name"] == FLOPS_REF), None)
+    ref = _flops_ref(PROTOCOL["tokens"])
     return [(n, lead, done.get(n)) for n, lead in names], ref, budget_runs().get("10M", {}).get("tf-1m")
 
 

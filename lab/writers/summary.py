@@ -162,7 +162,7 @@ def target_note(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dic
               for p, r in runs[label].items() if p != "tf-1m"]
     long = {r["name"]: r for r in load_results("leads40")}
     models += [(name, r, tens.get(name.removesuffix(f"-{label.lower()}")),
-                long.get(name.replace(f"-{label.lower()}", f"-flops-tf-{label.lower()}")))
+                long.get(name.removesuffix(f"-{label.lower()}") + f"-flops-tf-{label.lower()}"))
                for name, r in long.items() if not flop_matched(name)]
     parts, met = [], []
     for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
