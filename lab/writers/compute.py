@@ -109,6 +109,12 @@ def valid_estimate(r: dict[str, Any]) -> float:
     return r.get("final_valid_estimate", r["eval_bpc"])
 
 
+def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
+    """(tokens, validation estimate) along a run: its curve, else its older records' valid_curve."""
+    pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
+    return [(q["tokens"], q["valid_bpc"]) for q in pts]
+
+
 def off_rate(r: dict[str, Any]) -> bool:
     """Whether a curve run trained at a rate other than its preset's swept one (group lr40's)."""
     return r.get("group") == "lr40" or str(r.get("twin", "")).startswith("lr40/")

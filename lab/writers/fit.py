@@ -10,7 +10,7 @@ from lab import protocol
 from lab.groups import BUDGET_PRESETS, BUDGETS, flop_matched, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.writers.common import fmt
-from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_estimate
+from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_estimate, valid_points
 
 
 def _train_points(r: dict[str, Any]) -> dict[int, float]:
@@ -37,12 +37,6 @@ def per_doubling(runs: dict[str, dict[str, dict[str, Any]]], preset: str, lo: st
     if a is None or b is None or model_note(a) or model_note(b):
         return None
     return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
-
-
-def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
-    """(tokens, validation estimate) along a run: its curve, else its older records' valid_curve."""
-    pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
-    return [(q["tokens"], q["valid_bpc"]) for q in pts]
 
 
 def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> float | None:

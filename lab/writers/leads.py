@@ -29,8 +29,7 @@ from lab.groups import (
 from lab.protocol import PROTOCOL, load_results
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
-from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops
-from lab.writers.fit import valid_points
+from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops, valid_points
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
 SEEDS_GROUP, RETIRED_GROUP = "leads-seeds", "leads-retired"
