@@ -248,7 +248,9 @@ def _leads_beating_tuned(group: str) -> list[tuple[str, Lead]]:
 def _leads40() -> list[Spec]:
     """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``), then every lead ``at_budget``
     (whatever its protocol score, screened or not), trained as budget40's runs: the gap grows with the budget, so a
-    lead is judged there. Leads not yet screened join when they beat it."""
+    lead is judged there. Leads not yet screened join when they beat it. Where lr40 found the preset better below its
+    swept rate at a budget (``rate_at``), each lead is also trained at that rate: the target is judged at each
+    model's best rate."""
     at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
     try:
         chosen = dict(_leads_beating_tuned("leads40"))
@@ -260,6 +262,10 @@ def _leads40() -> list[Spec]:
     return [Spec("leads40", f"{name}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
                  {**_own_training("ka-1m-tuned", b), **lead.train})
             for name, lead in chosen.items() for b in BUDGETS] + [
+        Spec("leads40", f"{name}-{b // 1_000_000}m-lr-{rate:g}", "ka-1m-tuned", lead.model,
+             {**_own_training("ka-1m-tuned", b), **lead.train, "lr": rate})
+        for b in BUDGETS if (rate := rate_at("ka-1m-tuned", b)) != _own_lr("ka-1m-tuned")
+        for name, lead in chosen.items()] + [
         # and each at tf-1m's training FLOPs of that budget (its own full schedule): the target's other half
         Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
              {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model)),
@@ -377,6 +383,29 @@ def _budget100() -> list[Spec]:
 # both grids go one step further
 LR40_FACTOR = 0.5  # the step down from the swept rate
 LR40_STEPS = {"tf-1m": 2, "ka-1m-tuned": 2}  # how many steps each preset's 40M grid goes down
+
+
+def valid_estimate(r: dict[str, Any]) -> float:
+    """What chooses between a preset's runs at one budget (budget40's at the swept rate, lr40's below it): the
+    validation estimate at the end, never the test BPC it reports."""
+    return r.get("final_valid_estimate", r["eval_bpc"])
+
+
+def budget_best(preset: str, tokens: int, groups: tuple[str, ...] = ("budget40", "lr40")) -> dict[str, Any] | None:
+    """A preset's run at a budget (within 10% of ``tokens``; its own full schedule, no model overrides), the best on
+    validation of its runs in ``groups``: the budget curve's point, and the rate its leads train at there."""
+    with protocol.unrecorded():  # the twin search reads every group; the choice depends on these and the twins'
+        pool = [r for g in groups for r in with_twins(g) if r["preset"] == preset and not r.get("model_overrides")
+                and 0.9 * tokens <= r["tokens"] <= 1.1 * tokens]
+    for g in {*groups, *(r["twin"].split("/")[0] for r in pool if "twin" in r)}:
+        protocol.note_read(g)
+    return min(pool, key=valid_estimate, default=None)
+
+
+def rate_at(preset: str, tokens: int) -> float:
+    """The learning rate of ``budget_best``'s run (the swept rate until budget40 has the preset there)."""
+    best = budget_best(preset, tokens)
+    return best["train"]["lr"] if best else _own_lr(preset)
 
 
 def _lr40() -> list[Spec]:

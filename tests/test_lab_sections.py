@@ -691,9 +691,47 @@ def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
         r["curve"] = [{"tokens": t, "valid_bpc": v} for t, v in zip(quarters, vals, strict=True)]
     write_results(in_tmp, [lead_run, base_run, run("budget40", "tf-1m-40m", "tf-1m", 1.85, tokens=b40, lr=8e-3)])
     text = leads.section()
-    assert "| Δ validation vs ka-1m-tuned-40m at 10M / 20M / 30M / 40M |" in text
+    assert "| Δ validation vs ka-1m-tuned at the same rate at 10M / 20M / 30M / 40M |" in text
     assert "| -0.100 / -0.050 / -0.010 / -0.040 |" in text
     # a quarter with no evaluation near it (within 5%) in both runs is left blank, not read off a far one
     lead_run["curve"] = [{"tokens": 0, "valid_bpc": 8.0}, {"tokens": b40, "valid_bpc": 2.0}]
     write_results(in_tmp, [lead_run])
     assert "| — / — / — / -0.040 |" in leads.section()
+
+
+def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
+    """Where the preset is better on validation below its swept rate at 40M, every chosen lead is also planned there,
+    judged against the preset's run at that rate, its gap taken to tf-1m at its own best rate, and paired in the
+    target with its 10M screen."""
+    _tuned_base(in_tmp)
+    b40 = 40_001_536
+    swept = {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40), "final_valid_estimate": 2.05}
+    tf_swept = {**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b40), "final_valid_estimate": 1.91}
+    tf_half = {**run("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.85, lr=4e-3, tokens=b40), "final_valid_estimate": 1.88}
+    write_results(in_tmp, [swept, tf_swept, tf_half])
+    assert not [s for s in groups.plan("leads40") if "-40m-lr-" in s.name]  # the swept rate was the better
+    half = {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.00, lr=2e-3, tokens=b40),
+            "final_valid_estimate": 2.02}
+    write_results(in_tmp, [half])
+    assert groups.rate_at("ka-1m-tuned", 40_000_000) == 2e-3
+    at_rate = [s for s in groups.plan("leads40") if s.name.endswith("-40m-lr-0.002")]
+    budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
+    assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]
+    spec = at_rate[0]
+    assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == 40_000_000
+    assert spec.train["omega_lr_mult"] == groups.LEADS[budget_leads[0]].train["omega_lr_mult"]
+    name = f"ka-1m-tuned-{budget_leads[0]}"
+    write_results(in_tmp, [run("leads", name, "ka-1m-tuned", 2.17, train=groups.LEADS[budget_leads[0]].train),
+                           run("leads40", spec.name, "ka-1m-tuned", 1.98, lr=2e-3, tokens=b40, train=spec.train),
+                           run("leads40", f"{name}-40m", "ka-1m-tuned", 2.01, tokens=b40, train=spec.train | {
+                               "lr": 4e-3})])
+    text = leads.section()
+    # each against the preset at its own rate; both gaps to tf-1m at its best rate on validation (1.85)
+    assert f"| {spec.name} |" in text and f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |" in text
+    assert f"| {name}-40m |" in text and f"| 40.0M | 2.0100 | {2.01 - 2.03:+.4f} | {2.01 - 1.85:+.4f} |" in text
+    assert "| ka-1m-tuned-40m-lr-0.002 | (preset) | 40.0M | 2.0000 | — |" in text
+    assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
+    assert f"{spec.name} 1.9800 (Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002)" in leads.summary_line()
+    write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])
+    note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
+    assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs not run, at 10M {2.17 - 2.13:+.3f}" in note

@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, flop_matched_tokens, with_twins
+from lab.groups import (
+    BUDGET_PRESETS,
+    BUDGETS,
+    FLOPS_PRESETS,
+    HOMES,
+    STRETCH_BUDGET,
+    budget_best,
+    flop_matched_tokens,
+    with_twins,
+)
 from lab.groups import flops_per_token as preset_flops_per_token
 from lab.protocol import PROTOCOL, load_results
 from lab.retired import retired_settings, without_retired
@@ -97,16 +106,8 @@ def budget_runs() -> dict[str, dict[str, dict[str, Any]]]:
         "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")},
     }
     for b, groups in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",))]:
-        pool = [r for g in groups for r in with_twins(g) if 0.9 * b <= r["tokens"] <= 1.1 * b]
-        rows[f"{b // 1_000_000}M"] = {p: min(rs, key=valid_estimate) for p in {r["preset"]: 0 for r in pool}
-                                      if (rs := [r for r in pool if r["preset"] == p])}
+        rows[f"{b // 1_000_000}M"] = {p: r for p in HOMES if (r := budget_best(p, b, groups)) is not None}
     return {k: v for k, v in rows.items() if v}
-
-
-def valid_estimate(r: dict[str, Any]) -> float:
-    """What chooses between a preset's runs at one budget (budget40's at the swept rate, lr40's at half of it): the
-    validation estimate at the end, never the test BPC it reports."""
-    return r.get("final_valid_estimate", r["eval_bpc"])
 
 
 def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:

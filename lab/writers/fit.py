@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, flop_matched, with_twins
+from lab.groups import BUDGET_PRESETS, BUDGETS, flop_matched, valid_estimate, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.writers.common import fmt
-from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_estimate, valid_points
+from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_points
 
 
 def _train_points(r: dict[str, Any]) -> dict[int, float]:

@@ -2,7 +2,8 @@
 higher harmonics) in the notebook and the summary: each at the protocol (group leads, seed 0) against the same run
 without it (ka-1m-tuned's seed 0, a twin of confirm's run of the candidate) and against main-tuned's mean over all
 its seeds; then every lead that beat it, and every lead whose reason is the budget, at 40M tokens (leads40) against
-budget40's ka-1m-tuned and tf-1m, and at tf-1m's 40M-token training FLOPs against flops' ka-1m-tuned there."""
+ka-1m-tuned at the same rate (budget40's, lr40's) and tf-1m at its best, and at tf-1m's 40M-token training FLOPs
+against flops' ka-1m-tuned there."""
 
 import json
 import math
@@ -21,6 +22,7 @@ from lab.groups import (
     TUNED_CANDIDATE,
     WIDTHS,
     Lead,
+    budget_best,
     flop_matched,
     flop_matched_tokens,
     plan,
@@ -32,7 +34,7 @@ from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_run
 from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops, valid_points
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
-SEEDS_GROUP, RETIRED_GROUP = "leads-seeds", "leads-retired"
+SEEDS_GROUP, RETIRED_GROUP, RATE_GROUP = "leads-seeds", "leads-retired", "lr40"
 WIDTHS_GROUP, FLOPS_GROUP = "leads-flops", "flops"  # the cheaper widths, and the preset at the same FLOPs
 FLOPS_REF = f"{PRESET}-flops-tf-{PROTOCOL['tokens'] // 1_000_000}m"  # the preset at tf-1m's 10M-token FLOPs
 
@@ -94,15 +96,21 @@ def _delta(r: dict[str, Any] | None, ref: float | None) -> str:
     return f"{r['eval_bpc'] - ref:+.4f}" if r and ref is not None else "—"
 
 
-def _budget_run(preset: str) -> dict[str, Any] | None:
-    """budget40's run of a preset (one per budget; ``groups.BUDGETS`` has one)."""
-    return next((r for r in with_twins(BUDGET_GROUP) if r["preset"] == preset and not r.get("model_overrides")),
-                None)
+def _at_rate(lr: float, budget: int = BUDGETS[-1]) -> dict[str, Any] | None:
+    """The preset's run at ``budget`` tokens and rate ``lr``: budget40's at its swept rate, lr40's below it."""
+    return next((r for g in (BUDGET_GROUP, RATE_GROUP) for r in with_twins(g)
+                 if r["preset"] == PRESET and not r.get("model_overrides") and r["train"]["lr"] == lr
+                 and 0.9 * budget <= r["tokens"] <= 1.1 * budget), None)
+
+
+def _reference(r: dict[str, Any]) -> dict[str, Any] | None:
+    """What a leads40 run is judged against: the preset at the same FLOPs (flops), else at the same budget and rate."""
+    return _flops_ref() if flop_matched(r["name"]) else _at_rate(r["train"]["lr"])
 
 
 def _long_part() -> str:
-    """leads40's runs against budget40's ka-1m-tuned and tf-1m at the same budget (those at tf-1m's FLOPs against
-    flops' ka-1m-tuned at the same FLOPs), or why it has none yet."""
+    """leads40's runs against the preset at the same budget and rate (those at tf-1m's FLOPs against flops'
+    ka-1m-tuned at the same FLOPs), and their gap to tf-1m at its best rate there; or why it has none yet."""
     rows = with_twins(LONG_GROUP)
     if not rows:
         try:
@@ -110,24 +118,28 @@ def _long_part() -> str:
         except ConfigError as exc:  # no lead run yet, or none beat ka-1m-tuned: the plan's own computed reason
             return f"At 40M tokens ({LONG_GROUP}): nothing to train yet: {exc}."
         return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
-    ref, tf, at_flops = _budget_run(PRESET), _budget_run("tf-1m"), _flops_ref()
-    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]),
-             _delta(r, _bpc(at_flops if flop_matched(r["name"]) else ref)), _delta(r, _bpc(tf)),
-             "—" if flop_matched(r["name"]) else _along(r, ref)] for r in rows]
+    tf = budget_best("tf-1m", BUDGETS[-1])
+    refs = {id(x): x for r in rows if (x := _reference(r))}  # each reference once, in the order first used
+    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), _delta(r, _bpc(_reference(r))),
+             _delta(r, _bpc(tf)), "—" if flop_matched(r["name"]) else _along(r, _reference(r))] for r in rows]
     # the references themselves, for the absolute numbers
-    body += [[label(r), "(preset)", f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—",
-              _delta(r, _bpc(tf)) if r is not tf else "—", "—"] for r in (ref, at_flops, tf) if r]
-    missing = [p for p, r in ((PRESET, ref), ("tf-1m", tf)) if r is None]
-    note = (f" Not in {BUDGET_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`)." if missing
-            else "")
-    if at_flops is None and any(flop_matched(r["name"]) for r in rows):
+    body += [[label(r), "(preset)" if r is not tf else "(the transformer)", f"{r['tokens'] / 1e6:.1f}M",
+              fmt(r["eval_bpc"]), "—", _delta(r, _bpc(tf)) if r is not tf else "—", "—"]
+             for r in (*refs.values(), tf) if r]
+    missing = sorted({f"{PRESET} at lr {r['train']['lr']:g}" for r in rows
+                      if not flop_matched(r["name"]) and _reference(r) is None} | ({"tf-1m"} if tf is None else set()))
+    note = (f" Not in {BUDGET_GROUP} or {RATE_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`, "
+            f"`python -m lab run {RATE_GROUP}`)." if missing else "")
+    if _flops_ref() is None and any(flop_matched(r["name"]) for r in rows):
         note += f" Not in {FLOPS_GROUP} yet: {_flops_name()} (`python -m lab run {FLOPS_GROUP}`)."
-    return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule), against {BUDGET_GROUP}'s runs of the same "
-            f"budget, and at tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), "
-            f"against {PRESET} at the same FLOPs (group {FLOPS_GROUP}), test BPC.{note}\n\n"
-            + table(["run", "change", "tokens", "test BPC", f"Δ vs {PRESET} at 40M tokens (or at tf-1m's 40M FLOPs)",
-                     "gap to budget40's tf-1m-40m (at its swept rate)",
-                     f"Δ validation vs {PRESET}-40m at {_ALONG_LABEL}"], body))
+    return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule; …-lr-X: at the rate lr40 found the preset "
+            f"better at there), against {PRESET} at the same budget and rate ({BUDGET_GROUP}, {RATE_GROUP}), and at "
+            f"tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), against "
+            f"{PRESET} at the same FLOPs (group {FLOPS_GROUP}), test BPC; the gap is to tf-1m at 40M at its best rate "
+            f"on validation (the budget curve's point).{note}\n\n"
+            + table(["run", "change", "tokens", "test BPC",
+                     f"Δ vs {PRESET} at 40M tokens and the same rate (or at tf-1m's 40M FLOPs)", "gap to tf-1m at 40M",
+                     f"Δ validation vs {PRESET} at the same rate at {_ALONG_LABEL}"], body))
 
 
 ALONG = (0.25, 0.5, 0.75, 1.0)  # where along the 40M-token schedule the validation estimates are compared
@@ -284,10 +296,9 @@ def summary_line() -> str:
              if r else f"{k} not run yet" for k, r in leads]
     long = with_twins(LONG_GROUP)
     if long:
-        refs = {False: _budget_run(PRESET), True: _flops_ref()}
         at40 = "; ".join(f"{r['name']} {fmt(r['eval_bpc'])}" + (f" (Δ {_delta(r, ref['eval_bpc'])} against "
                                                                  f"{ref['name']})" if ref else "")
-                         for r in long for ref in (refs[flop_matched(r["name"])],))
+                         for r in long for ref in (_reference(r),))
     else:
         try:
             plan(LONG_GROUP)

@@ -161,9 +161,11 @@ def target_note(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dic
     models = [(p, r, runs["10M"].get(p), flops.get(f"{p}-flops-tf-{label.lower()}"))
               for p, r in runs[label].items() if p != "tf-1m"]
     long = {r["name"]: r for r in load_results("leads40")}
-    models += [(name, r, tens.get(name.removesuffix(f"-{label.lower()}")),
-                long.get(name.removesuffix(f"-{label.lower()}") + f"-flops-tf-{label.lower()}"))
-               for name, r in long.items() if not flop_matched(name)]
+    # a lead's 40M runs (…-40m, and …-40m-lr-X at the preset's better rate there) pair with its 10M screen and its
+    # run at tf-1m's FLOPs
+    models += [(name, r, tens.get(lead), long.get(f"{lead}-flops-tf-{label.lower()}"))
+               for name, r in long.items() if not flop_matched(name)
+               for lead in (name.split(f"-{label.lower()}")[0],)]
     parts, met = [], []
     for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
         gap = r["eval_bpc"] - tf40["eval_bpc"]
