@@ -22,7 +22,8 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-5m-tuned, main-5m   issue 26's size axis: ka-5m-tuned's 3M sweep, then it against tf-5m over 3 seeds and at
                          tf-5m's training FLOPs
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then those that beat it (and those
-                    whose reason is the budget) at 40M tokens and at tf-1m's 40M-token training FLOPs
+                    whose reason is the budget) at 40M tokens (at its swept rate, and at lr40's better one) and at
+                    tf-1m's 40M-token training FLOPs
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   leads-flops       issue 26: cheaper widths of ka-1m-tuned (same parameters, fewer FLOPs per token) at tf-1m's
                     10M-token training FLOPs
