@@ -724,12 +724,14 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     write_results(in_tmp, [run("leads", name, "ka-1m-tuned", 2.17, train=groups.LEADS[budget_leads[0]].train),
                            run("leads40", spec.name, "ka-1m-tuned", 1.98, lr=2e-3, tokens=b40, train=spec.train),
                            run("leads40", f"{name}-40m", "ka-1m-tuned", 2.01, tokens=b40, train=spec.train | {
-                               "lr": 4e-3})])
+                               "lr": 4e-3}),
+                           run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 2.02, tokens=b40)])
     text = leads.section()
     # each against the preset at its own rate; both gaps to tf-1m at its best rate on validation (1.85)
     assert f"| {spec.name} |" in text and f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |" in text
     assert f"| {name}-40m |" in text and f"| 40.0M | 2.0100 | {2.01 - 2.03:+.4f} | {2.01 - 1.85:+.4f} |" in text
     assert "| ka-1m-tuned-40m-lr-0.002 | (preset) | 40.0M | 2.0000 | — |" in text
+    assert text.count("| ka-1m-tuned-40m | (preset) |") == 1  # each reference once
     assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
     assert f"{spec.name} 1.9800 (Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002)" in leads.summary_line()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])

@@ -119,7 +119,7 @@ def _long_part() -> str:
             return f"At 40M tokens ({LONG_GROUP}): nothing to train yet: {exc}."
         return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
     tf = budget_best("tf-1m", BUDGETS[-1])
-    refs = {id(x): x for r in rows if (x := _reference(r))}  # each reference once, in the order first used
+    refs = {label(x): x for r in rows if (x := _reference(r))}  # each reference once, in the order first used
     body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), _delta(r, _bpc(_reference(r))),
              _delta(r, _bpc(tf)), "—" if flop_matched(r["name"]) else _along(r, _reference(r))] for r in rows]
     # the references themselves, for the absolute numbers
