@@ -3,6 +3,7 @@ structural leads, the loss gap at 40M tokens), each rendered on no results and o
 print must be the one computed from the fabricated JSON."""
 
 import json
+import re
 import statistics
 
 import pytest
@@ -699,6 +700,11 @@ def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
     assert "| — / — / — / -0.040 |" in leads.section()
 
 
+def _row(name: str, cells: str, text: str) -> bool:
+    """Whether ``text`` has a table row for run ``name`` whose cells after its change column begin with ``cells``."""
+    return re.search(rf"^\| {re.escape(name)} \| [^|]* {re.escape(cells)}", text, re.MULTILINE) is not None
+
+
 def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     """Where the preset is better on validation below its swept rate at 40M, every chosen lead is also planned there,
     judged against the preset's run at that rate, its gap taken to tf-1m at its own best rate, and paired in the
@@ -728,8 +734,8 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
                            run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 2.02, tokens=b40)])
     text = leads.section()
     # each against the preset at its own rate; both gaps to tf-1m at its best rate on validation (1.85)
-    assert f"| {spec.name} |" in text and f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |" in text
-    assert f"| {name}-40m |" in text and f"| 40.0M | 2.0100 | {2.01 - 2.03:+.4f} | {2.01 - 1.85:+.4f} |" in text
+    assert _row(spec.name, f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |", text)
+    assert _row(f"{name}-40m", f"| 40.0M | 2.0100 | {2.01 - 2.03:+.4f} | {2.01 - 1.85:+.4f} |", text)
     assert "| ka-1m-tuned-40m-lr-0.002 | (preset) | 40.0M | 2.0000 | — |" in text
     assert text.count("| ka-1m-tuned-40m | (preset) |") == 1  # each reference once
     assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
@@ -737,3 +743,9 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])
     note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
     assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs not run, at 10M {2.17 - 2.13:+.3f}" in note
+    # its run at tf-1m's FLOPs trained at the swept rate: paired with both 40M runs, the rate named where it differs
+    write_results(in_tmp, [run("leads40", f"{name}-flops-tf-40m", "ka-1m-tuned", 2.05, tokens=24_330_240)])
+    note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
+    assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs {2.05 - 1.85:+.3f} (at lr 0.004)" in note
+    assert f"{name}-40m {2.01 - 1.85:+.3f} at equal tokens, at equal FLOPs {2.05 - 1.85:+.3f}, at 10M" in note
+    assert {"budget40", "lr40"} <= groups.reads("leads40")  # planned after the runs that choose its rate

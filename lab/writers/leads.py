@@ -28,7 +28,7 @@ from lab.groups import (
     plan,
     with_twins,
 )
-from lab.protocol import PROTOCOL, load_results
+from lab.protocol import PROTOCOL, load_results, run_command
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
 from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops, valid_points
@@ -119,19 +119,20 @@ def _long_part() -> str:
             return f"At 40M tokens ({LONG_GROUP}): nothing to train yet: {exc}."
         return f"At 40M tokens ({LONG_GROUP}: {names}): _{not_run(LONG_GROUP)}._"
     tf = budget_best("tf-1m", BUDGETS[-1])
-    refs = {label(x): x for r in rows if (x := _reference(r))}  # each reference once, in the order first used
-    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), _delta(r, _bpc(_reference(r))),
-             _delta(r, _bpc(tf)), "—" if flop_matched(r["name"]) else _along(r, _reference(r))] for r in rows]
-    # the references themselves, for the absolute numbers
+    pairs = [(r, _reference(r)) for r in rows]
+    body = [[label(r), overrides(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), _delta(r, _bpc(ref)),
+             _delta(r, _bpc(tf)), "—" if flop_matched(r["name"]) else _along(r, ref)] for r, ref in pairs]
+    # the references themselves, once each in the order first used, for the absolute numbers
+    refs = {label(ref): ref for _, ref in pairs if ref}
     body += [[label(r), "(preset)" if r is not tf else "(the transformer)", f"{r['tokens'] / 1e6:.1f}M",
               fmt(r["eval_bpc"]), "—", _delta(r, _bpc(tf)) if r is not tf else "—", "—"]
              for r in (*refs.values(), tf) if r]
-    missing = sorted({f"{PRESET} at lr {r['train']['lr']:g}" for r in rows
-                      if not flop_matched(r["name"]) and _reference(r) is None} | ({"tf-1m"} if tf is None else set()))
-    note = (f" Not in {BUDGET_GROUP} or {RATE_GROUP} yet: {', '.join(missing)} (`python -m lab run {BUDGET_GROUP}`, "
-            f"`python -m lab run {RATE_GROUP}`)." if missing else "")
+    missing = sorted({f"{PRESET} at lr {r['train']['lr']:g}" for r, ref in pairs
+                      if not flop_matched(r["name"]) and ref is None} | ({"tf-1m"} if tf is None else set()))
+    note = (f" Not in {BUDGET_GROUP} or {RATE_GROUP} yet: {', '.join(missing)} (`{run_command(BUDGET_GROUP)}`, "
+            f"`{run_command(RATE_GROUP)}`)." if missing else "")
     if _flops_ref() is None and any(flop_matched(r["name"]) for r in rows):
-        note += f" Not in {FLOPS_GROUP} yet: {_flops_name()} (`python -m lab run {FLOPS_GROUP}`)."
+        note += f" Not in {FLOPS_GROUP} yet: {_flops_name()} (`{run_command(FLOPS_GROUP)}`)."
     return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule; …-lr-X: at the rate lr40 found the preset "
             f"better at there), against {PRESET} at the same budget and rate ({BUDGET_GROUP}, {RATE_GROUP}), and at "
             f"tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), against "

@@ -6,6 +6,7 @@ budget, at equal FLOPs and with size, and the dynamics verdicts; everything else
 
 import json
 import os
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -162,16 +163,18 @@ def target_note(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dic
               for p, r in runs[label].items() if p != "tf-1m"]
     long = {r["name"]: r for r in load_results("leads40")}
     # a lead's 40M runs (…-40m, and …-40m-lr-X at the preset's better rate there) pair with its 10M screen and its
-    # run at tf-1m's FLOPs
+    # run at tf-1m's FLOPs (at the swept rate: the gap names the rate where they differ)
     models += [(name, r, tens.get(lead), long.get(f"{lead}-flops-tf-{label.lower()}"))
                for name, r in long.items() if not flop_matched(name)
-               for lead in (name.split(f"-{label.lower()}")[0],)]
+               for lead in (re.fullmatch(rf"(.+)-{label.lower()}(-lr-[^-]+)?", name).group(1),)]
     parts, met = [], []
     for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
         gap = r["eval_bpc"] - tf40["eval_bpc"]
         gap10 = None if ten is None else ten["eval_bpc"] - tf10["eval_bpc"]
         gap_eq = None if eq is None else eq["eval_bpc"] - tf40["eval_bpc"]
-        said = [f"{gap:+.3f} at equal tokens", "at equal FLOPs " + ("not run" if gap_eq is None else f"{gap_eq:+.3f}"),
+        other_rate = "" if eq is None or eq["train"]["lr"] == r["train"]["lr"] else f" (at lr {eq['train']['lr']:g})"
+        said = [f"{gap:+.3f} at equal tokens",
+                "at equal FLOPs " + ("not run" if gap_eq is None else f"{gap_eq:+.3f}{other_rate}"),
                 "at 10M " + ("not run" if gap10 is None else f"{gap10:+.3f}")]
         parts.append(f"{name} " + ", ".join(said))
         if gap <= TARGET_TOKENS and gap_eq is not None and gap_eq <= TARGET_FLOPS and gap10 is not None \
