@@ -7,6 +7,7 @@ against flops' ka-1m-tuned there."""
 
 import json
 import math
+import re
 import statistics
 from typing import Any
 
@@ -104,8 +105,11 @@ def _at_rate(lr: float, budget: int = BUDGETS[-1]) -> dict[str, Any] | None:
 
 
 def _reference(r: dict[str, Any]) -> dict[str, Any] | None:
-    """What a leads40 run is judged against: the preset at the same FLOPs (flops), else at the same budget and rate."""
-    return _flops_ref() if flop_matched(r["name"]) else _at_rate(r["train"]["lr"])
+    """What a leads40 run is judged against: the preset at the same FLOPs (flops: the budget its name matches), else
+    at the same budget and rate."""
+    if flop_matched(r["name"]):
+        return _flops_ref(int(re.search(r"-flops-tf-(\d+)m", r["name"])[1]) * 1_000_000)
+    return _at_rate(r["train"]["lr"], r["tokens"])
 
 
 def _long_part() -> str:
