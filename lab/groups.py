@@ -22,8 +22,8 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-5m-tuned, main-5m   issue 26's size axis: ka-5m-tuned's 3M sweep, then it against tf-5m over 3 seeds and at
                          tf-5m's training FLOPs
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then those that beat it (and those
-                    whose reason is the budget) at 40M tokens (at its swept rate, and at lr40's better one) and at
-                    tf-1m's 40M-token training FLOPs
+                    whose reason is the budget) at 40M tokens (at the preset's best rate there: its swept one, or
+                    lr40's lower one) and at tf-1m's 40M-token training FLOPs
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   leads-flops       issue 26: cheaper widths of ka-1m-tuned (same parameters, fewer FLOPs per token) at tf-1m's
                     10M-token training FLOPs
@@ -246,12 +246,17 @@ def _leads_beating_tuned(group: str) -> list[tuple[str, Lead]]:
     return [(r["name"], LEADS[r["name"].removeprefix("ka-1m-tuned-")]) for r in better]
 
 
+def _recorded(group: str, name: str) -> bool:
+    """Whether a group already has a result of this name (read without noting it: a group may ask about its own)."""
+    return (protocol.RESULTS / group / f"{name}.json").exists()
+
+
 def _leads40() -> list[Spec]:
     """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``), then every lead ``at_budget``
     (whatever its protocol score, screened or not), trained as budget40's runs: the gap grows with the budget, so a
     lead is judged there. Leads not yet screened join when they beat it. Where lr40 found the preset better below its
-    swept rate at a budget (``rate_at``), each lead is also trained at that rate: the target is judged at each
-    model's best rate."""
+    swept rate at a budget (``rate_at``), each lead trains at that rate instead (the target is judged at each model's
+    best rate; a lead's run at the swept rate made before stays in the group)."""
     at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
     try:
         chosen = dict(_leads_beating_tuned("leads40"))
@@ -260,12 +265,14 @@ def _leads40() -> list[Spec]:
             raise
         chosen = {}
     chosen.update(at_budget)
+    swept = _own_lr("ka-1m-tuned")
     return [Spec("leads40", f"{name}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
                  {**_own_training("ka-1m-tuned", b), **lead.train})
-            for name, lead in chosen.items() for b in BUDGETS] + [
+            for name, lead in chosen.items() for b in BUDGETS
+            if rate_at("ka-1m-tuned", b) == swept or _recorded("leads40", f"{name}-{b // 1_000_000}m")] + [
         Spec("leads40", f"{name}-{b // 1_000_000}m-lr-{rate:g}", "ka-1m-tuned", lead.model,
              {**_own_training("ka-1m-tuned", b), **lead.train, "lr": rate})
-        for b in BUDGETS if (rate := rate_at("ka-1m-tuned", b)) != _own_lr("ka-1m-tuned")
+        for b in BUDGETS if (rate := rate_at("ka-1m-tuned", b)) != swept
         for name, lead in chosen.items()] + [
         # and each at tf-1m's training FLOPs of that budget (its own full schedule): the target's other half
         Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,

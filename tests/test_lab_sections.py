@@ -723,6 +723,8 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     at_rate = [s for s in groups.plan("leads40") if s.name.endswith("-40m-lr-0.002")]
     budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
     assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]
+    assert not [s for s in groups.plan("leads40")  # instead of the swept rate
+                if s.name.endswith("-40m") and not groups.flop_matched(s.name)]
     spec = at_rate[0]
     assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == 40_000_000
     assert spec.train["omega_lr_mult"] == groups.LEADS[budget_leads[0]].train["omega_lr_mult"]
@@ -732,6 +734,8 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
                            run("leads40", f"{name}-40m", "ka-1m-tuned", 2.01, tokens=b40, train=spec.train | {
                                "lr": 4e-3}),
                            run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 2.02, tokens=b40)])
+    # a run made at the swept rate before lr40 moved the rate stays planned: kept, not orphaned
+    assert f"{name}-40m" in [s.name for s in groups.plan("leads40")]
     text = leads.section()
     # each against the preset at its own rate; both gaps to tf-1m at its best rate on validation (1.85)
     assert _row(spec.name, f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |", text)
