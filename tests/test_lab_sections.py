@@ -706,7 +706,7 @@ def _row(name: str, cells: str, text: str) -> bool:
 
 
 def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
-    """Where the preset is better on validation below its swept rate at 40M, every chosen lead is also planned there,
+    """Where the preset is better on validation below its swept rate at 40M, every chosen lead is planned there instead,
     judged against the preset's run at that rate, its gap taken to tf-1m at its own best rate, and paired in the
     target with its 10M screen."""
     _tuned_base(in_tmp)
