@@ -502,6 +502,14 @@ def test_readme_headline_follows_the_gap_along_budget_compute_and_size(in_tmp):
     assert f"the gap of ka-1m {2.30 - 2.14:+.4f} at tf-1m's 10M-token FLOPs." in text  # main's seed 0 of tf-1m
     assert "At 5M parameters (`python -m lab run main-5m`), ka-5m-tuned over its seeds: 2.0850 ± 0.0071; tf-5m: " \
            "2.0250 ± 0.0071; gap of the means +0.0600" in text
+    # the best leads40 run at that budget, chosen on validation (not on test); its equal-FLOP runs are not candidates
+    write_results(in_tmp, [{**run("leads40", "ka-1m-tuned-a-40m", "ka-1m-tuned", 1.95, tokens=b40),
+                            "final_valid_estimate": 2.00},
+                           {**run("leads40", "ka-1m-tuned-b-40m", "ka-1m-tuned", 1.97, tokens=b40),
+                            "final_valid_estimate": 1.99},
+                           run("leads40", "ka-1m-tuned-a-flops-tf-40m", "ka-1m-tuned", 1.90, tokens=b40)])
+    assert f"on validation (`python -m lab run leads40`): ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f})." \
+        in readme.headline()
 
 
 def test_gap_by_position_reads_the_near_and_the_farthest_bin():

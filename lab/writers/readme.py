@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from kuramoto_attention.models.presets import preset_table
-from lab.groups import BUDGETS, FLOPS_PRESETS, flops_per_token, with_twins
+from lab.groups import BUDGETS, FLOPS_PRESETS, flop_matched, flops_per_token, valid_estimate, with_twins
 from lab.writers import compute, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.compute import BENCH_MODE, bench_rates
@@ -68,6 +68,12 @@ def _longer() -> str:
                  f"tf-1m {fmt(tf['eval_bpc'])}; " + ", ".join(
                      f"{p} {fmt(r['eval_bpc'])} (gap {r['eval_bpc'] - tf['eval_bpc']:+.4f})"
                      for p, r in longest.items() if p != "tf-1m") + ".")
+        leads = [r for r in with_twins("leads40")
+                 if not flop_matched(r["name"]) and abs(r["tokens"] - tf["tokens"]) <= 0.1 * tf["tokens"]]
+        if leads:  # the closest a Kuramoto run has come at that budget, chosen on validation
+            lead = min(leads, key=valid_estimate)
+            text += (f" The best structural change of ka-1m-tuned there on validation (`python -m lab run leads40`): "
+                     f"{lead['name']} {fmt(lead['eval_bpc'])} (gap {lead['eval_bpc'] - tf['eval_bpc']:+.4f}).")
     flops = {r["name"]: r for r in with_twins("flops")}
     gaps = [f"{p} {eq['eval_bpc'] - tf['eval_bpc']:+.4f} at tf-1m's {b}-token FLOPs"
             for p in FLOPS_PRESETS for b, at in runs.items()
