@@ -117,6 +117,8 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
     return {
         "attn_saturation": d.attn_saturation.tolist(),
         "ff_saturation": [x if math.isfinite(x) else None for x in d.ff_saturation.tolist()],  # NaN: no ff
+        "attn_drive": d.attn_drive.tolist(),
+        "ff_drive": [x if math.isfinite(x) else None for x in d.ff_drive.tolist()],
         "local_order": d.local_order.mean(dim=1).tolist(), "global_order": d.global_order.mean(dim=1).tolist(),
         "entropy": d.entropy.mean(dim=1).tolist(),
         "self_weight": d.self_weight.mean(dim=1).tolist(), "layer_median_abs_omega": d.layer_median_abs_omega.tolist(),

@@ -56,3 +56,20 @@ def test_model_gives_both_bounds_a_scale():
 def test_bad_scale_raises(fields):
     with pytest.raises(ValueError, match="bound_scale must be 'one', or 'learned'"):
         KuramotoAttention(8, 2, **fields)
+
+
+@pytest.mark.parametrize("kind,scale", [("norm", "one"), ("norm", "learned"), ("elementwise", "one")])
+def test_drive_is_the_tanh_argument(kind, scale):
+    """bound(x) written with ``drive``: r·tanh(drive)·x/‖x‖ (norm), r_j·tanh(drive_j)·sign(x_j) (elementwise)."""
+    bound = Bound(6, kind, radius_init=3.0, scale=scale).double()
+    with torch.no_grad():
+        bound.log_radius.add_(torch.randn_like(bound.log_radius) * 0.3)
+    x = torch.randn(5, 6, dtype=torch.float64) * 4
+    drive = bound.drive(x)
+    if kind == "norm":
+        assert drive.shape == (5,)
+        want = bound.radius * torch.tanh(drive)[:, None] * x / x.norm(dim=-1, keepdim=True)
+    else:
+        assert drive.shape == (5, 6) and (drive >= 0).all()
+        want = bound.radius * torch.tanh(drive) * x.sign()
+    torch.testing.assert_close(bound(x), want, rtol=0, atol=1e-12)

@@ -202,8 +202,8 @@ def test_feed_forward_input_projection():
         mlp = block.ff.mlp
         x = lift(theta) @ proj.weight.T
         literal = (torch.nn.functional.silu(x @ mlp.w_gate.weight.T) * (x @ mlp.w_up.weight.T)) @ mlp.w_out.weight.T
-        assert torch.allclose(block.ff._update(theta), literal, atol=1e-12)
-        assert torch.allclose(block.ff._update(theta + 2 * torch.pi), literal, atol=1e-10)  # still on the torus
+        assert torch.allclose(block.ff.update(theta), literal, atol=1e-12)
+        assert torch.allclose(block.ff.update(theta + 2 * torch.pi), literal, atol=1e-10)  # still on the torus
     plain = KuramotoLM(ka_cfg()).num_params()
     assert model.num_params() - plain == 2 * k * k - depth * 2 * k * h  # w_gate, w_up read k inputs, not 2k
     names = [n for n, _ in model.named_parameters() if "proj" in n and "gates" not in n and "value" not in n]
@@ -253,7 +253,7 @@ def test_shared_projection_stays_for_the_gates_without_the_lift_feed_forward(ff)
             mlp = block.ff.mlp
             literal = (torch.nn.functional.silu(theta @ mlp.w_gate.weight.T) * (theta @ mlp.w_up.weight.T)
                        ) @ mlp.w_out.weight.T
-            assert torch.allclose(block.ff._update(theta), literal, atol=1e-12)
+            assert torch.allclose(block.ff.update(theta), literal, atol=1e-12)
     else:
         assert all(block.ff is None for block in model.blocks) and len(model.blocks) == depth
     assert model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 256)

@@ -73,6 +73,10 @@ class Diagnostics:
       layer_median_abs_omega, layer_timescale (L,): the same over all of a layer's coordinates.
       attn_saturation  (L,)      fraction of attention increments at ≥ 95% of the bound radius.
       ff_saturation    (L,)      the same for feed-forward increments (NaN without feed-forward).
+      attn_drive       (L,)      median of the bound's tanh argument over the attention increments (‖x‖ per
+                                 token, or |x_j|/r_j per coordinate, ``Bound.drive``): past about 2 the step's
+                                 length is r whatever x, and the gradient through x's length is gone.
+      ff_drive         (L,)      the same for feed-forward increments (NaN without feed-forward).
       bound            str       "norm" | "elementwise": what saturation counts (see ``saturation``).
       knockout_bpc     (L, 2)    bits per byte of predicting the batch's next bytes with layer i's attention
                                  step (column 0) or feed-forward step (column 1) replaced by the identity,
@@ -99,6 +103,8 @@ class Diagnostics:
     layer_timescale: Tensor
     attn_saturation: Tensor
     ff_saturation: Tensor
+    attn_drive: Tensor
+    ff_drive: Tensor
     bound: str
     knockout_bpc: Tensor
     tokens: Tensor = field(metadata={"raw": True})
@@ -267,8 +273,8 @@ def diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
 def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
     states = model.phases(idx)
     heads, geo = model.config.heads, model.geometry
-    keys = ("local", "entropy", "distance", "offsets", "self", "sync", "repel", "attn_sat", "ff_sat", "attention",
-            "value_gates")
+    keys = ("local", "entropy", "distance", "offsets", "self", "sync", "repel", "attn_sat", "ff_sat", "attn_drive",
+            "ff_drive", "attention", "value_gates")
     rows: dict[str, list[Any]] = {k: [] for k in keys}
     for block, theta in zip(model.blocks, states[:-1], strict=True):
         layer: KuramotoAttention = block.attn
@@ -277,7 +283,8 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         raw = geo.tangent_gate(v) * a.flatten(2)  # v ⊙ increment (B, T, k·tangent)
         step = layer.bound(raw)
         mid = geo.move(theta, raw, layer.bound)  # the state after the attention step (θ + step on the torus)
-        ff_step = None if block.ff is None else block.ff.increment(mid)
+        ff_raw = None if block.ff is None else block.ff.update(mid)
+        ff_step = None if ff_raw is None else block.ff.bound(ff_raw)
         rows["local"].append(local_order(attn, theta, geo))
         rows["entropy"].append(attention_entropy(attn))
         rows["distance"].append(attention_distance(attn))
@@ -288,6 +295,8 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         rows["repel"].append(repel)
         rows["attn_sat"].append(saturation(step, layer.bound))
         rows["ff_sat"].append(math.nan if ff_step is None else saturation(ff_step, block.ff.bound))
+        rows["attn_drive"].append(layer.bound.drive(raw).median().item())
+        rows["ff_drive"].append(math.nan if ff_raw is None else block.ff.bound.drive(ff_raw).median().item())
         rows["attention"].append(attn.cpu())
         rows["value_gates"].append(v.cpu())
     omega = torch.stack([geo.drift_rate(blk.attn.omega.detach().float()).view(heads, -1)
@@ -317,6 +326,8 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         layer_timescale=omega_timescale(med_layer),
         attn_saturation=torch.tensor(rows["attn_sat"]),
         ff_saturation=torch.tensor(rows["ff_sat"]),
+        attn_drive=torch.tensor(rows["attn_drive"]),
+        ff_drive=torch.tensor(rows["ff_drive"]),
         bound=model.config.attention.bound,
         knockout_bpc=knockout(model, idx),
         tokens=idx.cpu(),

@@ -299,13 +299,13 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 def _layer_table(d: Diagnostics) -> str:
     header = ["layer", "local |G|", "global after", "entropy (nats)", "distance (tokens)", "self A_tt", "v > 0",
-              "median |ω|", "timescale (tokens)", "attn saturated", "ff saturated", "ΔBPC without attn",
-              "ΔBPC without ff"]
+              "median |ω|", "timescale (tokens)", "attn saturated", "ff saturated", "attn drive", "ff drive",
+              "ΔBPC without attn", "ΔBPC without ff"]
     rows = [[i + 1, float(d.local_order[i].mean()), float(d.global_order[i + 1].mean()), float(d.entropy[i].mean()),
              float(d.distance[i].mean()), float(d.self_weight[i].mean()), float(d.sync_fraction[i].mean()),
              float(d.layer_median_abs_omega[i]),
              float(d.layer_timescale[i]), float(d.attn_saturation[i]), float(d.ff_saturation[i]),
-             float(d.knockout_bpc[i, 0]), float(d.knockout_bpc[i, 1])]
+             float(d.attn_drive[i]), float(d.ff_drive[i]), float(d.knockout_bpc[i, 0]), float(d.knockout_bpc[i, 1])]
             for i in range(d.depth)]
     return _table(header, rows)
 

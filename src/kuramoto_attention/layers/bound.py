@@ -49,6 +49,14 @@ class Bound(nn.Module):
             return bound_elementwise(x, r)
         return bound_norm(x if self.log_scale is None else x / self.log_scale.exp().to(x.dtype), r)
 
+    def drive(self, x: Tensor) -> Tensor:
+        """The tanh's argument for increment x (..., k): ‖x‖/s per token for the norm bound (..., ), |x_j|/r_j per
+        coordinate (..., k) for the elementwise one. Past about 2 the step's length no longer follows x, and the
+        gradient reaching x's length vanishes (sech² of it): how far past the knee a layer pushes."""
+        if self.kind == "elementwise":
+            return x.abs() / self.radius.to(x.dtype)
+        return x.norm(dim=-1) / (1.0 if self.log_scale is None else self.log_scale.exp().to(x.dtype))
+
     def norm_factor(self, sq_norm: Tensor) -> Tensor:
         """The norm bound as a per-token rescaling, bound(x) = m · x, from ‖x‖² (..., 1), so that a caller may hold x
         in any layout (SU(2) keeps its components apart): with s, bound(x) = bound_1(x/s) = x · h(‖x‖²/s²) / s."""

@@ -100,14 +100,14 @@ class PhaseFeedForward(nn.Module):
                            cfg.attention.bound_scale)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.geometry.move(x, self._update(x), self.bound)
+        return self.geometry.move(x, self.update(x), self.bound)
 
     def increment(self, x: Tensor) -> Tensor:
         """bound(update): the step this block adds (for diagnostics)."""
-        return self.bound(self._update(x))
+        return self.bound(self.update(x))
 
-    def _update(self, x: Tensor) -> Tensor:
-        """The unbounded update (B, T, n·tangent)."""
+    def update(self, x: Tensor) -> Tensor:
+        """The unbounded update (B, T, n·tangent), before the bound."""
         h = self.geometry.lift(x) if self.mode == "lift" else x
         h = h.to(compute_dtype(h))  # cast once for both input matmuls
         return self.mlp(h if self.source.module is None else self.source(h))
