@@ -204,6 +204,11 @@ LEADS: dict[str, Lead] = {
     # at 3M tokens (×1 far worse there), where the Kuramoto models lead tf-1m; they fall behind later, gain more from
     # the rate's decay than it does, and ω at ×1 gained 0.008 at 10M but 0.039 at 40M. ×5 here, ω at ×1
     "angles-lr-5": Lead(train={"phase_lr_mult": 5.0, "omega_lr_mult": 1.0}, at_budget=True),
+    # past the bound's knee a step's length is r whatever its increment x (the drive, ‖x‖ per token: `kuramoto
+    # report`; it grows with training, to several times the knee in every layer), so the matrices that make x act
+    # through their direction alone. AdamW lets their norms grow, and a step of fixed size then turns them less and
+    # less: the model would slow down as it trains, whatever the schedule. A larger decay holds those norms down
+    "decay-0.3": Lead(train={"weight_decay": 0.3}, at_budget=True),
     # at 40M the gap is largest on bytes that copying an earlier context predicts, and it grows with distance (`python
     # -m lab gap budget40`). Answered in the layer's structure: the paper's layer couples oscillator j of one token to
     # j of another only, so a token has no direct way to hold its predecessor's byte in oscillators its own byte does

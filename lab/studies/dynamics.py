@@ -74,6 +74,8 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
             # the share of increments on the bound (within 5% of r): a saturated step moves every token by r
             "attn_saturation": d.attn_saturation.tolist(),
             "ff_saturation": [x if x == x else None for x in d.ff_saturation.tolist()],
+            "attn_drive": d.attn_drive.tolist(),
+            "ff_drive": [x if x == x else None for x in d.ff_drive.tolist()],
         })
     if not rows:
         raise ConfigError(f"no Kuramoto runs in {protocol.RESULTS / group}; run `{protocol.run_command(group)}` first")

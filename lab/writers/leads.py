@@ -279,7 +279,9 @@ def _why() -> str:
             "content far apart), and "
             f"{statistics.mean(dyn['attn_saturation']):.0%} of attention increments sit on the bound. Hence ω's "
             "learning rate and its parametrisation (log ω), the bound's scale, and the coupling's second harmonic; "
-            "and, since the Kuramoto models lead tf-1m early and fall behind later, every angle's learning rate. ")
+            "and, since the Kuramoto models lead tf-1m early and fall behind later, every angle's learning rate and "
+            "the weight decay (past the bound's knee the matrices that feed it act through their direction alone, "
+            "and a growing norm slows their turning). ")
 
 
 def _seeds_phrase(name: str, r: dict[str, Any], mean: float | None) -> str:
