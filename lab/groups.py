@@ -204,10 +204,10 @@ LEADS: dict[str, Lead] = {
     # at 3M tokens (×1 far worse there), where the Kuramoto models lead tf-1m; they fall behind later, gain more from
     # the rate's decay than it does, and ω at ×1 gained 0.008 at 10M but 0.039 at 40M. ×5 here, ω at ×1
     "angles-lr-5": Lead(train={"phase_lr_mult": 5.0, "omega_lr_mult": 1.0}, at_budget=True),
-    # past the bound's knee a step's length is r whatever its increment x (the drive, ‖x‖ per token: `kuramoto
-    # report`; it grows with training, to several times the knee in every layer), so the matrices that make x act
-    # through their direction alone. AdamW lets their norms grow, and a step of fixed size then turns them less and
-    # less: the model would slow down as it trains, whatever the schedule. A larger decay holds those norms down
+    # past the bound's knee a step's length is r whatever its increment x (`kuramoto report`'s drive, ‖x‖ per token,
+    # says how far past it each layer is), so the matrices that make x act through their direction alone. AdamW lets
+    # their norms grow, and a step of fixed size then turns them less and less: the model would slow down as it
+    # trains, whatever the schedule. A larger decay holds those norms down
     "decay-0.3": Lead(train={"weight_decay": 0.3}, at_budget=True),
     # at 40M the gap is largest on bytes that copying an earlier context predicts, and it grows with distance (`python
     # -m lab gap budget40`). Answered in the layer's structure: the paper's layer couples oscillator j of one token to
@@ -261,7 +261,8 @@ def _leads40() -> list[Spec]:
     (whatever its protocol score, screened or not), trained as budget40's runs: the gap grows with the budget, so a
     lead is judged there. Leads not yet screened join when they beat it. Where lr40 found the preset better below its
     swept rate at a budget (``rate_at``), each lead trains at that rate instead (the target is judged at each model's
-    best rate; a lead's run at the swept rate made before stays in the group)."""
+    best rate; a lead's run made before at another rate stays in the group). The equal-FLOP runs train at the swept
+    rate, as flops' run of the preset they are judged against."""
     at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
     try:
         chosen = dict(_leads_beating_tuned("leads40"))
@@ -270,15 +271,18 @@ def _leads40() -> list[Spec]:
             raise
         chosen = {}
     chosen.update(at_budget)
-    swept = _own_lr("ka-1m-tuned")
-    return [Spec("leads40", f"{name}-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
-                 {**_own_training("ka-1m-tuned", b), **lead.train})
-            for name, lead in chosen.items() for b in BUDGETS
-            if rate_at("ka-1m-tuned", b) == swept or _recorded("leads40", f"{name}-{b // 1_000_000}m")] + [
-        Spec("leads40", f"{name}-{b // 1_000_000}m-lr-{rate:g}", "ka-1m-tuned", lead.model,
-             {**_own_training("ka-1m-tuned", b), **lead.train, "lr": rate})
-        for b in BUDGETS if (rate := rate_at("ka-1m-tuned", b)) != swept
-        for name, lead in chosen.items()] + [
+    swept, best = _own_lr("ka-1m-tuned"), {b: rate_at("ka-1m-tuned", b) for b in BUDGETS}
+
+    def rates(name: str, b: int) -> list[float]:
+        """The best rate at the budget, and every other one a recorded run of the lead was trained at (kept)."""
+        stem = f"{name}-{b // 1_000_000}m"
+        made = {float(p.stem.removeprefix(f"{stem}-lr-"))
+                for p in (protocol.RESULTS / "leads40").glob(f"{stem}-lr-*.json")}
+        return sorted({best[b], *made, *([swept] if _recorded("leads40", stem) else [])}, reverse=True)
+
+    return [Spec("leads40", f"{name}-{b // 1_000_000}m" + ("" if rate == swept else f"-lr-{rate:g}"), "ka-1m-tuned",
+                 lead.model, {**_own_training("ka-1m-tuned", b), **lead.train, "lr": rate})
+            for b in BUDGETS for name, lead in chosen.items() for rate in rates(name, b)] + [
         # and each at tf-1m's training FLOPs of that budget (its own full schedule): the target's other half
         Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
              {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model)),

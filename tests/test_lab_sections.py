@@ -510,6 +510,9 @@ def test_readme_headline_follows_the_gap_along_budget_compute_and_size(in_tmp):
                             "final_valid_estimate": 1.99},
                            run("leads40", "ka-1m-tuned-a-flops-tf-40m", "ka-1m-tuned", 1.90, tokens=b40)])
     assert f"on validation (`python -m lab run leads40`): ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f})." \
+        in readme.headline()  # no ka-1m-tuned at 40M yet: no Δ
+    write_results(in_tmp, [run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=b40)])
+    assert f"ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f}; Δ {1.97 - 2.00:+.4f} against ka-1m-tuned)." \
         in readme.headline()
 
 
@@ -745,6 +748,12 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
                            run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 2.02, tokens=b40)])
     # a run made at the swept rate before lr40 moved the rate stays planned: kept, not orphaned
     assert f"{name}-40m" in [s.name for s in groups.plan("leads40")]
+    # and if the best rate moved again, so does a run made at the rate before
+    write_results(in_tmp, [{**half, "name": "ka-1m-tuned-40m-lr-0.001", "train": {**half["train"], "lr": 1e-3},
+                            "final_valid_estimate": 2.01}])
+    planned = {s.name: s for s in groups.plan("leads40")}
+    assert planned[f"{name}-40m-lr-0.001"].train["lr"] == 1e-3 and planned[spec.name].train["lr"] == 2e-3
+    (in_tmp / "results" / "lr40" / "ka-1m-tuned-40m-lr-0.001.json").unlink()
     text = leads.section()
     # each against the preset at its own rate; both gaps to tf-1m at its best rate on validation (1.85)
     assert _row(spec.name, f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |", text)

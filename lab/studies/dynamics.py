@@ -171,18 +171,21 @@ def write(rows: list[dict[str, Any]]) -> Path:
         "trained model unchanged), listed from the first layer to the last. A step near 0 is a near no-op.",
         "",
         "Saturation: the share of each layer's bounded increments within 5% of the bound's radius r (where the "
-        "step's length is r whatever the increment's; — where not measured).",
+        "step's length is r whatever the increment's); drive: the median argument of the bound's tanh (past about 2 "
+        "a step's length no longer follows its increment); — where not measured.",
         "",
         "| run | without attention step | without feed-forward step | attention on the bound | feed-forward on the "
-        "bound |",
-        "|---|---|---|---|---|",
+        "bound | attention drive | feed-forward drive |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "knockout_attn_bpc" in r:
             lines.append(f"| {r['run']} | {_fmt(r['knockout_attn_bpc'], '+.3f')} | "
                          f"{_fmt(r['knockout_ff_bpc'], '+.3f', '—')} | "
                          f"{_fmt(r.get('attn_saturation', [None]), '.0%', '—')} | "
-                         f"{_fmt(r.get('ff_saturation', [None]), '.0%', '—')} |")
+                         f"{_fmt(r.get('ff_saturation', [None]), '.0%', '—')} | "
+                         f"{_fmt(r.get('attn_drive', [None]), '.1f', '—')} | "
+                         f"{_fmt(r.get('ff_drive', [None]), '.1f', '—')} |")
     lines.append("")
     path = protocol.RESULTS / "dynamics.md"
     path.write_text("\n".join(lines))

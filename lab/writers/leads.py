@@ -108,7 +108,7 @@ def _reference(r: dict[str, Any]) -> dict[str, Any] | None:
     """What a leads40 run is judged against: the preset at the same FLOPs (flops: the budget its name matches), else
     at the same budget and rate."""
     if flop_matched(r["name"]):
-        return _flops_ref(int(re.search(r"-flops-tf-(\d+)m", r["name"])[1]) * 1_000_000)
+        return _flops_ref(int(re.search(r"-flops-tf-(\d+)m$", r["name"])[1]) * 1_000_000)
     return _at_rate(r["train"]["lr"], r["tokens"])
 
 

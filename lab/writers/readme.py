@@ -70,10 +70,12 @@ def _longer() -> str:
                      for p, r in longest.items() if p != "tf-1m") + ".")
         leads = [r for r in with_twins("leads40")
                  if not flop_matched(r["name"]) and abs(r["tokens"] - tf["tokens"]) <= 0.1 * tf["tokens"]]
-        if leads:  # the closest a Kuramoto run has come at that budget, chosen on validation
+        if leads:  # the best structural change at that budget, chosen on validation, against the preset's best
             lead = min(leads, key=valid_estimate)
+            own = longest.get("ka-1m-tuned")
+            against = f"; Δ {lead['eval_bpc'] - own['eval_bpc']:+.4f} against ka-1m-tuned" if own else ""
             text += (f" The best structural change of ka-1m-tuned there on validation (`python -m lab run leads40`): "
-                     f"{lead['name']} {fmt(lead['eval_bpc'])} (gap {lead['eval_bpc'] - tf['eval_bpc']:+.4f}).")
+                     f"{lead['name']} {fmt(lead['eval_bpc'])} (gap {lead['eval_bpc'] - tf['eval_bpc']:+.4f}{against}).")
     flops = {r["name"]: r for r in with_twins("flops")}
     gaps = [f"{p} {eq['eval_bpc'] - tf['eval_bpc']:+.4f} at tf-1m's {b}-token FLOPs"
             for p in FLOPS_PRESETS for b, at in runs.items()

@@ -337,7 +337,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, data_dir
                     ("value_gates", fig_value_gates(d))]
         b, t = d.tokens.shape
         tables.append(f"<h2>Dynamics per layer</h2><p>Means over heads, on {b} validation sequences of {t} bytes "
-                      f"(bound: {html.escape(d.bound)}; saturated: increment ≥ 95% of the radius). "
+                      f"(bound: {html.escape(d.bound)}; saturated: increment ≥ 95% of the radius; drive: the median "
+                      f"argument of the bound's tanh, past about 2 a step's length no longer follows the layer). "
                       f"Full numbers: <a href=\"diagnostics.json\">diagnostics.json</a>.</p>{_layer_table(d)}")
     else:
         notes.append(f"This is a {html.escape(family)} run: only the training curves apply (dynamics diagnostics "

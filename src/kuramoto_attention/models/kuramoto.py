@@ -102,10 +102,6 @@ class PhaseFeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.geometry.move(x, self.update(x), self.bound)
 
-    def increment(self, x: Tensor) -> Tensor:
-        """bound(update): the step this block adds (for diagnostics)."""
-        return self.bound(self.update(x))
-
     def update(self, x: Tensor) -> Tensor:
         """The unbounded update (B, T, n·tangent), before the bound."""
         h = self.geometry.lift(x) if self.mode == "lift" else x
