@@ -760,6 +760,9 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     assert _row(f"{name}-40m", f"| 40.0M | 2.0100 | {2.01 - 2.03:+.4f} | {2.01 - 1.85:+.4f} |", text)
     assert "| ka-1m-tuned-40m-lr-0.002 | (preset) | 40.0M | 2.0000 | — |" in text
     assert text.count("| ka-1m-tuned-40m | (preset) |") == 1  # each reference once
+    # a lead at two rates: its best on validation against the preset's best (its validation estimate 2.02)
+    assert (f"{name}-40m at lr 0.002, 1.9800: Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002 (validation "
+            f"{1.98 - 2.02:+.4f})") in text
     assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
     assert f"{spec.name} 1.9800 (Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002)" in leads.summary_line()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])

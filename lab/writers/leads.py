@@ -27,6 +27,7 @@ from lab.groups import (
     flop_matched,
     flop_matched_tokens,
     plan,
+    valid_estimate,
     with_twins,
 )
 from lab.protocol import PROTOCOL, load_results, run_command
@@ -144,7 +145,27 @@ def _long_part() -> str:
             f"on validation (the budget curve's point).{note}\n\n"
             + table(["run", "change", "tokens", "test BPC",
                      f"Δ vs {PRESET} at 40M tokens and the same rate (or at tf-1m's 40M FLOPs)", "gap to tf-1m at 40M",
-                     f"Δ validation vs {PRESET} at the same rate at {_ALONG_LABEL}"], body))
+                     f"Δ validation vs {PRESET} at the same rate at {_ALONG_LABEL}"], body) + _at_best_rates(rows))
+
+
+def _at_best_rates(rows: list[dict[str, Any]]) -> str:
+    """Each lead trained at more than one rate at a budget, at its own best on validation against the preset at its
+    own (``budget_best``): a lead that slows part of the model may move the best rate, so that its gain at one rate
+    is partly a rate's."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if not flop_matched(r["name"]):
+            runs.setdefault(re.sub(r"-lr-[^-]+$", "", r["name"]), []).append(r)
+    parts = []
+    for stem, own in runs.items():
+        best, ref = min(own, key=valid_estimate), budget_best(PRESET, own[0]["tokens"])
+        if len(own) < 2 or ref is None:
+            continue
+        parts.append(f"{stem} at lr {best['train']['lr']:g}, {fmt(best['eval_bpc'])}: Δ "
+                     f"{best['eval_bpc'] - ref['eval_bpc']:+.4f} against {label(ref)} (validation "
+                     f"{valid_estimate(best) - valid_estimate(ref):+.4f})")
+    return ("\n\nEach lead trained at several rates, at its best on validation against the preset at its own best, "
+            "test BPC: " + "; ".join(parts) + ".") if parts else ""
 
 
 ALONG = (0.25, 0.5, 0.75, 1.0)  # where along the 40M-token schedule the validation estimates are compared
