@@ -673,6 +673,9 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     monkeypatch.setitem(groups.GROUPS, "seeds", lambda: [protocol.Spec("seeds", "ka-s0", "ka-tiny", {}, train)])
     experiment.run_group("stage", None)
     stage = protocol.load_results("stage")[0]
+    diag = stage["diagnostics"]  # per layer, the bound's drive beside its saturation
+    assert len(diag["attn_drive"]) == len(diag["ff_drive"]) == len(diag["attn_saturation"]) == 2
+    assert all(x >= 0 for x in diag["attn_drive"] + diag["ff_drive"])
     monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
     experiment.run_group("seeds", None, dry_run=True)
     assert "ka-s0: would evaluate stage/ka-a's checkpoint on test" in capsys.readouterr().out
