@@ -774,3 +774,11 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs {2.05 - 1.85:+.3f} (at lr 0.004)" in note
     assert f"{name}-40m {2.01 - 1.85:+.3f} at equal tokens, at equal FLOPs {2.05 - 1.85:+.3f}, at 10M" in note
     assert {"budget40", "lr40"} <= groups.reads("leads40")  # planned after the runs that choose its rate
+
+
+def test_a_training_lead_names_its_setting_in_the_change_column():
+    from lab.writers.common import overrides
+
+    r = run("leads", "ka-1m-tuned-decay-0.3", "ka-1m-tuned", 2.17, train=groups.LEADS["decay-0.3"].train)
+    assert overrides(r) == "weight_decay=0.3"
+    assert overrides(run("leads", "x", "ka-1m-tuned", 2.17)) == "(preset)"

@@ -72,7 +72,7 @@ def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
     pinned = UNPROJECTED if strip_pinned and r["group"] in RAN_UNPROJECTED else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
-    for name in ("phase_lr_mult", "omega_lr_mult"):  # the training settings a variant changes
+    for name in ("phase_lr_mult", "omega_lr_mult", "weight_decay"):  # the training settings a variant changes
         if r["train"].get(name, TRAIN_DEFAULTS[name]) != TRAIN_DEFAULTS[name]:
             parts.append(f"{name}={r['train'][name]:g}")
     return ", ".join(parts) or "(preset)"
