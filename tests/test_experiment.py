@@ -787,7 +787,8 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     assert "The 40M runs: not run yet" not in text and "`python -m lab run budget100`" in text
     # valid − train within the first pass (8M of 9M training bytes) and at the end (4.4 passes)
     assert "| -0.050 at 0.9 passes → +0.050 at the end (4.4 passes); valid still falling |" in text
-    write_results(in_tmp, [{**fake_result("budget100", "tf-1m-100m", "tf-1m", 1.7), "tokens": 100_000_768}])
+    write_results(in_tmp, [{**fake_result("budget100", "tf-1m-100m", "tf-1m", 1.7), "tokens": 100_000_768},
+                           fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
     text = compute.budget_section()
     assert "| 100M | tf-1m | budget100/tf-1m-100m | test | 1.7000 | — |" in text and "budget100`" not in text
     per = groups.flops_per_token("ka-1m-tuned")

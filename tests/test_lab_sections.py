@@ -732,6 +732,11 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
             "final_valid_estimate": 2.02}
     write_results(in_tmp, [half])
     assert groups.rate_at("ka-1m-tuned", 40_000_000) == 2e-3
+    # the stretch trains at the rate best at 40M, and is marked below its swept rate
+    write_results(in_tmp, [run("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3, split="valid")])
+    stretch = {s.preset: s for s in groups.plan("budget100")}
+    assert stretch["ka-1m-tuned"].train["lr"] == 2e-3 and stretch["tf-1m"].train["lr"] == 4e-3
+    assert compute.off_rate({**run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.9, lr=2e-3)})
     at_rate = [s for s in groups.plan("leads40") if s.name.endswith("-40m-lr-0.002")]
     budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
     assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]

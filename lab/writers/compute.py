@@ -18,6 +18,7 @@ from lab.groups import (
     STRETCH_BUDGET,
     budget_best,
     flop_matched_tokens,
+    swept_rate,
     with_twins,
 )
 from lab.groups import flops_per_token as preset_flops_per_token
@@ -117,7 +118,10 @@ def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
 
 
 def off_rate(r: dict[str, Any]) -> bool:
-    """Whether a curve run trained at a rate other than its preset's swept one (group lr40's)."""
+    """Whether a curve run trained at a rate other than its preset's swept one (group lr40's; budget100's, which
+    train at the rate best at 40M)."""
+    if r.get("group") == "budget100":
+        return r["train"]["lr"] != swept_rate(r["preset"])
     return r.get("group") == "lr40" or str(r.get("twin", "")).startswith("lr40/")
 
 
