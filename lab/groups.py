@@ -221,7 +221,8 @@ LEADS: dict[str, Lead] = {
     "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
     "cross-score": Lead({"cross_score": True, "ff_hidden": 323}),
     # Both mixes go to 40M whatever their screen: slower than the preset early, they were catching up when the
-    # protocol ended (validation Δ +0.031 at 4.1M tokens, -0.005 at 10M), as a model that learns more routes should
+    # protocol ended (the notebook's validation Δ along the schedule: +0.026 / +0.024 / -0.001 / -0.005 at its
+    # quarters), as a model with more routes to learn should
     "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}, at_budget=True),
 }
 

@@ -717,6 +717,22 @@ def _row(name: str, cells: str, text: str) -> bool:
     return re.search(rf"^\| {re.escape(name)} \| [^|]* {re.escape(cells)}", text, re.MULTILINE) is not None
 
 
+def test_a_10m_lead_is_compared_along_the_protocol(in_tmp):
+    """The screen's table says where along the 10M schedule a lead stands against seed 0: one slower early that is
+    catching up at the end is what goes to 40M whatever its score."""
+    _tuned_base(in_tmp)
+    quarters = [2_500_000, 5_000_000, 7_500_000, 10_000_000]
+    seed0 = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.15)
+    lead_run = run("leads", "ka-1m-tuned-cross-both", "ka-1m-tuned", 2.16)
+    for r, vals in ((lead_run, (2.50, 2.32, 2.20, 2.15)), (seed0, (2.45, 2.30, 2.21, 2.16))):
+        r["curve"] = [{"tokens": t, "valid_bpc": v} for t, v in zip(quarters, vals, strict=True)]
+    write_results(in_tmp, [lead_run, seed0])
+    text = leads.section()
+    assert "| Δ validation vs seed 0 at 2.5M / 5M / 7.5M / 10M |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| ka-1m-tuned-cross-both |"))
+    assert "| +0.050 / +0.020 / -0.010 / -0.010 |" in row
+
+
 def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     """Where the preset is better on validation below its swept rate at 40M, every chosen lead is planned there instead,
     judged against the preset's run at that rate, its gap taken to tf-1m at its own best rate, and paired in the

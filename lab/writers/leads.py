@@ -145,7 +145,8 @@ def _long_part() -> str:
             f"on validation (the budget curve's point).{note}\n\n"
             + table(["run", "change", "tokens", "test BPC",
                      f"Δ vs {PRESET} at 40M tokens and the same rate (or at tf-1m's 40M FLOPs)", "gap to tf-1m at 40M",
-                     f"Δ validation vs {PRESET} at the same rate at {_ALONG_LABEL}"], body) + _at_best_rates(rows))
+                     f"Δ validation vs {PRESET} at the same rate at {_along_label(BUDGETS[-1])}"], body)
+            + _at_best_rates(rows))
 
 
 def _at_best_rates(rows: list[dict[str, Any]]) -> str:
@@ -168,14 +169,17 @@ def _at_best_rates(rows: list[dict[str, Any]]) -> str:
             "test BPC: " + "; ".join(parts) + ".") if parts else ""
 
 
-ALONG = (0.25, 0.5, 0.75, 1.0)  # where along the 40M-token schedule the validation estimates are compared
-_ALONG_LABEL = " / ".join(f"{f * BUDGETS[-1] / 1e6:.0f}M" for f in ALONG)
+ALONG = (0.25, 0.5, 0.75, 1.0)  # where along a schedule the validation estimates are compared
+
+
+def _along_label(tokens: int) -> str:
+    return " / ".join(f"{f * tokens / 1e6:g}M" for f in ALONG)
 
 
 def _along(r: dict[str, Any], ref: dict[str, Any] | None) -> str:
-    """A 40M-token lead's validation estimate minus the preset's at the same schedule's quarters (each at an
-    evaluation both made within 5% of it, else "—"): where along the schedule a lead gains or loses, which its end
-    alone hides."""
+    """A lead's validation estimate minus the preset's at the same schedule's quarters (each at an evaluation both
+    made within 5% of it, else "—"): where along the schedule a lead gains or loses, which its end alone hides (a
+    lead slower early that is catching up at the protocol's end goes to 40M)."""
     if ref is None:
         return "—"
     own, base = dict(valid_points(r)), dict(valid_points(ref))
@@ -205,7 +209,8 @@ def section() -> str:
     leads = _lead_rows()
     body = [[name, overrides(r) if r else lead.change(),
              f"{r['params']:,}" if r else "—", _flops(lead, r), fmt(r["eval_bpc"]) if r else "not run",
-             _delta(r, _bpc(seed0)), _delta(r, mean), *_seeds_cells(_seed_vals(name, r), mean), _on_bound(r)]
+             _delta(r, _bpc(seed0)), _delta(r, mean), *_seeds_cells(_seed_vals(name, r), mean),
+             _along(r, seed0) if r else "—", _on_bound(r)]
             for name, lead, r in leads]
     ref = (f"ka-1m-tuned's seed 0 ({label(seed0)}; {seed0['params']:,} params, "
            f"{fmt_per_token(flops_per_token(seed0))} model FLOPs per token, increments on the bound (attention / "
@@ -224,7 +229,9 @@ def section() -> str:
              f"main-tuned's mean is also run on seeds {', '.join(map(str, LEAD_SEEDS))} ({SEEDS_GROUP})." + rule)
     text = intro + "\n\n" + table(["lead", "change", "params", "model FLOPs/token", "test BPC",
                                    "Δ vs ka-1m-tuned seed 0", "Δ vs main-tuned mean", "over seeds, mean ± sd (n)",
-                                   "Δ of means vs main-tuned", "increments on the bound, attn / ff"], body)
+                                   "Δ of means vs main-tuned",
+                                   f"Δ validation vs seed 0 at {_along_label(PROTOCOL['tokens'])}",
+                                   "increments on the bound, attn / ff"], body)
     if not any(r for _, _, r in leads):
         text += f"\n\n_{not_run(GROUP)}._"
     return text + "\n\n" + _long_part() + "\n\n" + _widths_part()
