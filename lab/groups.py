@@ -13,7 +13,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   lr-tuned, lr10m-tuned, main-tuned, ablation-tuned, pycode-tuned   the protocol again for ka-1m-tuned
   budget40, flops   issue 26: the budget curve to 40M tokens, and the Kuramoto presets at tf-1m's training FLOPs
                     (``HOMES``: tf-1m, ka-1m-tuned, ka-1m and, after its stages, ka-su2-1m-tuned)
-  budget100         issue 26's stretch: tf-1m and ka-1m-tuned to 100M tokens
+  budget100         issue 26's stretch: tf-1m and ka-1m-tuned to 100M tokens, at the rate best at 40M (after lr40)
   lr-su2, lr10m-su2, main-su2; lr-sphere, lr10m-sphere, main-sphere   issue 25: the SU(2) and sphere presets
   screen-su2  issue 25: ka-1m-tuned's ingredients (and ω at the base rate) on SU(2), at 3M tokens
   lr-su2-tuned, lr10m-su2-tuned, main-su2-tuned   issue 25: the screen's best variant (ka-su2-1m-tuned, ω at the
