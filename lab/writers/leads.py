@@ -306,7 +306,8 @@ def _why() -> str:
             f"{context}-byte context, against {start.item():.0%} at RoPE's start (slow oscillators are what compare "
             "content far apart), and "
             f"{statistics.mean(dyn['attn_saturation']):.0%} of attention increments sit on the bound. Hence ω's "
-            "learning rate and its parametrisation (log ω), the bound's scale, and the coupling's second harmonic; "
+            "learning rate and its parametrisation (log ω), the bound's scale, the coupling's second harmonic, and "
+            "mixes of a head's oscillators in the score and the step (a route from one oscillator to another); "
             "and, since the Kuramoto models lead tf-1m early and fall behind later, every angle's learning rate and "
             "the weight decay (past the bound's knee the matrices that feed it act through their direction alone, "
             "and a growing norm slows their turning). ")
