@@ -339,6 +339,12 @@ def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
     assert cell in leads.section()
     assert f"over 3 seeds {statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f}, Δ " \
            f"{statistics.mean(vals) - mean:+.4f}" in leads.summary_line()
+    assert any(s.name.startswith("ka-1m-tuned-omega-lr-1-40m") for s in groups.plan("leads40"))
+    # a lead that beat the preset on seed 0 alone, by noise, does not go to 40M; its seeds stay planned
+    write_results(in_tmp, [run("leads-seeds", s.name, "ka-1m-tuned", b, seed=s.train["seed"], train=s.train)
+                           for s, b in zip(planned, (2.19, 2.20), strict=True)])
+    assert not any(s.name.startswith("ka-1m-tuned-omega-lr-1-") for s in groups.plan("leads40"))
+    assert [s.name for s in groups.plan("leads-seeds")] == [s.name for s in planned]
 
 
 def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):

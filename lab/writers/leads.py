@@ -219,7 +219,8 @@ def section() -> str:
     spread = (f"; main-tuned over all its {len(vals)} seeds: {mean_sd(vals)}" if vals else "")
     own = [r["eval_bpc"] for r in load_results(BASE_GROUP)]
     rule = (f" leads40 trains every lead that beat main-tuned's mean over its own runs (its twins, confirm's "
-            f"runs of {TUNED_CANDIDATE}, left out: they chose the preset): {fmt(statistics.mean(own))}, and every "
+            f"runs of {TUNED_CANDIDATE}, left out: they chose the preset): {fmt(statistics.mean(own))} (once a lead "
+            "has all its seeds, by its mean over them), and every "
             f"lead whose reason is the budget itself, whatever its score here ({_at_budget()})." if own else "")
     why = _why()
     intro = (why + "Each lead is a field of ka-1m-tuned's own code path or a training setting (groups.LEADS), trained "
