@@ -608,7 +608,7 @@ def test_the_40m_point_is_the_better_rate_on_validation_never_on_test(in_tmp):
     chosen = compute.budget_runs()["40M"]["ka-1m-tuned"]
     assert chosen["name"] == "ka-1m-tuned-40m-lr-0.002" and compute.off_rate(chosen)
     assert "2.0000†" in summary.budget_section({}, str)  # marked, and the note says what the mark means
-    assert "†: below its swept rate (ka-1m-tuned at 0.002)" in summary.budget_section({}, str)
+    assert "†: below its swept rate (40M: ka-1m-tuned at 0.002)" in summary.budget_section({}, str)
 
 
 def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):

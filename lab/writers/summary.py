@@ -122,9 +122,12 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
              f"validation BPC). Model FLOPs per token: {per}."]
     if any(compute.model_note(r) for by in runs.values() for r in by.values()):
         notes.append("*: an earlier ka-1m (the feed-forward on ψ(θ) itself; group budget ran before P ψ(θ)).")
-    if off := [r for by in runs.values() for r in by.values() if compute.off_rate(r)]:
-        notes.append("†: below its swept rate (" + ", ".join(f"{r['preset']} at {r['train']['lr']:g}" for r in off)
-                     + "), its best on validation at this budget (group lr40); at 100M, the rate best at 40M.")
+    off = {label: [r for r in by.values() if compute.off_rate(r)] for label, by in runs.items()}
+    if any(off.values()):
+        notes.append("†: below its swept rate (" + "; ".join(
+            f"{label}: " + ", ".join(f"{r['preset']} at {r['train']['lr']:g}" for r in rs)
+            for label, rs in off.items() if rs) + "), its best on validation at this budget (group lr40); at 100M, "
+            "the rate best at 40M.")
     if f"{BUDGETS[-1] // 1_000_000}M" not in runs:
         notes.append("The 40M runs are not in yet (`python -m lab run budget40`).")
     flops = {r["name"]: r for r in with_twins("flops")}
