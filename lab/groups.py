@@ -224,7 +224,8 @@ LEADS: dict[str, Lead] = {
     # protocol ended (the notebook's validation Δ along the schedule: +0.026 / +0.024 / -0.001 / -0.005 at its
     # quarters), as a model with more routes to learn should
     "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}, at_budget=True),
-    # the two changes that gained at 40M at the preset's rate there, together: do their gains add?
+    # the two changes that gained at 40M, together (cross-both at the preset's best rate there, omega-lr-1 at its
+    # own): do their gains add?
     "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
                                   {"omega_lr_mult": 1.0}, at_budget=True),
 }
@@ -271,9 +272,8 @@ def _recorded(group: str, name: str) -> bool:
 
 def _leads40() -> list[Spec]:
     """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``; over three seeds once it has them),
-    then every lead ``at_budget``
-    (whatever its protocol score, screened or not), trained as budget40's runs: the gap grows with the budget, so a
-    lead is judged there. Leads not yet screened join when they beat it. Where lr40 found the preset better below its
+    then every lead ``at_budget`` (whatever its protocol score, screened or not), trained as budget40's runs: the gap
+    grows with the budget, so a lead is judged there. Leads not yet screened join when they beat it. Where lr40 found the preset better below its
     swept rate at a budget (``rate_at``), each lead trains at that rate instead (the target is judged at each model's
     best rate; a lead's run made before at another rate stays in the group). The equal-FLOP runs train at the swept
     rate, as flops' run of the preset they are judged against."""
