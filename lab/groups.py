@@ -273,10 +273,10 @@ def _recorded(group: str, name: str) -> bool:
 def _leads40() -> list[Spec]:
     """Every lead that beat ka-1m-tuned at the protocol (``_leads_beating_tuned``; over three seeds once it has them),
     then every lead ``at_budget`` (whatever its protocol score, screened or not), trained as budget40's runs: the gap
-    grows with the budget, so a lead is judged there. Leads not yet screened join when they beat it. Where lr40 found the preset better below its
-    swept rate at a budget (``rate_at``), each lead trains at that rate instead (the target is judged at each model's
-    best rate; a lead's run made before at another rate stays in the group). The equal-FLOP runs train at the swept
-    rate, as flops' run of the preset they are judged against."""
+    grows with the budget, so a lead is judged there. Leads not yet screened join when they beat it. Where lr40 found
+    the preset better below its swept rate at a budget (``rate_at``), each lead trains at that rate instead (the
+    target is judged at each model's best rate; a lead's run made before at another rate stays in the group). The
+    equal-FLOP runs train at the swept rate, as flops' run of the preset they are judged against."""
     at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
     try:
         chosen = dict(_leads_beating_tuned("leads40", over_seeds=True))
