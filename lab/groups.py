@@ -232,7 +232,7 @@ LEADS: dict[str, Lead] = {
 
 
 def _leads() -> list[Spec]:
-    lr = _own_lr("ka-1m-tuned")
+    lr = swept_rate("ka-1m-tuned")
     return [Spec("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", lead.model,
                  {**PROTOCOL, "seed": 0, "lr": lr, **lead.train}) for k, lead in LEADS.items()]
 
@@ -285,7 +285,7 @@ def _leads40() -> list[Spec]:
             raise
         chosen = {}
     chosen.update(at_budget)
-    swept, best = _own_lr("ka-1m-tuned"), {b: rate_at("ka-1m-tuned", b) for b in BUDGETS}
+    swept, best = swept_rate("ka-1m-tuned"), {b: rate_at("ka-1m-tuned", b) for b in BUDGETS}
 
     def rates(name: str, b: int) -> list[float]:
         """The best rate at the budget, and every other one a recorded run of the lead was trained at (kept)."""
@@ -311,7 +311,7 @@ def _leads_seeds() -> list[Spec]:
     """The same leads at the protocol on two more seeds: one seed cannot tell a lead from seed noise (main-tuned's
     sd is about 0.006), and a lead that holds becomes the tuned protocol's setting."""
     return [Spec("leads-seeds", f"{name}-seed{s}", "ka-1m-tuned", lead.model,
-                 {**PROTOCOL, "seed": s, "lr": _own_lr("ka-1m-tuned"), **lead.train})
+                 {**PROTOCOL, "seed": s, "lr": swept_rate("ka-1m-tuned"), **lead.train})
             for name, lead in _leads_beating_tuned("leads-seeds") for s in LEAD_SEEDS]
 
 
@@ -380,19 +380,16 @@ BUDGET_PRESETS = tuple(HOMES)
 FLOPS_PRESETS = tuple(p for p in HOMES if p != "tf-1m")  # each trained to tf-1m's training FLOPs
 
 
-def _own_lr(preset: str) -> float:
-    return best_lr(preset, HOMES[preset].rate)
-
-
 def swept_rate(preset: str) -> float:
-    """A curve preset's swept rate (its protocol's): what a run below it is marked against."""
-    return _own_lr(preset)
+    """A curve preset's swept rate (its protocol's): what its longer runs train at, and a run below it is marked
+    against."""
+    return best_lr(preset, HOMES[preset].rate)
 
 
 def _own_training(preset: str, tokens: int) -> dict[str, Any]:
     """A preset's own full schedule to ``tokens`` (warmup, cosine to the budget) at its swept rate, seed 0."""
     home = HOMES[preset]
-    return {**PROTOCOL, "tokens": tokens, "seed": 0, "lr": _own_lr(preset), **home.train}
+    return {**PROTOCOL, "tokens": tokens, "seed": 0, "lr": swept_rate(preset), **home.train}
 
 
 def _budget40() -> list[Spec]:
@@ -443,13 +440,13 @@ def budget_best(preset: str, tokens: int, groups: tuple[str, ...] = ("budget40",
 def rate_at(preset: str, tokens: int) -> float:
     """The learning rate of ``budget_best``'s run (the swept rate until budget40 has the preset there)."""
     best = budget_best(preset, tokens)
-    return best["train"]["lr"] if best else _own_lr(preset)
+    return best["train"]["lr"] if best else swept_rate(preset)
 
 
 def _lr40() -> list[Spec]:
     return [Spec("lr40", f"{p}-{b // 1_000_000}m-lr-{rate:g}", p, {}, {**_own_training(p, b), "lr": rate})
             for b in BUDGETS for p in STRETCH_PRESETS
-            for rate in (_own_lr(p) * LR40_FACTOR ** k for k in range(1, LR40_STEPS[p] + 1))]
+            for rate in (swept_rate(p) * LR40_FACTOR ** k for k in range(1, LR40_STEPS[p] + 1))]
 
 
 def flop_matched_tokens(preset: str, reference: str, reference_tokens: int, model: dict[str, Any] | None = None) -> int:

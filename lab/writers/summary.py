@@ -17,6 +17,7 @@ from lab.groups import (
     BUDGET_PRESETS,
     BUDGETS,
     FLOPS_PRESETS,
+    STRETCH_BUDGET,
     TUNED_ABLATIONS,
     TUNED_FRESH_SEEDS,
     flop_matched,
@@ -126,8 +127,8 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     if any(off.values()):
         notes.append("†: below its swept rate (" + "; ".join(
             f"{label}: " + ", ".join(f"{r['preset']} at {r['train']['lr']:g}" for r in rs)
-            for label, rs in off.items() if rs) + "), its best on validation at this budget (group lr40); at 100M, "
-            "the rate best at 40M.")
+            for label, rs in off.items() if rs) + "), its best on validation at this budget (group lr40); at "
+            f"{STRETCH_BUDGET // 1_000_000}M, the rate best at {BUDGETS[-1] // 1_000_000}M.")
     if f"{BUDGETS[-1] // 1_000_000}M" not in runs:
         notes.append("The 40M runs are not in yet (`python -m lab run budget40`).")
     flops = {r["name"]: r for r in with_twins("flops")}
