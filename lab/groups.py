@@ -228,6 +228,11 @@ LEADS: dict[str, Lead] = {
     # own): do their gains add?
     "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
                                   {"omega_lr_mult": 1.0}, at_budget=True),
+    # more routes at the same parameters: 8 heads of 20 oscillators (tf-1m's 5 layers × 4 heads route 20 ways, the
+    # preset's 4 × 4 route 16). A head is one coupling, so a token can synchronise different oscillator groups to
+    # different earlier tokens; the cost is 400 parameters (per-head temperatures, lags, clocks) and the clocks'
+    # features per head (3% more model FLOPs per token)
+    "heads-8": Lead({"heads": 8}),
 }
 
 
