@@ -17,6 +17,7 @@ The groups and their runs are defined in ``groups.py``; the settings they share 
 
 import json
 import math
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -68,15 +69,20 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
         ev = evaluate_bpc(model, corpus.splits[spec.eval_split], run.train_cfg.context, precision="bf16")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m]
-    # per evaluation: training seconds so far and the mean training BPC since the previous one (overfitting, wall clock)
-    points, window = [], []
+    # per evaluation: training seconds so far, the mean training BPC since the previous one (overfitting, wall clock),
+    # and that window's median gradient norm and share of steps clipped (how rough the loss is at the current rate)
+    points, window, norms = [], [], []
+    clip = run.train_cfg.grad_clip
     for m in metrics:
         if "train_bpc" in m:
             window.append(m["train_bpc"])
+            norms.append(m["grad_norm"])
         if "valid_bpc" in m:
             points.append({"tokens": m["tokens"], "elapsed_s": m["elapsed_s"], "valid_bpc": m["valid_bpc"],
-                           "train_bpc": sum(window) / len(window) if window else None})
-            window = []
+                           "train_bpc": sum(window) / len(window) if window else None,
+                           "grad_norm": statistics.median(norms) if norms else None,
+                           "clipped": sum(g > clip for g in norms) / len(norms) if norms and clip > 0 else None})
+            window, norms = [], []
     speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
     result = {
         "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,

@@ -676,6 +676,8 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     diag = stage["diagnostics"]  # per layer, the bound's drive beside its saturation
     assert len(diag["attn_drive"]) == len(diag["ff_drive"]) == len(diag["attn_saturation"]) == 2
     assert all(x >= 0 for x in diag["attn_drive"] + diag["ff_drive"])
+    # each evaluation's window: its median gradient norm and the share of its steps the clip cut
+    assert all(q["grad_norm"] > 0 and 0 <= q["clipped"] <= 1 for q in stage["curve"])
     monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
     experiment.run_group("seeds", None, dry_run=True)
     assert "ka-s0: would evaluate stage/ka-a's checkpoint on test" in capsys.readouterr().out

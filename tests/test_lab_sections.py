@@ -632,6 +632,24 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     assert fit.fit_plot(in_tmp / "fit.png") is not None
 
 
+def test_fit_note_reads_the_stretch_budget_and_the_clipped_steps(in_tmp):
+    """budget100's pair joins the fit note; each run whose curve kept its gradient norms says what share of its
+    steps the clip cut (the mean of its windows' shares) and its median norm."""
+    b, clip = 100_000_000, {"grad_clip": 1.0}
+    tf = _along(run("budget100", "tf-1m-100m", "tf-1m", 1.77, tokens=b, train=clip),
+                [(50_000_000, 1.80, 1.90), (b, 1.50, 1.80)])
+    ka = _along(run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b, train=clip),
+                [(50_000_000, 1.90, 2.00), (b, 1.70, 1.92)])
+    for r, norms, shares in ((tf, (0.3, 0.3), (0.0, 0.0)), (ka, (0.6, 0.7), (0.2, 0.1))):
+        for q, g, c in zip(r["curve"], norms, shares, strict=True):
+            q.update(grad_norm=g, clipped=c)
+    write_results(in_tmp, [tf, ka])
+    note = fit.fit_note()
+    assert ("At 100M (group budget100, each at the rate best at 40M): ka-1m-tuned +0.200 in training BPC against "
+            "+0.120 in validation BPC at 100M (its training BPC behind tf-1m's throughout)") in note
+    assert "tf-1m-100m 0.0% (clip 1, median 0.30); ka-1m-tuned-100m 15.0% (clip 1, median 0.65)" in note
+
+
 def test_fit_note_is_silent_without_the_largest_budget(in_tmp):
     write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
     assert fit.fit_note() == "" and fit.fit_plot(in_tmp / "fit.png") is None

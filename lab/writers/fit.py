@@ -1,13 +1,15 @@
 """Why the gap grows with the budget (issue 26), from the budget curve's own logs: each Kuramoto run's gap to tf-1m
 in training BPC beside its gap in validation BPC along the largest budget (``fit_gaps``, results/fit.png), the test
 BPC each model gains per doubling of the budget, what the protocol's tokens lose to a rate not yet decayed
-(``anneal_cost``), and the largest budget's runs at half the swept rate (group lr40, ``rate_note``)."""
+(``anneal_cost``), the largest budget's runs at half the swept rate (group lr40, ``rate_note``), and how many of
+each run's steps the gradient clip cut (``clip_note``)."""
 
+import statistics
 from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, flop_matched, valid_estimate, with_twins
+from lab.groups import BUDGET_PRESETS, BUDGETS, STRETCH_BUDGET, flop_matched, valid_estimate, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.writers.common import fmt
 from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_points
@@ -89,36 +91,68 @@ def rate_note() -> str:
     return text
 
 
-def fit_runs() -> list[tuple[str, dict[str, Any]]]:
-    """Every Kuramoto run at the curve's largest budget (its presets and leads40's leads), by name."""
-    label = f"{BUDGETS[-1] // 1_000_000}M"
-    at = budget_runs().get(label, {})
-    return ([(p, r) for p, r in at.items() if p != REFERENCE]
-            + [(r["name"], r) for r in load_results("leads40") if not flop_matched(r["name"])])
+def fit_runs(budget: int = BUDGETS[-1]) -> list[tuple[str, dict[str, Any]]]:
+    """Every Kuramoto run of the budget curve at ``budget`` (and at the largest of BUDGETS, leads40's leads), by
+    name."""
+    at = budget_runs().get(f"{budget // 1_000_000}M", {})
+    leads = ([(r["name"], r) for r in load_results("leads40") if not flop_matched(r["name"])]
+             if budget == BUDGETS[-1] else [])
+    return [(p, r) for p, r in at.items() if p != REFERENCE] + leads
+
+
+def _fits(budget: int) -> list[tuple[str, list[tuple[int, float, float]]]]:
+    tf = budget_runs().get(f"{budget // 1_000_000}M", {}).get(REFERENCE)
+    return [(name, g) for name, r in fit_runs(budget) if tf is not None and (g := fit_gaps(r, tf))]
+
+
+def _fit_part(name: str, gaps: list[tuple[int, float, float]]) -> str:
+    t, train, valid = gaps[-1]
+    ahead = [g for g in gaps if g[1] < 0]  # the evaluations at which it fit its training bytes better
+    since = (f"ahead of tf-1m's until {ahead[-1][0] / 1e6:.1f}M tokens, behind from then on" if ahead
+             else "behind tf-1m's throughout")
+    return (f"{name} {train:+.3f} in training BPC against {valid:+.3f} in validation BPC at {t / 1e6:.0f}M (its "
+            f"training BPC {since})")
+
+
+def clipped_share(r: dict[str, Any]) -> tuple[float, float] | None:
+    """(share of training steps whose gradient norm exceeded the clip, median of the windows' median norms) along
+    a run, from its curve (runs recorded before the curve kept them: None)."""
+    pts = [q for q in r.get("curve", []) if q.get("clipped") is not None]
+    if not pts:
+        return None
+    return sum(q["clipped"] for q in pts) / len(pts), statistics.median(q["grad_norm"] for q in pts)
+
+
+def clip_note() -> str:
+    """How rough each largest-budget run's training was: the share of its steps the gradient clip cut (the
+    transformer's beside the Kuramoto runs')."""
+    runs = [r for b in (BUDGETS[-1], STRETCH_BUDGET)
+            for r in [budget_runs().get(f"{b // 1_000_000}M", {}).get(REFERENCE), *(r for _, r in fit_runs(b))]
+            if r is not None]
+    shares = [(r["name"], c, r["train"]["grad_clip"]) for r in runs if (c := clipped_share(r)) is not None]
+    if not shares:
+        return ""
+    return ("Steps whose gradient norm exceeded the clip, share of the run (and the median norm): "
+            + "; ".join(f"{name} {c[0]:.1%} (clip {clip:g}, median {c[1]:.2f})" for name, c, clip in shares) + ".")
 
 
 def fit_note() -> str:
     """Why the gap grows with the budget, in the runs' own numbers: each Kuramoto model's gap to tf-1m in training
-    BPC beside its gap in validation BPC at the end of the largest budget (equal: the model fits its training bytes
+    BPC beside its gap in validation BPC at the end of the largest budgets (equal: the model fits its training bytes
     worse, it does not generalise worse) and where along the run it falls behind, the test BPC each model gains per
     doubling of the budget, and what the same tokens lose to a rate not yet decayed (``anneal_cost``)."""
     runs = budget_runs()
     label = f"{BUDGETS[-1] // 1_000_000}M"
-    tf = runs.get(label, {}).get(REFERENCE)
-    fits = [(name, g) for name, r in fit_runs() if tf is not None and (g := fit_gaps(r, tf))]
-    if not fits:
+    fits, stretch = _fits(BUDGETS[-1]), _fits(STRETCH_BUDGET)
+    if not fits and not stretch:
         return ""
-    parts = []
-    for name, gaps in fits:
-        t, train, valid = gaps[-1]
-        ahead = [g for g in gaps if g[1] < 0]  # the evaluations at which it fit its training bytes better
-        since = (f"ahead of tf-1m's until {ahead[-1][0] / 1e6:.1f}M tokens, behind from then on" if ahead
-                 else "behind tf-1m's throughout")
-        parts.append(f"{name} {train:+.3f} in training BPC against {valid:+.3f} in validation BPC at "
-                     f"{t / 1e6:.0f}M (its training BPC {since})")
     text = (f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous evaluation, "
-            f"and the validation estimate, each against tf-1m's at the same token count): " + "; ".join(parts) + ".")
-    if all(train >= 0.8 * valid > 0 for _, gaps in fits for _, train, valid in gaps[-1:]):
+            f"and the validation estimate, each against tf-1m's at the same token count): "
+            + "; ".join(_fit_part(name, gaps) for name, gaps in fits) + ".")
+    if stretch:
+        text += (f" At {STRETCH_BUDGET // 1_000_000}M (group budget100, each at the rate best at {label}): "
+                 + "; ".join(_fit_part(name, gaps) for name, gaps in stretch) + ".")
+    if all(train >= 0.8 * valid > 0 for _, gaps in fits + stretch for _, train, valid in gaps[-1:]):
         text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
                  "widening gap is slower learning, not memorisation, and not worse generalisation.")
     slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q)) is not None}
@@ -136,14 +170,15 @@ def fit_note() -> str:
                      f"whether lower rates at {label} close the gap).")
     if lower := rate_note():
         text += " " + lower
+    if clipped := clip_note():
+        text += " " + clipped
     return text
 
 
 def fit_plot(out: Path) -> Path | None:
     """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
     label = f"{BUDGETS[-1] // 1_000_000}M"
-    tf = budget_runs().get(label, {}).get(REFERENCE)
-    series = [(name, g) for name, r in fit_runs() if tf is not None and (g := fit_gaps(r, tf))]
+    series = _fits(BUDGETS[-1])
     if not series:
         return None
     plt = pyplot()
