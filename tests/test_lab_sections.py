@@ -648,6 +648,10 @@ def test_fit_note_reads_the_stretch_budget_and_the_clipped_steps(in_tmp):
     assert ("At 100M (group budget100, each at the rate best at 40M): ka-1m-tuned +0.200 in training BPC against "
             "+0.120 in validation BPC at 100M (its training BPC behind tf-1m's throughout)") in note
     assert "tf-1m-100m 0.0% (clip 1, median 0.30); ka-1m-tuned-100m 15.0% (clip 1, median 0.65)" in note
+    for q in tf["curve"]:  # without the transformer's share beside it, a share says nothing
+        q.update(grad_norm=None, clipped=None)
+    write_results(in_tmp, [tf])
+    assert "exceeded the clip" not in fit.fit_note()
 
 
 def test_fit_note_is_silent_without_the_largest_budget(in_tmp):

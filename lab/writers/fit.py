@@ -124,12 +124,14 @@ def clipped_share(r: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def clip_note() -> str:
-    """How rough each largest-budget run's training was: the share of its steps the gradient clip cut (the
-    transformer's beside the Kuramoto runs')."""
-    runs = [r for b in (BUDGETS[-1], STRETCH_BUDGET)
-            for r in [budget_runs().get(f"{b // 1_000_000}M", {}).get(REFERENCE), *(r for _, r in fit_runs(b))]
-            if r is not None]
-    shares = [(r["name"], c, r["train"]["grad_clip"]) for r in runs if (c := clipped_share(r)) is not None]
+    """How rough each largest-budget run's training was: the share of its steps the gradient clip cut, at each
+    budget where the transformer's run kept its norms (a share means little without the reference's beside it)."""
+    shares = []
+    for b in (BUDGETS[-1], STRETCH_BUDGET):
+        tf = budget_runs().get(f"{b // 1_000_000}M", {}).get(REFERENCE)
+        if tf is not None and clipped_share(tf) is not None:
+            shares += [(r["name"], c, r["train"]["grad_clip"]) for r in (tf, *(r for _, r in fit_runs(b)))
+                       if (c := clipped_share(r)) is not None]
     if not shares:
         return ""
     return ("Steps whose gradient norm exceeded the clip, share of the run (and the median norm): "
