@@ -228,14 +228,11 @@ LEADS: dict[str, Lead] = {
     # own): do their gains add?
     "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
                                   {"omega_lr_mult": 1.0}, at_budget=True),
-    # more routes at the same parameters: 8 heads of 20 oscillators (tf-1m's 5 layers × 4 heads route 20 ways, the
-    # preset's 4 × 4 route 16). A head is one coupling, so a token can synchronise different oscillator groups to
-    # different earlier tokens; the cost is 400 parameters (per-head temperatures, lags, clocks) and the clocks'
-    # features per head (3% more model FLOPs per token)
-    "heads-8": Lead({"heads": 8}),
-    # and more steps: five layers, as tf-1m has, each one more Kuramoto step over the context, the feed-forward
-    # narrower to keep the parameters (350 -> 265 units; 15% more model FLOPs per token)
-    "depth-5": Lead({"depth": 5, "ff_hidden": 265}),
+    # one gradient norm for weights and angles: ω's gradient grows with the position it rotates by, the larger the
+    # norm the more of it is ω's, and its spikes shrink every weight's step with it (the clip cut 18% of
+    # ka-1m-tuned-100m's steps, 0.3% of tf-1m-100m's: their logged norms; the trainer now logs the angles' norm
+    # apart, angle_grad_norm). Each set clipped by its own norm
+    "clip-angles-apart": Lead(train={"clip_angles_apart": True}),
 }
 
 

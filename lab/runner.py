@@ -80,7 +80,8 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
         if "valid_bpc" in m:
             points.append({"tokens": m["tokens"], "elapsed_s": m["elapsed_s"], "valid_bpc": m["valid_bpc"],
                            "train_bpc": sum(window) / len(window) if window else None,
-                           "grad_norm": statistics.median(norms) if norms else None,
+                           "grad_norm": statistics.median(finite) if (finite := [g for g in norms
+                                                                                  if math.isfinite(g)]) else None,
                            "clipped": sum(g > clip for g in norms) / len(norms) if norms and clip > 0 else None})
             window, norms = [], []
     speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile

@@ -284,6 +284,57 @@ def test_optimizer_groups_phases_and_omega():
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}
 
 
+def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
+    """One norm: every gradient shrinks by the same factor, so a large angle gradient shrinks the weights' too.
+    Apart: the weights and the angles are each brought to the clip by their own norm. Either way the whole norm
+    before clipping is returned, and the angles' (None for a model without angles)."""
+    from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
+    from kuramoto_attention.training.train import clip_gradients
+
+    model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8)).double()
+    names = model.phase_parameter_names()
+
+    def fill() -> tuple[float, float]:  # weights' gradients of norm 3, the angles' of norm 40
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        for is_angle, norm in ((False, 3.0), (True, 40.0)):
+            ps = [p for n, p in model.named_parameters() if (n in names) == is_angle]
+            total = torch.cat([p.grad.flatten() for p in ps]).norm()
+            for p in ps:
+                p.grad *= norm / total
+        return 3.0, 40.0
+
+    def norm_of(is_angle: bool) -> float:
+        return float(torch.cat([p.grad.flatten() for n, p in model.named_parameters()
+                                if (n in names) == is_angle]).norm())
+
+    w, a = fill()
+    whole, angle = clip_gradients(model, 1.0, apart=False)
+    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(angle) == pytest.approx(a)
+    scale = 1.0 / (w**2 + a**2) ** 0.5
+    assert norm_of(False) == pytest.approx(w * scale, rel=1e-5) and norm_of(True) == pytest.approx(a * scale, rel=1e-5)
+    fill()
+    whole, angle = clip_gradients(model, 1.0, apart=True)
+    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(angle) == pytest.approx(a)
+    assert norm_of(False) == pytest.approx(1.0, rel=1e-5) and norm_of(True) == pytest.approx(1.0, rel=1e-5)
+    fill()
+    clip_gradients(model, 0.0, apart=True)  # 0: no clip
+    assert norm_of(False) == pytest.approx(w) and norm_of(True) == pytest.approx(a)
+    tf = TransformerLM(TransformerConfig(dim=8, depth=1, heads=2, ff_hidden=8))
+    for p in tf.parameters():
+        p.grad = torch.ones_like(p)
+    assert clip_gradients(tf, 1.0, apart=True)[1] is None
+
+
+def test_training_with_the_angles_clipped_apart_logs_their_norm(tmp_path, corpus):
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "3", "--eval-every", "3",
+                 "--grad-clip", "0.01", "--clip-angles-apart", "--run-dir", str(run), *TINY]) == 0
+    rows = metrics(run)
+    assert all(r["angle_grad_norm"] > 0 and r["grad_norm"] >= r["angle_grad_norm"] for r in rows)
+    assert json.loads((run / "run.json").read_text())["train"]["clip_angles_apart"] is True
+
+
 def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):
     run = tmp_path / "run"
     code = main(["train", "--preset", "tf-tiny", "--corpus", corpus, "--steps", "30", "--lr", "1e30", "--warmup", "1",

@@ -91,18 +91,19 @@ def rate_note() -> str:
     return text
 
 
-def fit_runs(budget: int = BUDGETS[-1]) -> list[tuple[str, dict[str, Any]]]:
+def fit_runs(budget: int = BUDGETS[-1], runs: dict[str, dict[str, dict[str, Any]]] | None = None
+             ) -> list[tuple[str, dict[str, Any]]]:
     """Every Kuramoto run of the budget curve at ``budget`` (and at the largest of BUDGETS, leads40's leads), by
-    name."""
-    at = budget_runs().get(f"{budget // 1_000_000}M", {})
+    name. ``runs``: ``budget_runs()``, when the caller has it."""
+    at = (budget_runs() if runs is None else runs).get(f"{budget // 1_000_000}M", {})
     leads = ([(r["name"], r) for r in load_results("leads40") if not flop_matched(r["name"])]
              if budget == BUDGETS[-1] else [])
     return [(p, r) for p, r in at.items() if p != REFERENCE] + leads
 
 
-def _fits(budget: int) -> list[tuple[str, list[tuple[int, float, float]]]]:
-    tf = budget_runs().get(f"{budget // 1_000_000}M", {}).get(REFERENCE)
-    return [(name, g) for name, r in fit_runs(budget) if tf is not None and (g := fit_gaps(r, tf))]
+def _fits(budget: int, runs: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[str, list[tuple[int, float, float]]]]:
+    tf = runs.get(f"{budget // 1_000_000}M", {}).get(REFERENCE)
+    return [(name, g) for name, r in fit_runs(budget, runs) if tf is not None and (g := fit_gaps(r, tf))]
 
 
 def _fit_part(name: str, gaps: list[tuple[int, float, float]]) -> str:
@@ -115,27 +116,37 @@ def _fit_part(name: str, gaps: list[tuple[int, float, float]]) -> str:
 
 
 def clipped_share(r: dict[str, Any]) -> tuple[float, float] | None:
-    """(share of training steps whose gradient norm exceeded the clip, median of the windows' median norms) along
-    a run, from its curve (runs recorded before the curve kept them: None)."""
-    pts = [q for q in r.get("curve", []) if q.get("clipped") is not None]
-    if not pts:
+    """(share of training steps whose gradient norm exceeded the clip, the median of the evaluation windows'
+    median norms) along a run, from its curve, each window weighted by its tokens (runs recorded before the curve
+    kept them: None)."""
+    pts, last, weighted = [], 0, []
+    for q in r.get("curve", []):
+        if q.get("clipped") is not None:
+            weighted.append((q["tokens"] - last, q["clipped"]))
+            pts.append(q["grad_norm"])
+        last = q["tokens"]
+    total = sum(w for w, _ in weighted)
+    if not total:
         return None
-    return sum(q["clipped"] for q in pts) / len(pts), statistics.median(q["grad_norm"] for q in pts)
+    return sum(w * c for w, c in weighted) / total, statistics.median(pts)
 
 
-def clip_note() -> str:
-    """How rough each largest-budget run's training was: the share of its steps the gradient clip cut, at each
-    budget where the transformer's run kept its norms (a share means little without the reference's beside it)."""
-    shares = []
+def clip_note(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """How rough each largest-budget run's training was (the 40M runs, budget100's): the share of its steps the
+    gradient clip cut, at each budget where the transformer's run kept its norms (a share means little without the
+    reference's beside it)."""
+    parts = []
     for b in (BUDGETS[-1], STRETCH_BUDGET):
-        tf = budget_runs().get(f"{b // 1_000_000}M", {}).get(REFERENCE)
-        if tf is not None and clipped_share(tf) is not None:
-            shares += [(r["name"], c, r["train"]["grad_clip"]) for r in (tf, *(r for _, r in fit_runs(b)))
-                       if (c := clipped_share(r)) is not None]
-    if not shares:
+        tf = runs.get(f"{b // 1_000_000}M", {}).get(REFERENCE)
+        if tf is None or clipped_share(tf) is None:
+            continue
+        shares = [(x["name"], c) for x in [tf, *(r for _, r in fit_runs(b, runs))] if (c := clipped_share(x))]
+        parts.append(f"at {b // 1_000_000}M (clip {tf['train']['grad_clip']:g}), "
+                     + ", ".join(f"{name} {c[0]:.1%} (median norm {c[1]:.2f})" for name, c in shares))
+    if not parts:
         return ""
-    return ("Steps whose gradient norm exceeded the clip, share of the run (and the median norm): "
-            + "; ".join(f"{name} {c[0]:.1%} (clip {clip:g}, median {c[1]:.2f})" for name, c, clip in shares) + ".")
+    return ("Steps whose gradient norm exceeded the clip, share of each run's steps (and the median of its evaluation "
+            "windows' median norms): " + "; ".join(parts) + ".")
 
 
 def fit_note() -> str:
@@ -145,16 +156,20 @@ def fit_note() -> str:
     doubling of the budget, and what the same tokens lose to a rate not yet decayed (``anneal_cost``)."""
     runs = budget_runs()
     label = f"{BUDGETS[-1] // 1_000_000}M"
-    fits, stretch = _fits(BUDGETS[-1]), _fits(STRETCH_BUDGET)
+    fits, stretch = _fits(BUDGETS[-1], runs), _fits(STRETCH_BUDGET, runs)
     if not fits and not stretch:
         return ""
-    text = (f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous evaluation, "
-            f"and the validation estimate, each against tf-1m's at the same token count): "
-            + "; ".join(_fit_part(name, gaps) for name, gaps in fits) + ".")
+    sentences = []
+    if fits:
+        sentences.append(f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous "
+                         "evaluation, and the validation estimate, each against tf-1m's at the same token count): "
+                         + "; ".join(_fit_part(name, gaps) for name, gaps in fits) + ".")
     if stretch:
-        text += (f" At {STRETCH_BUDGET // 1_000_000}M (group budget100, each at the rate best at {label}): "
-                 + "; ".join(_fit_part(name, gaps) for name, gaps in stretch) + ".")
-    if all(train >= 0.8 * valid > 0 for _, gaps in fits + stretch for _, train, valid in gaps[-1:]):
+        sentences.append(f"At {STRETCH_BUDGET // 1_000_000}M (group budget100, each at the rate best at {label}; "
+                         "training and validation BPC against tf-1m's as above): "
+                         + "; ".join(_fit_part(name, gaps) for name, gaps in stretch) + ".")
+    text = " ".join(sentences)
+    if all(0 < 0.8 * valid <= train <= 1.25 * valid for _, gaps in fits + stretch for _, train, valid in gaps[-1:]):
         text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
                  "widening gap is slower learning, not memorisation, and not worse generalisation.")
     slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q)) is not None}
@@ -172,7 +187,7 @@ def fit_note() -> str:
                      f"whether lower rates at {label} close the gap).")
     if lower := rate_note():
         text += " " + lower
-    if clipped := clip_note():
+    if clipped := clip_note(runs):
         text += " " + clipped
     return text
 
@@ -180,7 +195,7 @@ def fit_note() -> str:
 def fit_plot(out: Path) -> Path | None:
     """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
     label = f"{BUDGETS[-1] // 1_000_000}M"
-    series = _fits(BUDGETS[-1])
+    series = _fits(BUDGETS[-1], budget_runs())
     if not series:
         return None
     plt = pyplot()

@@ -90,6 +90,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         overrides["compile"] = True
     if args.no_progress:
         overrides["progress"] = False
+    if args.clip_angles_apart:
+        overrides["clip_angles_apart"] = True
     if args.context is not None and args.context < 1:
         raise ConfigError("--context must be >= 1 (leave it out for the preset's)")
     if args.resume:
@@ -216,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                         + ", --no-progress, and run.json records each change with its step")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
+    p.add_argument("--clip-angles-apart", action="store_true",
+                   help="clip the angles' gradient (phases, ω) by its own norm, apart from the weights'")
     for name, (typ, help_text) in TRAIN_FLAGS.items():
         p.add_argument("--" + name.replace("_", "-"), type=typ, help=_with_default(name, help_text))
     p.set_defaults(func=cmd_train)

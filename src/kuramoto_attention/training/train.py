@@ -92,6 +92,9 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights': ω's gradient
+    # grows with the position it rotates by, and its spikes would otherwise shrink every weight's step with it
+    clip_angles_apart: bool = False
     precision: Literal["bf16", "fp32"] = "bf16"
     compile: bool = False
     device: str = "auto"
@@ -168,6 +171,21 @@ def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
         return cfg.lr * (step + 1) / cfg.warmup
     cos = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
+
+
+def clip_gradients(model: ByteLM, max_norm: float, apart: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Clip the gradients to norm ``max_norm`` (0: no clip): all in one norm, or (``apart``) the weights and the
+    angles (phases, ω) each by their own. Returns the whole norm before clipping, and the angles' (None without
+    angles)."""
+    clip = max_norm if max_norm > 0 else float("inf")
+    names = model.phase_parameter_names()
+    angles = [p for n, p in model.named_parameters() if n in names and p.grad is not None]
+    if apart and angles:
+        weights = [p for n, p in model.named_parameters() if n not in names]
+        norms = [nn.utils.clip_grad_norm_(ps, clip) for ps in (weights, angles)]
+        return torch.stack(norms).norm(), norms[1]
+    angle_norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten().float() for p in angles])) if angles else None
+    return nn.utils.clip_grad_norm_(model.parameters(), clip), angle_norm  # the angles' norm taken before clipping
 
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -466,7 +484,7 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
                                    f"checkpoint in {run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        grad_norm, angle_norm = clip_gradients(model, cfg.grad_clip, cfg.clip_angles_apart)
         optimizer.step()
         step += 1
         tokens += cfg.batch_size * cfg.context * world
@@ -477,6 +495,8 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
             elapsed = t.item()
         record: dict[str, Any] = {"step": step, "tokens": tokens, "lr": lr, "loss": loss.item(),
                                   "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item()}
+        if angle_norm is not None:
+            record["angle_grad_norm"] = angle_norm.item()
         last = _done(cfg, step, total_steps, elapsed)
         if step % cfg.eval_every == 0 or last:
             valid_bpc = estimate_bpc(model, valid_data, cfg, cfg.context, device)
