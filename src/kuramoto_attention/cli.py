@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
     p.add_argument("--clip-angles-apart", action="store_true",
-                   help="clip the angles' gradient (phases, ω) by its own norm, apart from the weights'")
+                   help="clip the angles' gradient (phases, ω) by its own norm, apart from the weights' "
+                        "(default: one norm for all)")
     for name, (typ, help_text) in TRAIN_FLAGS.items():
         p.add_argument("--" + name.replace("_", "-"), type=typ, help=_with_default(name, help_text))
     p.set_defaults(func=cmd_train)
