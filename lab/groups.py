@@ -229,9 +229,10 @@ LEADS: dict[str, Lead] = {
     "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
                                   {"omega_lr_mult": 1.0}, at_budget=True),
     # one gradient norm for weights and angles: ω's gradient grows with the position it rotates by, the larger the
-    # norm the more of it is ω's, and its spikes shrink every weight's step with it (the clip cut 18% of
-    # ka-1m-tuned-100m's steps, 0.3% of tf-1m-100m's: their logged norms; the trainer now logs the angles' norm
-    # apart, angle_grad_norm). Each set clipped by its own norm
+    # norm the more of it is ω's, and its spikes shrink every weight's step with it (the clip cut 19% of
+    # ka-1m-tuned-100m's steps in its first 40M tokens, 0.7% of tf-1m-100m's, almost none of either's later, as the
+    # rate decays: their logged norms; the trainer now logs the angles' norm apart, angle_grad_norm). Each set
+    # clipped by its own norm
     "clip-angles-apart": Lead(train={"clip_angles_apart": True}),
 }
 

@@ -3,6 +3,7 @@ structural leads, the loss gap at 40M tokens), each rendered on no results and o
 print must be the one computed from the fabricated JSON."""
 
 import json
+import math
 import re
 import statistics
 
@@ -649,6 +650,12 @@ def test_fit_note_reads_the_stretch_budget_and_the_clipped_steps(in_tmp):
                            "against tf-1m's as above): ka-1m-tuned +0.200 in training BPC against +0.120 in validation "
                            "BPC at 100M (its training BPC behind tf-1m's throughout).")
     assert "slower learning" not in note  # +0.200 against +0.120 is not "about as much"
+    assert "from 40M to 100M" not in note  # no 40M points to measure from
+    write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
+                           run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=40_000_000)])
+    per = math.log2(b / 40_000_000)
+    assert f"from 40M to 100M: tf-1m {(1.77 - 1.90) / per:+.3f}, ka-1m-tuned {(1.95 - 2.00) / per:+.3f}." \
+        in fit.fit_note()
     assert ("at 100M (clip 1), tf-1m-100m 0.0% (median norm 0.30), ka-1m-tuned-100m 15.0% (median norm 0.65)."
             in note)
     for q in tf["curve"]:  # without the transformer's share beside it, a share says nothing

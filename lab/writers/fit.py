@@ -172,10 +172,11 @@ def fit_note() -> str:
     if all(0 < 0.8 * valid <= train <= 1.25 * valid for _, gaps in fits + stretch for _, train, valid in gaps[-1:]):
         text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
                  "widening gap is slower learning, not memorisation, and not worse generalisation.")
-    slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q)) is not None}
-    if slopes:
-        text += (f" Test BPC per doubling of the budget from 10M to {label}: "
-                 + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
+    for lo, hi in (("10M", label), (label, f"{STRETCH_BUDGET // 1_000_000}M")):
+        slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q, lo, hi)) is not None}
+        if slopes:
+            text += (f" Test BPC per doubling of the budget from {lo} to {hi}: "
+                     + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
     costs = {q: c for q in BUDGET_PRESETS if (c := anneal_cost(runs, q)) is not None}
     if REFERENCE in costs and len(costs) > 1:
         ten = f"{PROTOCOL['tokens'] / 1e6:.0f}M"
