@@ -518,6 +518,11 @@ def test_readme_headline_follows_the_gap_along_budget_compute_and_size(in_tmp):
                            run("leads40", "ka-1m-tuned-a-flops-tf-40m", "ka-1m-tuned", 1.90, tokens=b40)])
     assert f"on validation (`python -m lab run leads40`): ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f})." \
         in readme.headline()  # no ka-1m-tuned at 40M yet: no Δ
+    assert "budget100" not in readme.headline()
+    write_results(in_tmp, [run("budget100", "tf-1m-100m", "tf-1m", 1.77, tokens=100_007_936),
+                           run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.94, lr=2e-3, tokens=100_007_936)])
+    assert ("To 100M tokens (`python -m lab run budget100`, each at the rate best at 40M): tf-1m 1.7700; ka-1m-tuned "
+            f"1.9400 (gap {1.94 - 1.77:+.4f}).") in readme.headline()
     write_results(in_tmp, [run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=b40)])
     assert f"ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f}; Δ {1.97 - 2.00:+.4f} against ka-1m-tuned)." \
         in readme.headline()

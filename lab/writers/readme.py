@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from kuramoto_attention.models.presets import preset_table
-from lab.groups import BUDGETS, FLOPS_PRESETS, flop_matched, flops_per_token, valid_estimate, with_twins
+from lab.groups import BUDGETS, FLOPS_PRESETS, STRETCH_BUDGET, flop_matched, flops_per_token, valid_estimate, with_twins
 from lab.writers import compute, size
 from lab.writers.common import fmt, mean_sd, seed_runs, table
 from lab.writers.compute import BENCH_MODE, bench_rates
@@ -55,7 +55,8 @@ def headline() -> str:
 
 def _longer() -> str:
     """How the gaps move as training grows, at equal compute and with size (RESULTS.md's runs, where they exist): each
-    curve preset at the largest budget (seed 0), each Kuramoto preset at tf-1m's training FLOPs, and the 5M pair."""
+    curve preset at the largest budget (seed 0) and at the stretch budget (budget100), each Kuramoto preset at tf-1m's
+    training FLOPs, and the 5M pair."""
     runs = compute.budget_runs()
     longest = runs.get(f"{BUDGETS[-1] // 1_000_000}M", {})
     text = ""
@@ -76,6 +77,13 @@ def _longer() -> str:
             against = f"; Δ {lead['eval_bpc'] - own['eval_bpc']:+.4f} against ka-1m-tuned" if own else ""
             text += (f" The best structural change of ka-1m-tuned there on validation (`python -m lab run leads40`): "
                      f"{lead['name']} {fmt(lead['eval_bpc'])} (gap {lead['eval_bpc'] - tf['eval_bpc']:+.4f}{against}).")
+    stretch = runs.get(f"{STRETCH_BUDGET // 1_000_000}M", {})
+    if "tf-1m" in stretch and len(stretch) > 1:
+        tf = stretch["tf-1m"]
+        text += (f" To {tf['tokens'] / 1e6:.0f}M tokens (`python -m lab run budget100`, each at the rate best at "
+                 f"{BUDGETS[-1] // 1_000_000}M): tf-1m {fmt(tf['eval_bpc'])}; " + ", ".join(
+                     f"{p} {fmt(r['eval_bpc'])} (gap {r['eval_bpc'] - tf['eval_bpc']:+.4f})"
+                     for p, r in stretch.items() if p != "tf-1m") + ".")
     flops = {r["name"]: r for r in with_twins("flops")}
     gaps = [f"{p} {eq['eval_bpc'] - tf['eval_bpc']:+.4f} at tf-1m's {b}-token FLOPs"
             for p in FLOPS_PRESETS for b, at in runs.items()
