@@ -289,7 +289,7 @@ def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
     Apart: the weights and the angles are each brought to the clip by their own norm. Either way the whole norm
     before clipping is returned, and the angles' (None for a model without angles)."""
     from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
-    from kuramoto_attention.training.train import clip_gradients
+    from kuramoto_attention.training.train import GradientClip
 
     model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8)).double()
     names = model.phase_parameter_names()
@@ -309,21 +309,21 @@ def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
                                 if (n in names) == is_angle]).norm())
 
     w, a = fill()
-    whole, angle = clip_gradients(model, 1.0, apart=False)
+    whole, angle = GradientClip(model, 1.0, apart=False)()
     assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(angle) == pytest.approx(a)
     scale = 1.0 / (w**2 + a**2) ** 0.5
     assert norm_of(False) == pytest.approx(w * scale, rel=1e-5) and norm_of(True) == pytest.approx(a * scale, rel=1e-5)
     fill()
-    whole, angle = clip_gradients(model, 1.0, apart=True)
+    whole, angle = GradientClip(model, 1.0, apart=True)()
     assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(angle) == pytest.approx(a)
     assert norm_of(False) == pytest.approx(1.0, rel=1e-5) and norm_of(True) == pytest.approx(1.0, rel=1e-5)
     fill()
-    clip_gradients(model, 0.0, apart=True)  # 0: no clip
+    GradientClip(model, 0.0, apart=True)()  # 0: no clip
     assert norm_of(False) == pytest.approx(w) and norm_of(True) == pytest.approx(a)
     tf = TransformerLM(TransformerConfig(dim=8, depth=1, heads=2, ff_hidden=8))
     for p in tf.parameters():
         p.grad = torch.ones_like(p)
-    assert clip_gradients(tf, 1.0, apart=True)[1] is None
+    assert GradientClip(tf, 1.0, apart=True)()[1] is None
 
 
 def test_training_with_the_angles_clipped_apart_logs_their_norm(tmp_path, corpus):

@@ -53,6 +53,13 @@ def headline() -> str:
         f"`python -m benchmarks` ({' '.join(BENCH_MODE)}, on the CPU BENCHMARKS.md names)." + _longer())
 
 
+def _gaps_at(at: dict[str, dict]) -> str:
+    """tf-1m's test BPC at one budget, then each other preset's with its gap to it."""
+    tf = at["tf-1m"]["eval_bpc"]
+    return f"tf-1m {fmt(tf)}; " + ", ".join(f"{p} {fmt(r['eval_bpc'])} (gap {r['eval_bpc'] - tf:+.4f})"
+                                            for p, r in at.items() if p != "tf-1m")
+
+
 def _longer() -> str:
     """How the gaps move as training grows, at equal compute and with size (RESULTS.md's runs, where they exist): each
     curve preset at the largest budget (seed 0) and at the stretch budget (budget100), each Kuramoto preset at tf-1m's
@@ -66,9 +73,7 @@ def _longer() -> str:
         rates = f", {' and '.join(lower)} at {'its' if len(lower) == 1 else 'their'} better rate there (lr40)" \
             if lower else ""
         text += (f" Trained to {tf['tokens'] / 1e6:.0f}M tokens (seed 0, `python -m lab run budget40`{rates}): "
-                 f"tf-1m {fmt(tf['eval_bpc'])}; " + ", ".join(
-                     f"{p} {fmt(r['eval_bpc'])} (gap {r['eval_bpc'] - tf['eval_bpc']:+.4f})"
-                     for p, r in longest.items() if p != "tf-1m") + ".")
+                 + _gaps_at(longest) + ".")
         leads = [r for r in with_twins("leads40")
                  if not flop_matched(r["name"]) and abs(r["tokens"] - tf["tokens"]) <= 0.1 * tf["tokens"]]
         if leads:  # the best structural change at that budget, chosen on validation, against the preset's best
@@ -81,9 +86,7 @@ def _longer() -> str:
     if "tf-1m" in stretch and len(stretch) > 1:
         tf = stretch["tf-1m"]
         text += (f" To {tf['tokens'] / 1e6:.0f}M tokens (`python -m lab run budget100`, each at the rate best at "
-                 f"{BUDGETS[-1] // 1_000_000}M): tf-1m {fmt(tf['eval_bpc'])}; " + ", ".join(
-                     f"{p} {fmt(r['eval_bpc'])} (gap {r['eval_bpc'] - tf['eval_bpc']:+.4f})"
-                     for p, r in stretch.items() if p != "tf-1m") + ".")
+                 f"{BUDGETS[-1] // 1_000_000}M): " + _gaps_at(stretch) + ".")
     flops = {r["name"]: r for r in with_twins("flops")}
     gaps = [f"{p} {eq['eval_bpc'] - tf['eval_bpc']:+.4f} at tf-1m's {b}-token FLOPs"
             for p in FLOPS_PRESETS for b, at in runs.items()

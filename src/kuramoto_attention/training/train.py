@@ -173,19 +173,25 @@ def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
 
 
-def clip_gradients(model: ByteLM, max_norm: float, apart: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+class GradientClip:
     """Clip the gradients to norm ``max_norm`` (0: no clip): all in one norm, or (``apart``) the weights and the
-    angles (phases, ω) each by their own. Returns the whole norm before clipping, and the angles' (None without
-    angles)."""
-    clip = max_norm if max_norm > 0 else float("inf")
-    names = model.phase_parameter_names()
-    angles = [p for n, p in model.named_parameters() if n in names and p.grad is not None]
-    if apart and angles:
-        weights = [p for n, p in model.named_parameters() if n not in names]
-        norms = [nn.utils.clip_grad_norm_(ps, clip) for ps in (weights, angles)]
-        return torch.stack(norms).norm(), norms[1]
-    angle_norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten().float() for p in angles])) if angles else None
-    return nn.utils.clip_grad_norm_(model.parameters(), clip), angle_norm  # the angles' norm taken before clipping
+    angles (phases, ω) each by their own. The parameters are split once, not at every step; a call returns the whole
+    norm before clipping, and the angles' (None for a model without angles)."""
+
+    def __init__(self, model: ByteLM, max_norm: float, apart: bool) -> None:
+        names = model.phase_parameter_names()
+        self.clip = max_norm if max_norm > 0 else float("inf")
+        self.params = list(model.parameters())  # model order: the one norm sums as it always has
+        self.angles = [p for n, p in model.named_parameters() if n in names]
+        self.weights = [p for n, p in model.named_parameters() if n not in names] if apart and self.angles else None
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.weights is not None:
+            norms = [nn.utils.clip_grad_norm_(ps, self.clip) for ps in (self.weights, self.angles)]
+            return torch.stack(norms).norm(), norms[1]
+        grads = [p.grad.flatten().float() for p in self.angles if p.grad is not None]
+        angle_norm = torch.linalg.vector_norm(torch.cat(grads)) if grads else None  # before clipping
+        return nn.utils.clip_grad_norm_(self.params, self.clip), angle_norm
 
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -458,6 +464,7 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
                 "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
             })
 
+    clip_gradients = GradientClip(model, cfg.grad_clip, cfg.clip_angles_apart)
     model.train()
     while not _done(cfg, step, total_steps, elapsed):
         if stop.agreed(world, device):  # between steps: the checkpoint holds a whole step, and every rank stops
@@ -484,7 +491,7 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
                                    f"checkpoint in {run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm, angle_norm = clip_gradients(model, cfg.grad_clip, cfg.clip_angles_apart)
+        grad_norm, angle_norm = clip_gradients()
         optimizer.step()
         step += 1
         tokens += cfg.batch_size * cfg.context * world
