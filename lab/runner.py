@@ -85,6 +85,7 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
                            "clipped": sum(g > clip for g in norms) / len(norms) if norms and clip > 0 else None})
             window, norms = [], []
     speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
+    spikes = clip_parts(metrics, clip)
     result = {
         "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
         "model_overrides": spec.model, "model": flat_fields(run.model_cfg), "train": asdict(run.train_cfg),
@@ -96,6 +97,8 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
         "wall_s": trained["wall_s"] if trained and "wall_s" in trained else round(time.time() - started, 1),
         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
     }
+    if spikes:
+        result["clip_parts"] = spikes
     if trained:
         result["trained_in"] = _trained_name(trained)
     if run.family == "kuramoto":
@@ -103,6 +106,22 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)
     return result
+
+
+def clip_parts(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any] | None:
+    """Where a run's gradient spikes sit: each part's median share of the squared gradient norm over the steps whose
+    norm exceeded the clip, and over all steps (None: the log has no part norms, or the run had no clip)."""
+    steps = [m for m in metrics if "part_grad_norms" in m and math.isfinite(m["grad_norm"]) and m["grad_norm"] > 0]
+    if not steps or clip <= 0:
+        return None
+
+    def shares(rows: list[dict[str, Any]]) -> dict[str, float]:
+        return {k: statistics.median(r["part_grad_norms"][k] ** 2 / r["grad_norm"] ** 2 for r in rows)
+                for k in rows[0]["part_grad_norms"]} if rows else {}
+
+    clipped = [m for m in steps if m["grad_norm"] > clip]
+    return {"clip": clip, "steps": len(steps), "clipped_steps": len(clipped), "clipped": shares(clipped),
+            "all": shares(steps)}
 
 
 def _trained_name(result: dict[str, Any]) -> str:

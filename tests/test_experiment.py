@@ -678,6 +678,9 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     assert all(x >= 0 for x in diag["attn_drive"] + diag["ff_drive"])
     # each evaluation's window: its median gradient norm and the share of its steps the clip cut
     assert all(q["grad_norm"] > 0 and 0 <= q["clipped"] <= 1 for q in stage["curve"])
+    spikes = stage["clip_parts"]  # and where the clipped steps' gradient was, by part
+    assert spikes["steps"] == 10 and 0 <= spikes["clipped_steps"] <= 10 and "angles" in spikes["all"]
+    assert all(0 <= v <= 1 for v in spikes["all"].values())
     monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
     experiment.run_group("seeds", None, dry_run=True)
     assert "ka-s0: would evaluate stage/ka-a's checkpoint on test" in capsys.readouterr().out
@@ -849,3 +852,17 @@ def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc(
     assert text == "+0.100 at 1.0 passes → +0.450 at the end (3.0 passes); valid rose +0.050 after 18.0M"
     assert compute.overfit({"curve": pts[:1]}) == "+0.100 at the end (0.5 passes); valid still falling"
     assert compute.overfit({}) == "—"
+
+
+def test_clip_parts_give_each_parts_share_at_the_clipped_steps_and_over_all():
+    from lab.runner import clip_parts
+
+    rows = [{"grad_norm": 5.0, "part_grad_norms": {"ff": 4.0, "angles": 3.0}},  # clipped: ff 16/25, angles 9/25
+            {"grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
+            {"grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
+            {"step": 3, "valid_bpc": 2.0}]  # an evaluation's own row, and a run logged before part norms: none
+    c = clip_parts(rows, 1.0)
+    assert c["clip"] == 1.0 and (c["steps"], c["clipped_steps"]) == (3, 1)
+    assert c["clipped"] == pytest.approx({"ff": 0.64, "angles": 0.36})
+    assert c["all"] == pytest.approx({"ff": 0.36, "angles": 0.64})
+    assert clip_parts(rows[3:], 1.0) is None and clip_parts(rows, 0.0) is None

@@ -287,7 +287,7 @@ def test_optimizer_groups_phases_and_omega():
 def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
     """One norm: every gradient shrinks by the same factor, so a large angle gradient shrinks the weights' too.
     Apart: the weights and the angles are each brought to the clip by their own norm. Either way the whole norm
-    before clipping is returned, and the angles' (None for a model without angles)."""
+    before clipping is returned, and each part's (the angles together; a transformer has none)."""
     from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
     from kuramoto_attention.training.train import GradientClip
 
@@ -309,13 +309,15 @@ def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
                                 if (n in names) == is_angle]).norm())
 
     w, a = fill()
-    whole, angle = GradientClip(model, 1.0, apart=False)()
-    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(angle) == pytest.approx(a)
+    whole, parts = GradientClip(model, 1.0, apart=False)()
+    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(parts["angles"]) == pytest.approx(a)
+    assert float(torch.stack(list(parts.values())).norm()) == pytest.approx(float(whole))  # the parts make the whole
+    assert set(parts) == {"angles", "blocks.0.attn", "blocks.0.ff", "blocks.1.attn", "blocks.1.ff", "prototypes"}
     scale = 1.0 / (w**2 + a**2) ** 0.5
     assert norm_of(False) == pytest.approx(w * scale, rel=1e-5) and norm_of(True) == pytest.approx(a * scale, rel=1e-5)
     fill()
-    whole, angle = GradientClip(model, 1.0, apart=True)()
-    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(angle) == pytest.approx(a)
+    whole, parts = GradientClip(model, 1.0, apart=True)()
+    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(parts["angles"]) == pytest.approx(a)
     assert norm_of(False) == pytest.approx(1.0, rel=1e-5) and norm_of(True) == pytest.approx(1.0, rel=1e-5)
     fill()
     GradientClip(model, 0.0, apart=True)()  # 0: no clip
@@ -323,15 +325,20 @@ def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
     tf = TransformerLM(TransformerConfig(dim=8, depth=1, heads=2, ff_hidden=8))
     for p in tf.parameters():
         p.grad = torch.ones_like(p)
-    assert GradientClip(tf, 1.0, apart=True)()[1] is None
+    whole, parts = GradientClip(tf, 1.0, apart=True)()
+    assert "angles" not in parts and float(whole) == pytest.approx(sum(p.numel() for p in tf.parameters()) ** 0.5)
+    assert {"tok_embedding", "blocks.0.attn", "blocks.0.ff", "norm"} <= set(parts)
 
 
-def test_training_with_the_angles_clipped_apart_logs_their_norm(tmp_path, corpus):
+def test_training_logs_each_parts_gradient_norm_with_the_angles_clipped_apart(tmp_path, corpus):
     run = tmp_path / "run"
     assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "3", "--eval-every", "3",
                  "--grad-clip", "0.01", "--clip-angles-apart", "--run-dir", str(run), *TINY]) == 0
     rows = metrics(run)
-    assert all(r["angle_grad_norm"] > 0 and r["grad_norm"] >= r["angle_grad_norm"] for r in rows)
+    for r in rows:  # the parts' norms (4 digits) make up the whole norm before clipping
+        parts = r["part_grad_norms"]
+        assert parts["angles"] > 0
+        assert sum(v**2 for v in parts.values()) ** 0.5 == pytest.approx(r["grad_norm"], rel=1e-3)
     assert json.loads((run / "run.json").read_text())["train"]["clip_angles_apart"] is True
 
 

@@ -2,14 +2,15 @@
 in training BPC beside its gap in validation BPC along the largest budget (``fit_gaps``, results/fit.png), the test
 BPC each model gains per doubling of the budget, what the protocol's tokens lose to a rate not yet decayed
 (``anneal_cost``), the largest budget's runs at half the swept rate (group lr40, ``rate_note``), and how many of
-each run's steps the gradient clip cut (``clip_note``)."""
+each run's steps the gradient clip cut (``clip_note``) and which parts of the model those steps' gradient was in
+(``spike_note``)."""
 
 import statistics
 from pathlib import Path
 from typing import Any
 
 from lab import protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, STRETCH_BUDGET, flop_matched, valid_estimate, with_twins
+from lab.groups import BUDGET_PRESETS, BUDGETS, STRETCH_BUDGET, all_results, flop_matched, valid_estimate, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.writers.common import fmt
 from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_points
@@ -149,6 +150,25 @@ def clip_note(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
             "windows' median norms): " + "; ".join(parts) + ".")
 
 
+def spike_note(results: list[dict[str, Any]], least: int = 10, top: int = 3) -> str:
+    """Which parts of the model the clipped steps' gradient is in, for every run whose log kept each part's norm
+    (runner.clip_parts) and that clipped at least ``least`` steps: the ``top`` parts by median share of the squared
+    norm at those steps, each beside its median share over all steps (a part whose share jumps is where the spikes
+    are)."""
+    parts = []
+    for r in sorted(results, key=lambda x: (x["group"], x["name"])):
+        c = r.get("clip_parts")
+        if not c or c["clipped_steps"] < least:
+            continue
+        ranked = sorted(c["clipped"].items(), key=lambda kv: -kv[1])[:top]
+        parts.append(f"{r['name']} ({c['clipped_steps']} of {c['steps']:,} steps): "
+                     + ", ".join(f"{k} {v:.0%} ({c['all'][k]:.0%})" for k, v in ranked))
+    if not parts:
+        return ""
+    return ("Where the clipped steps' gradient sits (each part's median share of the squared norm at the steps above "
+            "the clip, and over all steps in brackets; angles: the phases and ω together): " + "; ".join(parts) + ".")
+
+
 def fit_note() -> str:
     """Why the gap grows with the budget, in the runs' own numbers: each Kuramoto model's gap to tf-1m in training
     BPC beside its gap in validation BPC at the end of the largest budgets (equal: the model fits its training bytes
@@ -190,6 +210,8 @@ def fit_note() -> str:
         text += " " + lower
     if clipped := clip_note(runs):
         text += " " + clipped
+    if spikes := spike_note(all_results()):
+        text += " " + spikes
     return text
 
 

@@ -92,8 +92,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights': ω's gradient
-    # grows with the position it rotates by, and its spikes would otherwise shrink every weight's step with it
+    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights' (a lead: it lost,
+    # and the spikes it was for are in the weights, RESULTS.md)
     clip_angles_apart: bool = False
     precision: Literal["bf16", "fp32"] = "bf16"
     compile: bool = False
@@ -173,25 +173,39 @@ def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
 
 
+def gradient_parts(model: ByteLM) -> dict[str, list[nn.Parameter]]:
+    """The model's parameters by part, for the gradient norms the log keeps: the angles (phases, ω) together, every
+    other parameter under its top module, per layer (``blocks.2.ff``, ``shared_gates``, ``prototypes``). Generic
+    over the families: the names come from the modules, so a new module is a new part without a change here."""
+    angles = model.phase_parameter_names()
+    parts: dict[str, list[nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        path = name.split(".")
+        part = "angles" if name in angles else ".".join(path[:3] if path[0] == "blocks" else path[:1])
+        parts.setdefault(part, []).append(p)
+    return parts
+
+
 class GradientClip:
     """Clip the gradients to norm ``max_norm`` (0: no clip): all in one norm, or (``apart``) the weights and the
     angles (phases, ω) each by their own. The parameters are split once, not at every step; a call returns the whole
-    norm before clipping, and the angles' (None for a model without angles)."""
+    norm before clipping, and each part's (``gradient_parts``), also before clipping: which weights a spike is in."""
 
     def __init__(self, model: ByteLM, max_norm: float, apart: bool) -> None:
-        names = model.phase_parameter_names()
         self.clip = max_norm if max_norm > 0 else float("inf")
         self.params = list(model.parameters())  # model order: the one norm sums as it always has
-        self.angles = [p for n, p in model.named_parameters() if n in names]
-        self.weights = [p for n, p in model.named_parameters() if n not in names] if apart and self.angles else None
+        self.parts = gradient_parts(model)
+        angles = self.parts.get("angles")
+        self.apart = [[p for k, ps in self.parts.items() if k != "angles" for p in ps], angles] \
+            if apart and angles else None
 
-    def __call__(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.weights is not None:
-            norms = [nn.utils.clip_grad_norm_(ps, self.clip) for ps in (self.weights, self.angles)]
-            return torch.stack(norms).norm(), norms[1]
-        grads = [p.grad.flatten().float() for p in self.angles if p.grad is not None]
-        angle_norm = torch.linalg.vector_norm(torch.cat(grads)) if grads else None  # before clipping
-        return nn.utils.clip_grad_norm_(self.params, self.clip), angle_norm
+    def __call__(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        parts = {k: torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in g]))
+                 for k, ps in self.parts.items() if (g := [p for p in ps if p.grad is not None])}
+        if self.apart is not None:
+            norms = [nn.utils.clip_grad_norm_(ps, self.clip) for ps in self.apart]
+            return torch.stack(norms).norm(), parts
+        return nn.utils.clip_grad_norm_(self.params, self.clip), parts
 
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -491,7 +505,7 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
                                    f"checkpoint in {run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm, angle_norm = clip_gradients()
+        grad_norm, part_norms = clip_gradients()
         optimizer.step()
         step += 1
         tokens += cfg.batch_size * cfg.context * world
@@ -501,9 +515,10 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
             dist.broadcast(t, 0)
             elapsed = t.item()
         record: dict[str, Any] = {"step": step, "tokens": tokens, "lr": lr, "loss": loss.item(),
-                                  "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item()}
-        if angle_norm is not None:
-            record["angle_grad_norm"] = angle_norm.item()
+                                  "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item(),
+                                  "part_grad_norms": {k: float(f"{v:.4g}") for k, v in  # one sync, 4 digits
+                                                      zip(part_norms, torch.stack([*part_norms.values()]).tolist(),
+                                                          strict=True)}}
         last = _done(cfg, step, total_steps, elapsed)
         if step % cfg.eval_every == 0 or last:
             valid_bpc = estimate_bpc(model, valid_data, cfg, cfg.context, device)
