@@ -231,7 +231,7 @@ LEADS: dict[str, Lead] = {
     # one gradient norm for weights and angles: ω's gradient grows with the position it rotates by, so its spikes
     # could set the clip and shrink every weight's step with them (the clip cut 19% of ka-1m-tuned-100m's steps in
     # its first 40M tokens, 0.7% of tf-1m-100m's, almost none of either's later: their logged norms). Each set
-    # clipped by its own norm. It lost at 10M, and its own log (angle_grad_norm) says why: at its steps above the
+    # clipped by its own norm. It lost at 10M, and its own log (the angles' norm apart) says why: at its steps above the
     # clip the angles held a median 9% of the squared norm (19% over all steps). The spikes are the weights'
     "clip-angles-apart": Lead(train={"clip_angles_apart": True}),
 }
