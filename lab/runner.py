@@ -67,12 +67,38 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
     corpus = load_corpus(run.train_cfg.corpus, data_dir)
     with torch.inference_mode():
         ev = evaluate_bpc(model, corpus.splits[spec.eval_split], run.train_cfg.context, precision="bf16")
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    curve = [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m]
-    # per evaluation: training seconds so far, the mean training BPC since the previous one (overfitting, wall clock),
-    # and that window's median gradient norm and share of steps clipped (how rough the loss is at the current rate)
+    metrics = read_log(run_dir)
+    speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
+    result = {
+        "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
+        "model_overrides": spec.model, "model": flat_fields(run.model_cfg), "train": asdict(run.train_cfg),
+        "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
+        "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
+        "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
+        **log_fields(metrics, run.train_cfg.grad_clip),
+        "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
+        "wall_s": trained["wall_s"] if trained and "wall_s" in trained else round(time.time() - started, 1),
+        "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+    }
+    if trained:
+        result["trained_in"] = _trained_name(trained)
+    if run.family == "kuramoto":
+        result["diagnostics"] = run_diagnostics(run_dir, data_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, result)
+    return result
+
+
+def read_log(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def log_fields(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any]:
+    """What a result keeps of its run's log (metrics.jsonl): the validation curve; per evaluation, training seconds
+    so far, the mean training BPC since the previous one (overfitting, wall clock), and that window's median gradient
+    norm and share of steps clipped (how rough the loss is at the current rate); and where the clipped steps'
+    gradient sits (``clip_parts``, when the log kept each part's norm)."""
     points, window, norms = [], [], []
-    clip = run.train_cfg.grad_clip
     for m in metrics:
         if "train_bpc" in m:
             window.append(m["train_bpc"])
@@ -84,28 +110,25 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
                                                                                   if math.isfinite(g)]) else None,
                            "clipped": sum(g > clip for g in norms) / len(norms) if norms and clip > 0 else None})
             window, norms = [], []
-    speeds = [m["tokens_per_s"] for m in metrics if "tokens_per_s" in m][1:]  # first includes compile
-    spikes = clip_parts(metrics, clip)
-    result = {
-        "group": spec.group, "name": spec.name, "preset": spec.preset, "family": run.family,
-        "model_overrides": spec.model, "model": flat_fields(run.model_cfg), "train": asdict(run.train_cfg),
-        "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
-        "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
-        "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
-        "valid_curve": curve, "curve": points,
-        "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
-        "wall_s": trained["wall_s"] if trained and "wall_s" in trained else round(time.time() - started, 1),
-        "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-    }
-    if spikes:
-        result["clip_parts"] = spikes
-    if trained:
-        result["trained_in"] = _trained_name(trained)
-    if run.family == "kuramoto":
-        result["diagnostics"] = run_diagnostics(run_dir, data_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out, result)
-    return result
+    fields: dict[str, Any] = {"valid_curve": [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m],
+                              "curve": points}
+    if spikes := clip_parts(metrics, clip):
+        fields["clip_parts"] = spikes
+    return fields
+
+
+def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
+    """A result recorded before the runner kept a field of its run's log (the curve's gradient norms, clip_parts),
+    with those fields read from the log now; None when it has them all, the run's log is not here, or the log is not
+    this result's run (its validation curve differs): the evaluation, the cost and everything else stay as recorded."""
+    log = run_dir / "metrics.jsonl"
+    if not log.exists():
+        return None
+    fields = log_fields(read_log(log.parent), result["train"]["grad_clip"])
+    if fields["valid_curve"] != result["valid_curve"]:
+        return None
+    new = {**result, **fields}
+    return new if new != result else None
 
 
 def clip_parts(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any] | None:
@@ -232,8 +255,12 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
         specs = [s for s in specs if s.name in only]
     results, runs = protocol.RESULTS, protocol.RUNS
     if not dry_run and not rerun:
-        for r in load_results(group):  # results written before diagnostics were recorded: add them once
+        for r in load_results(group):  # results written before diagnostics or a log field were recorded: add them
             run_dir = runs / group / r["name"]
+            if newer := relogged(r, run_dir):
+                print(f"[{group}] {r['name']}: added what its log holds and its result did not keep", flush=True)
+                r = newer
+                write_json_atomic(results / group / f"{r['name']}.json", r)
             if r["family"] == "kuramoto" and "diagnostics" not in r and (run_dir / "checkpoint").exists():
                 r["diagnostics"] = run_diagnostics(run_dir, data_dir)
                 write_json_atomic(results / group / f"{r['name']}.json", r)

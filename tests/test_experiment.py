@@ -866,3 +866,30 @@ def test_clip_parts_give_each_parts_share_at_the_clipped_steps_and_over_all():
     assert c["clipped"] == pytest.approx({"ff": 0.64, "angles": 0.36})
     assert c["all"] == pytest.approx({"ff": 0.36, "angles": 0.64})
     assert clip_parts(rows[3:], 1.0) is None and clip_parts(rows, 0.0) is None
+
+
+def test_a_result_recorded_before_a_log_field_gets_it_from_its_runs_log(in_tmp, monkeypatch, capsys):
+    """A finished run whose result predates the curve's gradient norms or clip_parts: the next `run` of its group
+    reads them from the run's metrics.jsonl, once, without training, and keeps everything else; a log that is not
+    the recorded run's (another validation curve) changes nothing."""
+    text = in_tmp / "tiny.txt"
+    text.write_bytes(b"kuramoto phase torus attention sync\n" * 100)
+    train = {"corpus": f"text:{text}", "batch_size": 2, "context": 16, "tokens": 320, "warmup": 2, "eval_every": 5,
+             "eval_batches": 1, "ckpt_every": 5, "precision": "fp32", "compile": False, "progress": False}
+    monkeypatch.setitem(groups.GROUPS, "old", lambda: [protocol.Spec("old", "tf-a", "tf-tiny", {}, train)])
+    experiment.run_group("old", None)
+    path = protocol.RESULTS / "old" / "tf-a.json"
+    full = json.loads(path.read_text())
+    assert "clip_parts" in full and full["curve"][0]["clipped"] is not None
+    old = {**full, "curve": [{k: v for k, v in q.items() if k not in ("grad_norm", "clipped")} for q in full["curve"]]}
+    del old["clip_parts"]
+    path.write_text(json.dumps(old))
+    monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
+    experiment.run_group("old", None)
+    assert "tf-a: added what its log holds" in capsys.readouterr().out
+    assert json.loads(path.read_text()) == full
+    experiment.run_group("old", None)  # nothing left to add
+    assert "added" not in capsys.readouterr().out
+    path.write_text(json.dumps({**old, "valid_curve": [[5 * 32, 9.0]]}))  # not this log's run
+    experiment.run_group("old", None)
+    assert json.loads(path.read_text())["valid_curve"] == [[5 * 32, 9.0]]
