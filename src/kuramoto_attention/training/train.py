@@ -92,8 +92,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights' (a lead: it lost,
-    # and the spikes it was for are in the weights, RESULTS.md)
+    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights' (the lab's lead
+    # clip-angles-apart: it lost at 10M tokens, and the gradient's spikes it was for are the weights', not the angles')
     clip_angles_apart: bool = False
     precision: Literal["bf16", "fp32"] = "bf16"
     compile: bool = False
