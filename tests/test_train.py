@@ -284,6 +284,29 @@ def test_optimizer_groups_phases_and_omega():
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}
 
 
+def test_the_weights_layers_share_get_their_own_rate_in_groups_after_the_others():
+    """shared_lr_mult: the shared gates and P step at their own rate, decayed as before; at 1 the groups are exactly
+    the usual four (a checkpoint's optimizer state matches its groups by position)."""
+    from kuramoto_attention.models.presets import build_model, get_preset
+    from kuramoto_attention.training.train import make_optimizer
+
+    model = build_model(*get_preset("ka-1m-tuned"))
+    gates = model.shared_gates.proj
+    shared = {id(p) for p in (model.shared_ff_proj.weight, gates.weight, gates.bias)}
+    assert model.shared_parameter_names() == {"shared_ff_proj.weight", "shared_gates.proj.weight",
+                                              "shared_gates.proj.bias"}
+    usual = make_optimizer(model, TrainConfig(steps=1)).param_groups
+    assert [g["lr_mult"] for g in usual] == [1.0, 1.0, 20.0, 20.0]
+    groups = make_optimizer(model, TrainConfig(steps=1, shared_lr_mult=0.25)).param_groups
+    def others(gs: list[dict]) -> list[list[int]]:
+        return [[id(p) for p in g["params"] if id(p) not in shared] for g in gs]
+
+    assert others(groups[:4]) == others(usual) and not any(id(p) in shared for g in groups[:4] for p in g["params"])
+    assert [(g["lr_mult"], g["weight_decay"], len(g["params"])) for g in groups[4:]] == [(0.25, 0.1, 2), (0.25, 0.0, 1)]
+    with pytest.raises(ValueError, match="shared_lr_mult"):
+        TrainConfig(steps=1, shared_lr_mult=-1.0).validate()
+
+
 def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
     """One norm: every gradient shrinks by the same factor, so a large angle gradient shrinks the weights' too.
     Apart: the weights and the angles are each brought to the clip by their own norm. Either way the whole norm

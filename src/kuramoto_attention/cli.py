@@ -62,6 +62,7 @@ TRAIN_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "lr": (float, "peak learning rate"),
     "phase_lr_mult": (float, "learning-rate multiplier for phase parameters (embedding phases, ω)"),
     "omega_lr_mult": (float, "learning-rate multiplier for ω alone (default: --phase-lr-mult)"),
+    "shared_lr_mult": (float, "learning-rate multiplier for the weights several layers share (shared gates and P)"),
     "min_lr_ratio": (float, "final lr as a fraction of the peak"),
     "warmup": (int, "linear warmup steps"),
     "weight_decay": (float, "AdamW weight decay (matrices only)"),

@@ -183,6 +183,10 @@ class KuramotoLM(ByteLM):
     def omega_parameter_names(self) -> set[str]:
         return self._names(self.drift_parameters())
 
+    def shared_parameter_names(self) -> set[str]:
+        shared = [m for m in (self.shared_gates, self.shared_ff_proj) if m is not None]
+        return self._names([p for m in shared for p in m.parameters()])
+
     def _names(self, params: list[nn.Parameter]) -> set[str]:
         ids = {id(p) for p in params}
         return {name for name, p in self.named_parameters() if id(p) in ids}

@@ -86,6 +86,9 @@ class TrainConfig:
     # steps ≤ 0.16 rad at the highest swept lr.
     phase_lr_mult: float = 20.0
     omega_lr_mult: float | None = None  # ω's own multiplier; None: the same as phase_lr_mult
+    # the weights several layers share (KuramotoLM's shared gates and P): Adam moves each weight by about lr whatever
+    # its gradient, and a shared weight's step moves every layer that reads it at once
+    shared_lr_mult: float = 1.0
     min_lr_ratio: float = 0.1
     warmup: int = 100
     weight_decay: float = 0.1
@@ -122,7 +125,8 @@ class TrainConfig:
             (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
             (self.grad_clip >= 0, "grad_clip must be >= 0 (0 disables clipping)"),
             (self.phase_lr_mult >= 0 and (self.omega_lr_mult is None or self.omega_lr_mult >= 0)
-             and self.weight_decay >= 0, "phase_lr_mult, omega_lr_mult and weight_decay must be >= 0"),
+             and self.shared_lr_mult >= 0 and self.weight_decay >= 0,
+             "phase_lr_mult, omega_lr_mult, shared_lr_mult and weight_decay must be >= 0"),
             (self.precision in ("bf16", "fp32"), f"precision must be bf16 or fp32, got {self.precision!r}"),
             (self.eval_every > 0 and self.ckpt_every > 0 and self.eval_batches > 0, "eval/ckpt intervals must be > 0"),
         ]
@@ -209,23 +213,27 @@ class GradientClip:
 
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
-    """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier."""
+    """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier; the weights
+    several layers share at ``shared_lr_mult`` (their own groups, after the others, only when it is not 1)."""
     # the groups come from the modules themselves (each says which of its parameters are angles), not from names
     no_decay, phases, rates = model.no_weight_decay(), model.phase_parameter_names(), model.omega_parameter_names()
-    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "phase": [], "omega": []}
+    shared = model.shared_parameter_names() if cfg.shared_lr_mult != 1.0 else set()
+    groups: dict[str, list[nn.Parameter]] = {k: [] for k in ("decay", "no_decay", "phase", "omega", "shared_decay",
+                                                               "shared_no_decay")}
     for name, p in model.named_parameters():
         if name in phases:
             groups["omega" if name in rates else "phase"].append(p)
-        elif p.dim() >= 2 and name not in no_decay:
-            groups["decay"].append(p)
         else:
-            groups["no_decay"].append(p)
-    param_groups = [
+            kind = "decay" if p.dim() >= 2 and name not in no_decay else "no_decay"
+            groups["shared_" + kind if name in shared else kind].append(p)
+    param_groups = [  # this order: a checkpoint's optimizer state is matched to its groups by position
         {"params": groups["decay"], "weight_decay": cfg.weight_decay, "lr_mult": 1.0},
         {"params": groups["no_decay"], "weight_decay": 0.0, "lr_mult": 1.0},
         {"params": groups["phase"], "weight_decay": 0.0, "lr_mult": cfg.phase_lr_mult},
         {"params": groups["omega"], "weight_decay": 0.0,
          "lr_mult": cfg.phase_lr_mult if cfg.omega_lr_mult is None else cfg.omega_lr_mult},
+        {"params": groups["shared_decay"], "weight_decay": cfg.weight_decay, "lr_mult": cfg.shared_lr_mult},
+        {"params": groups["shared_no_decay"], "weight_decay": 0.0, "lr_mult": cfg.shared_lr_mult},
     ]
     param_groups = [g for g in param_groups if g["params"]]
     return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
