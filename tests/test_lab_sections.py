@@ -669,7 +669,7 @@ def test_fit_note_reads_the_stretch_budget_and_the_clipped_steps(in_tmp):
     assert "exceeded the clip" not in fit.fit_note()
 
 
-def test_spike_note_names_the_parts_the_clipped_steps_gradient_is_in(in_tmp):
+def test_spike_note_names_the_parts_the_gradient_is_in(in_tmp):
     spikes = {"clip": 1.0, "steps": 2000, "clipped_steps": 40, "clipped": {"ff": 0.5, "attn": 0.3, "angles": 0.1,
                                                                            "prototypes": 0.05},
               "all": {"ff": 0.2, "attn": 0.4, "angles": 0.2, "prototypes": 0.1}}
@@ -677,9 +677,10 @@ def test_spike_note_names_the_parts_the_clipped_steps_gradient_is_in(in_tmp):
     rows = [{**run("leads40", "ka-b", "ka-1m-tuned", 2.0), "clip_parts": spikes},
             {**run("leads40", "ka-a", "ka-1m-tuned", 2.0), "clip_parts": few}, run("leads40", "ka-c", "ka-1m", 2.1)]
     note = fit.spike_note(rows)
-    assert note.endswith("over all steps in brackets; angles: the phases and ω together): ka-b (40 of 2,000 steps): "
+    assert note.endswith("shared_ff_proj: the shared P): ka-a (3 of 2,000 steps above the clip, too few to rank): "
+                         "over all steps attn 40%, ff 20%, angles 20%; ka-b (40 of 2,000 steps above the clip): "
                          "ff 50% (20%), attn 30% (40%), angles 10% (20%).")
-    assert "ka-a" not in note and fit.spike_note(rows[1:]) == ""  # too few clipped steps to say
+    assert fit.spike_note(rows[2:]) == ""  # no run kept its parts' norms
 
 
 def test_fit_note_is_silent_without_the_largest_budget(in_tmp):

@@ -151,22 +151,27 @@ def clip_note(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def spike_note(results: list[dict[str, Any]], least: int = 10, top: int = 3) -> str:
-    """Which parts of the model the clipped steps' gradient is in, for every run whose log kept each part's norm
-    (runner.clip_parts) and that clipped at least ``least`` steps: the ``top`` parts by median share of the squared
-    norm at those steps, each beside its median share over all steps (a part whose share jumps is where the spikes
-    are)."""
+    """Which parts of the model the gradient is in, for every run whose log kept each part's norm (runner.clip_parts):
+    the ``top`` parts by median share of the squared norm at the steps above the clip, each beside its median share
+    over all steps (a part whose share jumps is where the spikes are); for a run with fewer than ``least`` such steps,
+    the top parts over all steps alone."""
     parts = []
     for r in sorted(results, key=lambda x: (x["group"], x["name"])):
         c = r.get("clip_parts")
-        if not c or c["clipped_steps"] < least:
+        if not c:
             continue
-        ranked = sorted(c["clipped"].items(), key=lambda kv: -kv[1])[:top]
-        parts.append(f"{r['name']} ({c['clipped_steps']} of {c['steps']:,} steps): "
-                     + ", ".join(f"{k} {v:.0%} ({c['all'][k]:.0%})" for k, v in ranked))
+        head = f"{r['name']} ({c['clipped_steps']} of {c['steps']:,} steps above the clip"
+        if c["clipped_steps"] >= least:
+            ranked = sorted(c["clipped"].items(), key=lambda kv: -kv[1])[:top]
+            parts.append(f"{head}): " + ", ".join(f"{k} {v:.0%} ({c['all'][k]:.0%})" for k, v in ranked))
+        else:
+            ranked = sorted(c["all"].items(), key=lambda kv: -kv[1])[:top]
+            parts.append(f"{head}, too few to rank): over all steps " + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
     if not parts:
         return ""
-    return ("Where the clipped steps' gradient sits (each part's median share of the squared norm at the steps above "
-            "the clip, and over all steps in brackets; angles: the phases and ω together): " + "; ".join(parts) + ".")
+    return ("Where the gradient sits (each part's median share of the squared norm at the steps above the clip, and "
+            "over all steps in brackets; angles: the phases and ω together; shared_ff_proj: the shared P): "
+            + "; ".join(parts) + ".")
 
 
 def fit_note() -> str:
