@@ -75,7 +75,7 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
         "params": summary["params"], "tokens": summary["tokens"], "corpus": corpus.name,
         "eval_split": spec.eval_split, "eval_bpc": ev["bpc"], "eval_bytes": ev["bytes_scored"],
         "eval_stride": ev["stride"], "final_valid_estimate": summary["valid_bpc_estimate"],
-        **log_fields(metrics, run.train_cfg.grad_clip),
+        **log_fields(metrics, run.train_cfg.grad_clip, run.train_cfg.warmup),
         "train_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else math.nan,
         "wall_s": trained["wall_s"] if trained and "wall_s" in trained else round(time.time() - started, 1),
         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
@@ -93,7 +93,7 @@ def read_log(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def log_fields(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any]:
+def log_fields(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any]:
     """What a result keeps of its run's log (metrics.jsonl): the validation curve; per evaluation, training seconds
     so far, the mean training BPC since the previous one (overfitting, wall clock), and that window's median gradient
     norm and share of steps clipped (how rough the loss is at the current rate); and where the clipped steps'
@@ -112,7 +112,7 @@ def log_fields(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any]:
             window, norms = [], []
     fields: dict[str, Any] = {"valid_curve": [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m],
                               "curve": points}
-    if spikes := clip_parts(metrics, clip):
+    if spikes := clip_parts(metrics, clip, warmup):
         fields["clip_parts"] = spikes
     return fields
 
@@ -124,17 +124,19 @@ def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
     log = run_dir / "metrics.jsonl"
     if not log.exists():
         return None
-    fields = log_fields(read_log(log.parent), result["train"]["grad_clip"])
+    fields = log_fields(read_log(log.parent), result["train"]["grad_clip"], result["train"]["warmup"])
     if fields["valid_curve"] != result["valid_curve"]:
         return None
     new = {**result, **fields}
     return new if new != result else None
 
 
-def clip_parts(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any] | None:
+def clip_parts(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any] | None:
     """Where a run's gradient spikes sit: each part's median share of the squared gradient norm over the steps whose
-    norm exceeded the clip, and over all steps (None: the log has no part norms, or the run had no clip)."""
-    steps = [m for m in metrics if "part_grad_norms" in m and math.isfinite(m["grad_norm"]) and m["grad_norm"] > 0]
+    norm exceeded the clip, and over all steps, after the warmup (the first steps' large norms are the start's, not
+    spikes; None: the log has no part norms, or the run had no clip)."""
+    steps = [m for m in metrics if "part_grad_norms" in m and m["step"] > warmup and math.isfinite(m["grad_norm"])
+             and m["grad_norm"] > 0]
     if not steps or clip <= 0:
         return None
 
@@ -143,8 +145,8 @@ def clip_parts(metrics: list[dict[str, Any]], clip: float) -> dict[str, Any] | N
                 for k in rows[0]["part_grad_norms"]} if rows else {}
 
     clipped = [m for m in steps if m["grad_norm"] > clip]
-    return {"clip": clip, "steps": len(steps), "clipped_steps": len(clipped), "clipped": shares(clipped),
-            "all": shares(steps)}
+    return {"clip": clip, "after_step": warmup, "steps": len(steps), "clipped_steps": len(clipped),
+            "clipped": shares(clipped), "all": shares(steps)}
 
 
 def _trained_name(result: dict[str, Any]) -> str:

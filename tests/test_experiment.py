@@ -679,7 +679,7 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     # each evaluation's window: its median gradient norm and the share of its steps the clip cut
     assert all(q["grad_norm"] > 0 and 0 <= q["clipped"] <= 1 for q in stage["curve"])
     spikes = stage["clip_parts"]  # and where the clipped steps' gradient was, by part
-    assert spikes["steps"] == 10 and 0 <= spikes["clipped_steps"] <= 10 and "angles" in spikes["all"]
+    assert spikes["steps"] == 10 - 2 and 0 <= spikes["clipped_steps"] <= 8 and "angles" in spikes["all"]  # warmup 2
     assert all(0 <= v <= 1 for v in spikes["all"].values())
     monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
     experiment.run_group("seeds", None, dry_run=True)
@@ -857,15 +857,16 @@ def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc(
 def test_clip_parts_give_each_parts_share_at_the_clipped_steps_and_over_all():
     from lab.runner import clip_parts
 
-    rows = [{"grad_norm": 5.0, "part_grad_norms": {"ff": 4.0, "angles": 3.0}},  # clipped: ff 16/25, angles 9/25
-            {"grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
-            {"grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
-            {"step": 3, "valid_bpc": 2.0}]  # an evaluation's own row, and a run logged before part norms: none
-    c = clip_parts(rows, 1.0)
-    assert c["clip"] == 1.0 and (c["steps"], c["clipped_steps"]) == (3, 1)
+    rows = [{"step": 1, "grad_norm": 9.0, "part_grad_norms": {"ff": 9.0, "angles": 0.0}},  # in the warmup: left out
+            {"step": 2, "grad_norm": 5.0, "part_grad_norms": {"ff": 4.0, "angles": 3.0}},  # clipped: 16/25, 9/25
+            {"step": 3, "grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
+            {"step": 4, "grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
+            {"step": 4, "valid_bpc": 2.0}]  # an evaluation's own row, and a run logged before part norms: none
+    c = clip_parts(rows, 1.0, warmup=1)
+    assert (c["clip"], c["after_step"], c["steps"], c["clipped_steps"]) == (1.0, 1, 3, 1)
     assert c["clipped"] == pytest.approx({"ff": 0.64, "angles": 0.36})
     assert c["all"] == pytest.approx({"ff": 0.36, "angles": 0.64})
-    assert clip_parts(rows[3:], 1.0) is None and clip_parts(rows, 0.0) is None
+    assert clip_parts(rows[4:], 1.0, 1) is None and clip_parts(rows, 0.0, 1) is None
 
 
 def test_a_result_recorded_before_a_log_field_gets_it_from_its_runs_log(in_tmp, monkeypatch, capsys):

@@ -169,8 +169,9 @@ def spike_note(results: list[dict[str, Any]], least: int = 10, top: int = 3) -> 
             parts.append(f"{head}, too few to rank): over all steps " + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
     if not parts:
         return ""
-    return ("Where the gradient sits (each part's median share of the squared norm at the steps above the clip, and "
-            "over all steps in brackets; angles: the phases and ω together; shared_ff_proj: the shared P): "
+    return ("Where the gradient sits after the warmup (each part's median share of the squared norm at the steps above "
+            "the clip, and over all steps in brackets; angles: the phases and ω together; shared_ff_proj: the shared "
+            "P): "
             + "; ".join(parts) + ".")
 
 
