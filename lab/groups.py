@@ -235,7 +235,7 @@ LEADS: dict[str, Lead] = {
     # clip the angles held a median 9% of the squared norm (19% over all steps). The spikes are the weights'
     "clip-angles-apart": Lead(train={"clip_angles_apart": True}),
     # the shared P (one 2k → k map that every layer's feed-forward, value gate and metric gates read) holds about half
-    # the gradient's squared norm with 5% of the weights (the runs' clip_parts). Adam steps each weight by about lr
+    # the gradient's squared norm with 5% of the weights (the runs' clipping). Adam steps each weight by about lr
     # whatever its gradient, and a step of P's moves all four layers' inputs at once: the shared weights at a
     # quarter of the rate
     "shared-lr-0.25": Lead(train={"shared_lr_mult": 0.25}),

@@ -97,7 +97,7 @@ def log_fields(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[
     """What a result keeps of its run's log (metrics.jsonl): the validation curve; per evaluation, training seconds
     so far, the mean training BPC since the previous one (overfitting, wall clock), and that window's median gradient
     norm and share of steps clipped (how rough the loss is at the current rate); and where the clipped steps'
-    gradient sits (``clip_parts``, when the log kept each part's norm)."""
+    gradient sat (``clipping``)."""
     points, window, norms = [], [], []
     for m in metrics:
         if "train_bpc" in m:
@@ -112,13 +112,13 @@ def log_fields(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[
             window, norms = [], []
     fields: dict[str, Any] = {"valid_curve": [[m["tokens"], m["valid_bpc"]] for m in metrics if "valid_bpc" in m],
                               "curve": points}
-    if spikes := clip_parts(metrics, clip, warmup):
-        fields["clip_parts"] = spikes
+    if rough := clipping(metrics, clip, warmup):
+        fields["clipping"] = rough
     return fields
 
 
 def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
-    """A result recorded before the runner kept a field of its run's log (the curve's gradient norms, clip_parts),
+    """A result recorded before the runner kept a field of its run's log (the curve's gradient norms, clipping),
     with those fields read from the log now; None when it has them all, the run's log is not here, or the log is not
     this result's run (its validation curve differs): the evaluation, the cost and everything else stay as recorded."""
     log = run_dir / "metrics.jsonl"
@@ -131,22 +131,25 @@ def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
     return new if new != result else None
 
 
-def clip_parts(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any] | None:
-    """Where a run's gradient spikes sit: each part's median share of the squared gradient norm over the steps whose
-    norm exceeded the clip, and over all steps, after the warmup (the first steps' large norms are the start's, not
-    spikes; None: the log has no part norms, or the run had no clip)."""
-    steps = [m for m in metrics if "part_grad_norms" in m and m["step"] > warmup and math.isfinite(m["grad_norm"])
+def clipping(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any] | None:
+    """How rough a run's training was after its warmup (the first steps' large norms are the start's, not spikes):
+    how many steps' gradient norm exceeded the clip, and, when the log kept each part's norm, where the gradient sat
+    (``parts``: each part's median share of the squared norm at those steps, and over all steps). None: the log has
+    no gradient norms, or the run had no clip."""
+    steps = [m for m in metrics if "grad_norm" in m and m["step"] > warmup and math.isfinite(m["grad_norm"])
              and m["grad_norm"] > 0]
     if not steps or clip <= 0:
         return None
+    clipped = [m for m in steps if m["grad_norm"] > clip]
+    out: dict[str, Any] = {"clip": clip, "after_step": warmup, "steps": len(steps), "clipped_steps": len(clipped)}
 
     def shares(rows: list[dict[str, Any]]) -> dict[str, float]:
         return {k: statistics.median(r["part_grad_norms"][k] ** 2 / r["grad_norm"] ** 2 for r in rows)
                 for k in rows[0]["part_grad_norms"]} if rows else {}
 
-    clipped = [m for m in steps if m["grad_norm"] > clip]
-    return {"clip": clip, "after_step": warmup, "steps": len(steps), "clipped_steps": len(clipped),
-            "clipped": shares(clipped), "all": shares(steps)}
+    if all("part_grad_norms" in m for m in steps):
+        out["parts"] = {"clipped": shares(clipped), "all": shares(steps)}
+    return out
 
 
 def _trained_name(result: dict[str, Any]) -> str:

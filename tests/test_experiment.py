@@ -678,9 +678,9 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     assert all(x >= 0 for x in diag["attn_drive"] + diag["ff_drive"])
     # each evaluation's window: its median gradient norm and the share of its steps the clip cut
     assert all(q["grad_norm"] > 0 and 0 <= q["clipped"] <= 1 for q in stage["curve"])
-    spikes = stage["clip_parts"]  # and where the clipped steps' gradient was, by part
-    assert spikes["steps"] == 10 - 2 and 0 <= spikes["clipped_steps"] <= 8 and "angles" in spikes["all"]  # warmup 2
-    assert all(0 <= v <= 1 for v in spikes["all"].values())
+    rough = stage["clipping"]  # after the warmup (2 steps), how many were clipped, and where the gradient was
+    assert rough["steps"] == 10 - 2 and 0 <= rough["clipped_steps"] <= 8 and "angles" in rough["parts"]["all"]
+    assert all(0 <= v <= 1 for v in rough["parts"]["all"].values())
     monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
     experiment.run_group("seeds", None, dry_run=True)
     assert "ka-s0: would evaluate stage/ka-a's checkpoint on test" in capsys.readouterr().out
@@ -854,23 +854,25 @@ def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc(
     assert compute.overfit({}) == "—"
 
 
-def test_clip_parts_give_each_parts_share_at_the_clipped_steps_and_over_all():
-    from lab.runner import clip_parts
+def test_clipping_counts_the_clipped_steps_after_the_warmup_and_where_their_gradient_was():
+    from lab.runner import clipping
 
     rows = [{"step": 1, "grad_norm": 9.0, "part_grad_norms": {"ff": 9.0, "angles": 0.0}},  # in the warmup: left out
             {"step": 2, "grad_norm": 5.0, "part_grad_norms": {"ff": 4.0, "angles": 3.0}},  # clipped: 16/25, 9/25
             {"step": 3, "grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
             {"step": 4, "grad_norm": 0.5, "part_grad_norms": {"ff": 0.3, "angles": 0.4}},
             {"step": 4, "valid_bpc": 2.0}]  # an evaluation's own row, and a run logged before part norms: none
-    c = clip_parts(rows, 1.0, warmup=1)
+    c = clipping(rows, 1.0, warmup=1)
     assert (c["clip"], c["after_step"], c["steps"], c["clipped_steps"]) == (1.0, 1, 3, 1)
-    assert c["clipped"] == pytest.approx({"ff": 0.64, "angles": 0.36})
-    assert c["all"] == pytest.approx({"ff": 0.36, "angles": 0.64})
-    assert clip_parts(rows[4:], 1.0, 1) is None and clip_parts(rows, 0.0, 1) is None
+    assert c["parts"]["clipped"] == pytest.approx({"ff": 0.64, "angles": 0.36})
+    assert c["parts"]["all"] == pytest.approx({"ff": 0.36, "angles": 0.64})
+    assert clipping(rows[4:], 1.0, 1) is None and clipping(rows, 0.0, 1) is None
+    older = [{k: v for k, v in r.items() if k != "part_grad_norms"} for r in rows]  # logged before the parts' norms
+    assert clipping(older, 1.0, 1) == {"clip": 1.0, "after_step": 1, "steps": 3, "clipped_steps": 1}
 
 
 def test_a_result_recorded_before_a_log_field_gets_it_from_its_runs_log(in_tmp, monkeypatch, capsys):
-    """A finished run whose result predates the curve's gradient norms or clip_parts: the next `run` of its group
+    """A finished run whose result predates the curve's gradient norms or clipping: the next `run` of its group
     reads them from the run's metrics.jsonl, once, without training, and keeps everything else; a log that is not
     the recorded run's (another validation curve) changes nothing."""
     text = in_tmp / "tiny.txt"
@@ -881,9 +883,9 @@ def test_a_result_recorded_before_a_log_field_gets_it_from_its_runs_log(in_tmp, 
     experiment.run_group("old", None)
     path = protocol.RESULTS / "old" / "tf-a.json"
     full = json.loads(path.read_text())
-    assert "clip_parts" in full and full["curve"][0]["clipped"] is not None
+    assert "clipping" in full and full["curve"][0]["clipped"] is not None
     old = {**full, "curve": [{k: v for k, v in q.items() if k not in ("grad_norm", "clipped")} for q in full["curve"]]}
-    del old["clip_parts"]
+    del old["clipping"]
     path.write_text(json.dumps(old))
     monkeypatch.setattr(experiment, "train", lambda *_a, **_k: pytest.fail("must not train again"))
     experiment.run_group("old", None)

@@ -5,7 +5,6 @@ BPC each model gains per doubling of the budget, what the protocol's tokens lose
 each run's steps the gradient clip cut (``clip_note``) and which parts of the model those steps' gradient was in
 (``spike_note``)."""
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -116,56 +115,53 @@ def _fit_part(name: str, gaps: list[tuple[int, float, float]]) -> str:
             f"training BPC {since})")
 
 
-def clipped_share(r: dict[str, Any]) -> tuple[float, float] | None:
-    """(share of training steps whose gradient norm exceeded the clip, the median of the evaluation windows'
-    median norms) along a run, from its curve, each window weighted by its tokens (runs recorded before the curve
-    kept them: None)."""
-    pts, last, weighted = [], 0, []
-    for q in r.get("curve", []):
-        if q.get("clipped") is not None:
-            weighted.append((q["tokens"] - last, q["clipped"]))
-            pts.append(q["grad_norm"])
-        last = q["tokens"]
-    total = sum(w for w, _ in weighted)
-    if not total:
-        return None
-    return sum(w * c for w, c in weighted) / total, statistics.median(pts)
+def _omega_rate(r: dict[str, Any]) -> float:
+    """ω's learning-rate multiplier in a run (its own, or the phases' when it has none)."""
+    t = r["train"]
+    return t["omega_lr_mult"] if t.get("omega_lr_mult") is not None else t.get("phase_lr_mult", 20.0)
 
 
-def clip_note(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """How rough each largest-budget run's training was (the 40M runs, budget100's): the share of its steps the
-    gradient clip cut, at each budget where the transformer's run kept its norms (a share means little without the
-    reference's beside it)."""
-    parts = []
-    for b in (BUDGETS[-1], STRETCH_BUDGET):
-        tf = runs.get(f"{b // 1_000_000}M", {}).get(REFERENCE)
-        if tf is None or clipped_share(tf) is None:
-            continue
-        shares = [(x["name"], c) for x in [tf, *(r for _, r in fit_runs(b, runs))] if (c := clipped_share(x))]
-        parts.append(f"at {b // 1_000_000}M (clip {tf['train']['grad_clip']:g}), "
-                     + ", ".join(f"{name} {c[0]:.1%} (median norm {c[1]:.2f})" for name, c in shares))
-    if not parts:
+def clip_note(results: list[dict[str, Any]]) -> str:
+    """How rough each run's training was after its warmup (runner.clipping: runs whose log is on the machine that
+    recorded them): the share of its steps whose gradient norm exceeded the clip, the Kuramoto runs by ω's rate
+    beside the transformer's, and whether those rates separate the runs."""
+    rows = sorted(((r, c["clipped_steps"] / c["steps"]) for r in results if (c := r.get("clipping"))),
+                  key=lambda x: -x[1])
+    if not rows:
         return ""
-    return ("Steps whose gradient norm exceeded the clip, share of each run's steps (and the median of its evaluation "
-            "windows' median norms): " + "; ".join(parts) + ".")
+    by_rate: dict[float, list[tuple[str, float]]] = {}
+    for r, share in rows:
+        if r["family"] == "kuramoto":
+            by_rate.setdefault(_omega_rate(r), []).append((r["name"], share))
+    parts = [f"with ω at ×{rate:g}, " + ", ".join(f"{name} {share:.2%}" for name, share in named)
+             for rate, named in sorted(by_rate.items(), key=lambda kv: -kv[0])]
+    parts += [f"{r['name']} {share:.2%}" for r, share in rows if r["family"] != "kuramoto"]
+    text = ("Steps whose gradient norm exceeded the clip after the warmup, as a share of each run's steps: "
+            + "; ".join(parts) + ".")
+    if len(by_rate) > 1:
+        slow, fast = by_rate[min(by_rate)], by_rate[max(by_rate)]
+        if max(x for _, x in slow) < min(x for _, x in fast):
+            text += (f" Every run with ω at ×{min(by_rate):g} clipped fewer of its steps than every run with ω at "
+                     f"×{max(by_rate):g}: the spikes come with ω's rate.")
+    return text
 
 
 def spike_note(results: list[dict[str, Any]], least: int = 10, top: int = 3) -> str:
-    """Which parts of the model the gradient is in, for every run whose log kept each part's norm (runner.clip_parts):
+    """Which parts of the model the gradient is in, for every run whose log kept each part's norm (runner.clipping):
     the ``top`` parts by median share of the squared norm at the steps above the clip, each beside its median share
     over all steps (a part whose share jumps is where the spikes are); for a run with fewer than ``least`` such steps,
     the top parts over all steps alone."""
     parts = []
     for r in sorted(results, key=lambda x: (x["group"], x["name"])):
-        c = r.get("clip_parts")
-        if not c:
+        c = r.get("clipping")
+        if not c or "parts" not in c:
             continue
         head = f"{r['name']} ({c['clipped_steps']} of {c['steps']:,} steps above the clip"
         if c["clipped_steps"] >= least:
-            ranked = sorted(c["clipped"].items(), key=lambda kv: -kv[1])[:top]
-            parts.append(f"{head}): " + ", ".join(f"{k} {v:.0%} ({c['all'][k]:.0%})" for k, v in ranked))
+            ranked = sorted(c["parts"]["clipped"].items(), key=lambda kv: -kv[1])[:top]
+            parts.append(f"{head}): " + ", ".join(f"{k} {v:.0%} ({c['parts']['all'][k]:.0%})" for k, v in ranked))
         else:
-            ranked = sorted(c["all"].items(), key=lambda kv: -kv[1])[:top]
+            ranked = sorted(c["parts"]["all"].items(), key=lambda kv: -kv[1])[:top]
             parts.append(f"{head}, too few to rank): over all steps " + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
     if not parts:
         return ""
@@ -214,10 +210,10 @@ def fit_note() -> str:
                      f"whether lower rates at {label} close the gap).")
     if lower := rate_note():
         text += " " + lower
-    if clipped := clip_note(runs):
-        text += " " + clipped
-    if spikes := spike_note(all_results()):
-        text += " " + spikes
+    results = all_results()
+    for note in (clip_note(results), spike_note(results)):
+        if note:
+            text += " " + note
     return text
 
 
