@@ -824,8 +824,9 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     at_rate = [s for s in groups.plan("leads40") if s.name.endswith("-40m-lr-0.002")]
     budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
     assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]
-    assert not [s for s in groups.plan("leads40")  # instead of the swept rate
-                if s.name.endswith("-40m") and not groups.flop_matched(s.name)]
+    # instead of the swept rate, but for a lead that asks for it as well
+    assert [s.name for s in groups.plan("leads40") if s.name.endswith("-40m") and not groups.flop_matched(s.name)] \
+        == [f"ka-1m-tuned-{k}-40m" for k, v in groups.LEADS.items() if v.at_budget and 4e-3 in v.rates]
     spec = at_rate[0]
     assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == 40_000_000
     assert spec.train["omega_lr_mult"] == groups.LEADS[budget_leads[0]].train["omega_lr_mult"]
