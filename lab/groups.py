@@ -241,7 +241,8 @@ LEADS: dict[str, Lead] = {
     # the shared P (one 2k → k map that every layer's feed-forward, value gate and metric gates read) holds about half
     # the gradient's squared norm with 5% of the weights (the runs' clipping). Adam steps each weight by about lr
     # whatever its gradient, and a step of P's moves all four layers' inputs at once: the shared weights at a
-    # quarter of the rate
+    # quarter of the rate. It lost at 10M (slower in the schedule's second half), with no step clipped after the
+    # warmup and P still half the gradient
     "shared-lr-0.25": Lead(train={"shared_lr_mult": 0.25}),
 }
 
