@@ -179,9 +179,9 @@ class Lead:
     # a lead whose reason is the budget itself goes to 40M (leads40) whatever it scores at the protocol: the protocol
     # favours what helps early, and the gap is what grows late
     at_budget: bool = False
-    # rates it also trains at in leads40, beside the preset's best there: a change that smooths training may want a
-    # higher rate than the preset's
-    rates: tuple[float, ...] = ()
+    # also at the preset's swept rate in leads40 where lr40 found a lower one better for the preset: a change that
+    # smooths training may want a higher rate than the preset does
+    at_swept_rate: bool = False
 
     def change(self) -> str:
         return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
@@ -231,7 +231,7 @@ LEADS: dict[str, Lead] = {
     # own): do their gains add? Also at the swept rate: with ω at ×1 training has almost no spikes (the fit note's
     # clipping), and omega-lr-1 alone was better there than at the preset's best
     "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
-                                  {"omega_lr_mult": 1.0}, at_budget=True, rates=(4e-3,)),
+                                  {"omega_lr_mult": 1.0}, at_budget=True, at_swept_rate=True),
     # one gradient norm for weights and angles: ω's gradient grows with the position it rotates by, so its spikes
     # could set the clip and shrink every weight's step with them (the clip cut 19% of ka-1m-tuned-100m's steps in
     # its first 40M tokens, 0.7% of tf-1m-100m's, almost none of either's later: their logged norms). Each set
@@ -308,8 +308,8 @@ def _leads40() -> list[Spec]:
         stem = f"{name}-{b // 1_000_000}m"
         made = {float(p.stem.removeprefix(f"{stem}-lr-"))
                 for p in (protocol.RESULTS / "leads40").glob(f"{stem}-lr-*.json")}
-        return sorted({best[b], *made, *chosen[name].rates, *([swept] if _recorded("leads40", stem) else [])},
-                      reverse=True)
+        also = chosen[name].at_swept_rate or _recorded("leads40", stem)
+        return sorted({best[b], *made, *([swept] if also else [])}, reverse=True)
 
     return [Spec("leads40", f"{name}-{b // 1_000_000}m" + ("" if rate == swept else f"-lr-{rate:g}"), "ka-1m-tuned",
                  lead.model, {**_own_training("ka-1m-tuned", b), **lead.train, "lr": rate})

@@ -90,6 +90,7 @@ def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = 
 
 
 def read_log(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl, one record per step (and per evaluation)."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -102,7 +103,8 @@ def log_fields(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[
     for m in metrics:
         if "train_bpc" in m:
             window.append(m["train_bpc"])
-            norms.append(m["grad_norm"])
+            if "grad_norm" in m:  # logged since the trainer kept it
+                norms.append(m["grad_norm"])
         if "valid_bpc" in m:
             points.append({"tokens": m["tokens"], "elapsed_s": m["elapsed_s"], "valid_bpc": m["valid_bpc"],
                            "train_bpc": sum(window) / len(window) if window else None,
@@ -121,10 +123,11 @@ def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
     """A result recorded before the runner kept a field of its run's log (the curve's gradient norms, clipping),
     with those fields read from the log now; None when it has them all, the run's log is not here, or the log is not
     this result's run (its validation curve differs): the evaluation, the cost and everything else stay as recorded."""
-    log = run_dir / "metrics.jsonl"
-    if not log.exists():
+    try:
+        metrics = read_log(run_dir)
+    except (OSError, json.JSONDecodeError):  # not on this machine, or not a whole log: the record stays as it is
         return None
-    fields = log_fields(read_log(log.parent), result["train"]["grad_clip"], result["train"]["warmup"])
+    fields = log_fields(metrics, result["train"]["grad_clip"], result["train"]["warmup"])
     if fields["valid_curve"] != result["valid_curve"]:
         return None
     new = {**result, **fields}
@@ -134,8 +137,8 @@ def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
 def clipping(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any] | None:
     """How rough a run's training was after its warmup (the first steps' large norms are the start's, not spikes):
     how many steps' gradient norm exceeded the clip, and, when the log kept each part's norm, where the gradient sat
-    (``parts``: each part's median share of the squared norm at those steps, and over all steps). None: the log has
-    no gradient norms, or the run had no clip."""
+    (``parts``: each part's median share of the squared norm at those steps, and over all steps; medians, so they
+    need not add up to 1). None: the log has no gradient norms, or the run had no clip."""
     steps = [m for m in metrics if "grad_norm" in m and m["step"] > warmup and math.isfinite(m["grad_norm"])
              and m["grad_norm"] > 0]
     if not steps or clip <= 0:
@@ -143,9 +146,10 @@ def clipping(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[st
     clipped = [m for m in steps if m["grad_norm"] > clip]
     out: dict[str, Any] = {"clip": clip, "after_step": warmup, "steps": len(steps), "clipped_steps": len(clipped)}
 
-    def shares(rows: list[dict[str, Any]]) -> dict[str, float]:
-        return {k: statistics.median(r["part_grad_norms"][k] ** 2 / r["grad_norm"] ** 2 for r in rows)
-                for k in rows[0]["part_grad_norms"]} if rows else {}
+    def shares(rows: list[dict[str, Any]]) -> dict[str, float]:  # a part without a gradient at a step holds none
+        names = dict.fromkeys(k for r in rows for k in r["part_grad_norms"])
+        return {k: statistics.median(r["part_grad_norms"].get(k, 0.0) ** 2 / r["grad_norm"] ** 2 for r in rows)
+                for k in names}
 
     if all("part_grad_norms" in m for m in steps):
         out["parts"] = {"clipped": shares(clipped), "all": shares(steps)}

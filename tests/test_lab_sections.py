@@ -668,30 +668,33 @@ def test_clip_note_sets_the_runs_by_omegas_rate_beside_the_transformer(in_tmp):
 
     rows = [rough("leads", "ka-a", "ka-1m-tuned", 20, phase_lr_mult=20.0, omega_lr_mult=None),
             rough("leads", "ka-b", "ka-1m-tuned", 2, phase_lr_mult=20.0, omega_lr_mult=1.0),
-            rough("budget100", "tf-1m-100m", "tf-1m", 0), rough("leads", "ka-c", "ka-1m-tuned", 74)]
+            rough("budget100", "tf-1m-100m", "tf-1m", 0), rough("leads", "ka-c", "ka-1m-tuned", 74),
+            rough("leads", "ka-apart", "ka-1m-tuned", 500, clip_angles_apart=True)]  # not one norm: left out
     note = fit.clip_note(rows)
     assert note.startswith("Steps whose gradient norm exceeded the clip after the warmup, as a share of each run's "
                            "steps: with ω at ×20, ka-c 7.40%, ka-a 2.00%; with ω at ×1, ka-b 0.20%; tf-1m-100m 0.00%.")
-    assert "Every run with ω at ×1 clipped fewer of its steps than every run with ω at ×20" in note
+    assert note.endswith("Every run with ω at ×1 clipped fewer of its steps than every run with ω at ×20.")
     rows[1]["clipping"]["clipped_steps"] = 30  # the rates no longer separate the runs
     assert "Every run" not in fit.clip_note(rows) and fit.clip_note([run("leads", "x", "ka-1m", 2.0)]) == ""
-
-
 
 
 def test_spike_note_names_the_parts_the_gradient_is_in(in_tmp):
     spikes = {"clip": 1.0, "steps": 2000, "clipped_steps": 40,
               "parts": {"clipped": {"ff": 0.5, "attn": 0.3, "angles": 0.1, "prototypes": 0.05},
                         "all": {"ff": 0.2, "attn": 0.4, "angles": 0.2, "prototypes": 0.1}}}
-    few = {**spikes, "clipped_steps": 3}
     rows = [{**run("leads40", "ka-b", "ka-1m-tuned", 2.0), "clipping": spikes},
-            {**run("leads40", "ka-a", "ka-1m-tuned", 2.0), "clipping": few}, run("leads40", "ka-c", "ka-1m", 2.1),
-            {**run("leads40", "ka-d", "ka-1m", 2.1), "clipping": {"clip": 1.0, "steps": 9, "clipped_steps": 0}}]
-    note = fit.spike_note(rows)
-    assert note.endswith("shared_ff_proj: the shared P): ka-a (3 of 2,000 steps above the clip, too few to rank): "
-                         "over all steps attn 40%, ff 20%, angles 20%; ka-b (40 of 2,000 steps above the clip): "
-                         "ff 50% (20%), attn 30% (40%), angles 10% (20%).")
-    assert fit.spike_note(rows[2:]) == ""  # no run's log kept its parts' norms
+            {**run("leads40", "ka-a", "ka-1m-tuned", 2.0), "clipping": {**spikes, "clipped_steps": 3}},
+            {**run("leads40", "ka-c", "ka-1m-tuned", 2.0), "clipping": {**spikes, "clipped_steps": 0}},
+            run("leads40", "ka-d", "ka-1m", 2.1),
+            {**run("leads40", "ka-e", "ka-1m", 2.1), "clipping": {"clip": 1.0, "steps": 9, "clipped_steps": 0}}]
+    assert fit.spike_note(rows) == (
+        "Where the gradient sits after the warmup (each part's median share of the squared norm over all steps, and at "
+        "the steps above the clip for a run with at least 10; angles: the phases and ω together): "
+        "ka-a (3 of 2,000 steps above the clip): attn 40%, ff 20%, angles 20%; "
+        "ka-b (40 of 2,000 steps above the clip): attn 40%, ff 20%, angles 20%; at the clipped steps ff 50%, attn 30%, "
+        "angles 10%; ka-c (no step above the clip): attn 40%, ff 20%, angles 20%.")
+    assert "at the steps above the clip" not in fit.spike_note(rows[1:])  # none has enough clipped steps to rank
+    assert fit.spike_note(rows[3:]) == ""  # no run's log kept its parts' norms
 
 
 def test_fit_note_is_silent_without_the_largest_budget(in_tmp):
@@ -826,7 +829,7 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]
     # instead of the swept rate, but for a lead that asks for it as well
     assert [s.name for s in groups.plan("leads40") if s.name.endswith("-40m") and not groups.flop_matched(s.name)] \
-        == [f"ka-1m-tuned-{k}-40m" for k, v in groups.LEADS.items() if v.at_budget and 4e-3 in v.rates]
+        == [f"ka-1m-tuned-{k}-40m" for k, v in groups.LEADS.items() if v.at_budget and v.at_swept_rate]
     spec = at_rate[0]
     assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == 40_000_000
     assert spec.train["omega_lr_mult"] == groups.LEADS[budget_leads[0]].train["omega_lr_mult"]

@@ -298,6 +298,7 @@ def test_the_weights_layers_share_get_their_own_rate_in_groups_after_the_others(
     usual = make_optimizer(model, TrainConfig(steps=1)).param_groups
     assert [g["lr_mult"] for g in usual] == [1.0, 1.0, 20.0, 20.0]
     groups = make_optimizer(model, TrainConfig(steps=1, shared_lr_mult=0.25)).param_groups
+
     def others(gs: list[dict]) -> list[list[int]]:
         return [[id(p) for p in g["params"] if id(p) not in shared] for g in gs]
 

@@ -66,15 +66,19 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+# the training settings a variant (a lead, an ablation) changes
+TRAINING_VARIANTS = ("phase_lr_mult", "omega_lr_mult", "shared_lr_mult", "weight_decay", "clip_angles_apart")
+
+
 def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
     """A run's model overrides, less (``strip_pinned``) the ψ(θ) feed-forward its group is pinned to: within such a
     group that is the base every run shares, not a change."""
     pinned = UNPROJECTED if strip_pinned and r["group"] in RAN_UNPROJECTED else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
-    for name in ("phase_lr_mult", "omega_lr_mult", "weight_decay"):  # the training settings a variant changes
-        if r["train"].get(name, TRAIN_DEFAULTS[name]) != TRAIN_DEFAULTS[name]:
-            parts.append(f"{name}={r['train'][name]:g}")
+    for name in TRAINING_VARIANTS:
+        if (v := r["train"].get(name, TRAIN_DEFAULTS[name])) != TRAIN_DEFAULTS[name]:
+            parts.append(name if v is True else f"{name}={v:g}")
     return ", ".join(parts) or "(preset)"
 
 

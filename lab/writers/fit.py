@@ -116,17 +116,18 @@ def _fit_part(name: str, gaps: list[tuple[int, float, float]]) -> str:
 
 
 def _omega_rate(r: dict[str, Any]) -> float:
-    """ω's learning-rate multiplier in a run (its own, or the phases' when it has none)."""
+    """ω's learning-rate multiplier in a run (its own, or the phases' when it has none: ``make_optimizer``'s rule)."""
     t = r["train"]
-    return t["omega_lr_mult"] if t.get("omega_lr_mult") is not None else t.get("phase_lr_mult", 20.0)
+    return t["omega_lr_mult"] if t.get("omega_lr_mult") is not None else t["phase_lr_mult"]
 
 
 def clip_note(results: list[dict[str, Any]]) -> str:
-    """How rough each run's training was after its warmup (runner.clipping: runs whose log is on the machine that
-    recorded them): the share of its steps whose gradient norm exceeded the clip, the Kuramoto runs by ω's rate
-    beside the transformer's, and whether those rates separate the runs."""
-    rows = sorted(((r, c["clipped_steps"] / c["steps"]) for r in results if (c := r.get("clipping"))),
-                  key=lambda x: -x[1])
+    """How rough each run's training was after its warmup (runner.clipping: runs whose log was on the machine that
+    recorded them): the share of its steps whose gradient norm exceeded the clip, the Kuramoto runs by ω's rate beside
+    the transformer's, and whether those rates separate the runs (budgets and rates differ among them: an observation,
+    not a controlled comparison). A run that clips the angles apart is left out: its clip is not one norm."""
+    rows = sorted(((r, c["clipped_steps"] / c["steps"]) for r in results
+                   if (c := r.get("clipping")) and not r["train"].get("clip_angles_apart")), key=lambda x: -x[1])
     if not rows:
         return ""
     by_rate: dict[float, list[tuple[str, float]]] = {}
@@ -138,37 +139,40 @@ def clip_note(results: list[dict[str, Any]]) -> str:
     parts += [f"{r['name']} {share:.2%}" for r, share in rows if r["family"] != "kuramoto"]
     text = ("Steps whose gradient norm exceeded the clip after the warmup, as a share of each run's steps: "
             + "; ".join(parts) + ".")
-    if len(by_rate) > 1:
+    if len(by_rate) == 2:
         slow, fast = by_rate[min(by_rate)], by_rate[max(by_rate)]
         if max(x for _, x in slow) < min(x for _, x in fast):
             text += (f" Every run with ω at ×{min(by_rate):g} clipped fewer of its steps than every run with ω at "
-                     f"×{max(by_rate):g}: the spikes come with ω's rate.")
+                     f"×{max(by_rate):g}.")
     return text
 
 
 def spike_note(results: list[dict[str, Any]], least: int = 10, top: int = 3) -> str:
     """Which parts of the model the gradient is in, for every run whose log kept each part's norm (runner.clipping):
-    the ``top`` parts by median share of the squared norm at the steps above the clip, each beside its median share
-    over all steps (a part whose share jumps is where the spikes are); for a run with fewer than ``least`` such steps,
-    the top parts over all steps alone."""
-    parts = []
+    the ``top`` parts by median share of the squared norm over all steps after the warmup, and, for a run with at
+    least ``least`` steps above the clip, at those steps (a part whose share jumps there is where the spikes are)."""
+    parts, ranked_any = [], False
     for r in sorted(results, key=lambda x: (x["group"], x["name"])):
         c = r.get("clipping")
         if not c or "parts" not in c:
             continue
-        head = f"{r['name']} ({c['clipped_steps']} of {c['steps']:,} steps above the clip"
+        shares = c["parts"]
+        overall = ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares["all"].items(), key=lambda kv: -kv[1])[:top])
+        above = f"{c['clipped_steps']} of {c['steps']:,} steps above the clip" if c["clipped_steps"] else \
+            "no step above the clip"
+        text = f"{r['name']} ({above}): {overall}"
         if c["clipped_steps"] >= least:
-            ranked = sorted(c["parts"]["clipped"].items(), key=lambda kv: -kv[1])[:top]
-            parts.append(f"{head}): " + ", ".join(f"{k} {v:.0%} ({c['parts']['all'][k]:.0%})" for k, v in ranked))
-        else:
-            ranked = sorted(c["parts"]["all"].items(), key=lambda kv: -kv[1])[:top]
-            parts.append(f"{head}, too few to rank): over all steps " + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
+            ranked_any = True
+            text += "; at the clipped steps " + ", ".join(
+                f"{k} {v:.0%}" for k, v in sorted(shares["clipped"].items(), key=lambda kv: -kv[1])[:top])
+        parts.append(text)
     if not parts:
         return ""
-    return ("Where the gradient sits after the warmup (each part's median share of the squared norm at the steps above "
-            "the clip, and over all steps in brackets; angles: the phases and ω together; shared_ff_proj: the shared "
-            "P): "
-            + "; ".join(parts) + ".")
+    names = {k for r in results if (c := r.get("clipping")) and "parts" in c for k in c["parts"]["all"]}
+    gloss = "; shared_ff_proj: the shared P" if "shared_ff_proj" in names else ""
+    return ("Where the gradient sits after the warmup (each part's median share of the squared norm over all steps"
+            + (f", and at the steps above the clip for a run with at least {least}" if ranked_any else "")
+            + f"; angles: the phases and ω together{gloss}): " + "; ".join(parts) + ".")
 
 
 def fit_note() -> str:

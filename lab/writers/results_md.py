@@ -20,6 +20,7 @@ from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
 from lab.retired import RETIRED, rerun_command, retired_settings
 from lab.writers import compute, fit, gap_budget, geometries, leads, size, summary
 from lab.writers.common import (
+    TRAINING_VARIANTS,
     fmt,
     label,
     overrides,
@@ -391,7 +392,7 @@ def _seed_means(rows: list[dict[str, Any]], ka: dict[int, float], tf_mean: float
 
 
 def _same_optimiser(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    keys = ("weight_decay", "beta1", "beta2", "phase_lr_mult", "omega_lr_mult", "grad_clip", "precision", "warmup")
+    keys = (*TRAINING_VARIANTS, "beta1", "beta2", "grad_clip", "precision", "warmup")
     return all(a["train"].get(k, TRAIN_DEFAULTS[k]) == b["train"].get(k, TRAIN_DEFAULTS[k]) for k in keys)
 
 

@@ -95,8 +95,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights' (the lab's lead
-    # clip-angles-apart: it lost at 10M tokens, and the gradient's spikes it was for are the weights', not the angles')
+    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights': a large angle
+    # gradient then cannot shrink the weights' step (the lab's lead clip-angles-apart)
     clip_angles_apart: bool = False
     precision: Literal["bf16", "fp32"] = "bf16"
     compile: bool = False
@@ -210,6 +210,12 @@ class GradientClip:
             norms = [nn.utils.clip_grad_norm_(ps, self.clip) for ps in self.apart]
             return torch.stack(norms).norm(), parts
         return nn.utils.clip_grad_norm_(self.params, self.clip), parts
+
+
+def _rounded(norms: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The parts' norms for the log: one device sync for all, 4 significant digits."""
+    values = torch.stack([*norms.values()]).tolist() if norms else []
+    return {k: float(f"{v:.4g}") for k, v in zip(norms, values, strict=True)}
 
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -524,9 +530,7 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
             elapsed = t.item()
         record: dict[str, Any] = {"step": step, "tokens": tokens, "lr": lr, "loss": loss.item(),
                                   "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item(),
-                                  "part_grad_norms": {k: float(f"{v:.4g}") for k, v in  # one sync, 4 digits
-                                                      zip(part_norms, torch.stack([*part_norms.values()]).tolist(),
-                                                          strict=True)}}
+                                  "part_grad_norms": _rounded(part_norms)}
         last = _done(cfg, step, total_steps, elapsed)
         if step % cfg.eval_every == 0 or last:
             valid_bpc = estimate_bpc(model, valid_data, cfg, cfg.context, device)
