@@ -204,12 +204,19 @@ class GradientClip:
             if apart and angles else None
 
     def __call__(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        parts = {k: torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in g]))
-                 for k, ps in self.parts.items() if (g := [p for p in ps if p.grad is not None])}
-        if self.apart is not None:
-            norms = [nn.utils.clip_grad_norm_(ps, self.clip) for ps in self.apart]
-            return torch.stack(norms).norm(), parts
-        return nn.utils.clip_grad_norm_(self.params, self.clip), parts
+        # each gradient's norm once: the parts' norms and the clip's are all made of them
+        each = {id(p): torch.linalg.vector_norm(p.grad.float()) for p in self.params if p.grad is not None}
+
+        def norm(ps: list[nn.Parameter]) -> torch.Tensor:
+            found = [each[id(p)] for p in ps if id(p) in each]
+            return torch.linalg.vector_norm(torch.stack(found)) if found else torch.zeros(())
+
+        parts = {k: norm(ps) for k, ps in self.parts.items() if any(id(p) in each for p in ps)}
+        sets = self.apart if self.apart is not None else [self.params]
+        totals = [norm(ps) for ps in sets]
+        for ps, total in zip(sets, totals, strict=True):
+            nn.utils.clip_grads_with_norm_(ps, self.clip, total)
+        return (totals[0] if len(totals) == 1 else torch.stack(totals).norm()), parts
 
 
 def _rounded(norms: dict[str, torch.Tensor]) -> dict[str, float]:
