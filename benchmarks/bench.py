@@ -41,7 +41,7 @@ from kuramoto_attention.models.presets import build_model, get_preset
 from kuramoto_attention.models.transformer import SelfAttention
 from kuramoto_attention.training.allocator import minor_faults
 from kuramoto_attention.training.precision import autocast
-from kuramoto_attention.training.train import TrainConfig, make_optimizer
+from kuramoto_attention.training.train import GradientClip, TrainConfig, make_optimizer
 
 MIB, GIB = 2**20, 2**30
 LATEST = Path("results") / "bench.json"  # the full run BENCHMARKS.md shows
@@ -161,7 +161,8 @@ def _train_parts(model: nn.Module, precision: str, compiled: bool) -> tuple[Batc
     """A training step as train.py takes it, in its two halves: (autocast forward, fp32 loss, backward) on a batch,
     then (clip, AdamW)."""
     net = torch.compile(model) if compiled else model
-    opt, device = make_optimizer(model, TrainConfig()), torch.device("cpu")
+    cfg, device = TrainConfig(), torch.device("cpu")
+    opt, clip = make_optimizer(model, cfg), GradientClip(model, cfg.grad_clip, cfg.clip_angles_apart)
 
     def forward_backward(x: torch.Tensor, y: torch.Tensor) -> None:
         with autocast(device, precision):
@@ -171,7 +172,7 @@ def _train_parts(model: nn.Module, precision: str, compiled: bool) -> tuple[Batc
         loss.backward()
 
     def update() -> None:
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        clip()
         opt.step()
 
     return forward_backward, update
