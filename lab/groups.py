@@ -244,6 +244,11 @@ LEADS: dict[str, Lead] = {
     # quarter of the rate. It lost at 10M (slower in the schedule's second half), with no step clipped after the
     # warmup and P still half the gradient
     "shared-lr-0.25": Lead(train={"shared_lr_mult": 0.25}),
+    # Is it the Kuramoto step itself that scales worse? The ablation value-projection (the increment A · W_v φ(x), a
+    # transformer's value read on the torus, instead of the coupling Σ_u A_{t,u} sin(θ_u − θ_t)) with its 205k weights
+    # paid for by feed-forward units (350 -> 243 per layer), everything else ka-1m-tuned's. At 10M tokens the
+    # ablation lost 0.019 with those weights unpaid; the question is whether it loses less, or wins, at 40M
+    "linear-value": Lead({"value": "projection", "ff_hidden": 243}, at_budget=True),
 }
 
 
