@@ -40,8 +40,9 @@ from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
 from kuramoto_attention.models.presets import build_model, get_preset
 from kuramoto_attention.models.transformer import SelfAttention
 from kuramoto_attention.training.allocator import minor_faults
+from kuramoto_attention.training.config import TrainConfig
+from kuramoto_attention.training.optim import GradientClip, make_optimizer
 from kuramoto_attention.training.precision import autocast
-from kuramoto_attention.training.train import GradientClip, TrainConfig, make_optimizer
 
 MIB, GIB = 2**20, 2**30
 LATEST = Path("results") / "bench.json"  # the full run BENCHMARKS.md shows

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kuramoto_attention.training.train import TrainConfig
+from kuramoto_attention.training.config import TrainConfig
 
 TRAIN_DEFAULTS = asdict(TrainConfig())
 

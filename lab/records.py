@@ -11,7 +11,7 @@ from typing import Any
 
 from kuramoto_attention.models.config import flat_fields, flat_record
 from kuramoto_attention.models.presets import FAMILIES, apply_overrides, get_preset
-from kuramoto_attention.training.train import train_config_from
+from kuramoto_attention.training.config import train_config_from
 from lab import protocol
 from lab.protocol import TRAIN_DEFAULTS, Spec
 from lab.retired import RETIRED_FIELDS, retired_settings, without_retired

@@ -8,7 +8,8 @@ from conftest import assert_paths_agree, random_phases
 from kuramoto_attention import AttentionConfig, KuramotoConfig, KuramotoLM
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
 from kuramoto_attention.layers.log_rate import raw
-from kuramoto_attention.training.train import TrainConfig, make_optimizer
+from kuramoto_attention.training.config import TrainConfig
+from kuramoto_attention.training.optim import make_optimizer
 
 B, T, K, H = 2, 7, 8, 2
 

@@ -22,7 +22,8 @@ from kuramoto_attention.layers.sphere import AMBIENT, Sphere
 from kuramoto_attention.models.config import apply_overrides
 from kuramoto_attention.models.kuramoto import KuramotoConfig
 from kuramoto_attention.models.presets import build_model, get_preset
-from kuramoto_attention.training.train import TrainConfig, make_optimizer
+from kuramoto_attention.training.config import TrainConfig
+from kuramoto_attention.training.optim import make_optimizer
 
 C = AMBIENT  # the sphere's ambient dimension: states are unit vectors of R^C
 P = C // 2  # drift planes per oscillator

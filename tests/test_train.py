@@ -14,8 +14,10 @@ import torch
 
 from kuramoto_attention.cli import main
 from kuramoto_attention.training.checkpoint import load_model
+from kuramoto_attention.training.config import TrainConfig
 from kuramoto_attention.training.evaluate import evaluate_bpc, window_plan
-from kuramoto_attention.training.train import TrainConfig, batch_generator, lr_at
+from kuramoto_attention.training.optim import lr_at
+from kuramoto_attention.training.train import batch_generator
 
 TINY = ["--context", "16", "--batch-size", "4", "--precision", "fp32", "--no-progress", "--eval-batches", "2"]
 
@@ -266,7 +268,7 @@ def test_resume_drops_a_metrics_line_cut_by_a_kill(tmp_path, corpus):
 
 def test_optimizer_groups_phases_and_omega():
     from kuramoto_attention import AttentionConfig, KuramotoConfig, KuramotoLM
-    from kuramoto_attention.training.train import make_optimizer
+    from kuramoto_attention.training.optim import make_optimizer
 
     model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8,
                                       attention=AttentionConfig(phase_lag=True, clock=2)))
@@ -288,7 +290,7 @@ def test_the_weights_layers_share_get_their_own_rate_in_groups_after_the_others(
     """shared_lr_mult: the shared gates and P step at their own rate, decayed as before; at 1 the groups are exactly
     the usual four (a checkpoint's optimizer state matches its groups by position)."""
     from kuramoto_attention.models.presets import build_model, get_preset
-    from kuramoto_attention.training.train import make_optimizer
+    from kuramoto_attention.training.optim import make_optimizer
 
     model = build_model(*get_preset("ka-1m-tuned"))
     gates = model.shared_gates.proj
@@ -313,7 +315,7 @@ def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
     Apart: the weights and the angles are each brought to the clip by their own norm. Either way the whole norm
     before clipping is returned, and each part's (the angles together; a transformer has none)."""
     from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
-    from kuramoto_attention.training.train import GradientClip
+    from kuramoto_attention.training.optim import GradientClip
 
     model = KuramotoLM(KuramotoConfig(dim=8, depth=2, heads=2, ff_hidden=8)).double()
     names = model.phase_parameter_names()
@@ -378,7 +380,7 @@ def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):
 
 def test_untyped_training_options_are_refused():
     from kuramoto_attention.errors import ConfigError
-    from kuramoto_attention.training.train import train_config_from
+    from kuramoto_attention.training.config import train_config_from
 
     with pytest.raises(ConfigError, match="training option lr must be of type float, got '3e-3'"):
         train_config_from({"lr": "3e-3", "steps": 1})

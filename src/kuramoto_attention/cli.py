@@ -18,8 +18,9 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import PRESETS
 from kuramoto_attention.training.allocator import keep_freed_memory
 from kuramoto_attention.training.checkpoint import CheckpointError, check_directory
+from kuramoto_attention.training.config import TrainConfig
 from kuramoto_attention.training.data import VALID_SPECS, DataError
-from kuramoto_attention.training.train import RESUMABLE, TrainConfig, TrainingInterrupted
+from kuramoto_attention.training.train import RESUMABLE, TrainingInterrupted
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError)
 DESCRIPTION = ("kuramoto: train, evaluate, sample and report on byte-level Kuramoto-attention and transformer "

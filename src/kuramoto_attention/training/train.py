@@ -1,4 +1,4 @@
-"""Training: AdamW (decay on matrices only), warmup + cosine, clipping, bf16 autocast,
+"""Training: the loop (options: config.py; AdamW, schedule, clipping: optim.py), bf16 autocast,
 optional torch.compile, seeded random-window batches, periodic validation, atomic
 checkpoints with exact resume, and DistributedDataParallel under ``torchrun``.
 
@@ -22,10 +22,10 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -45,8 +45,10 @@ from kuramoto_attention.training.checkpoint import (
     save_checkpoint,
     write_json_atomic,
 )
+from kuramoto_attention.training.config import TrainConfig, train_config_from
 from kuramoto_attention.training.data import Corpus, canonical_spec, corpus_checksum, load_corpus, sample_windows
 from kuramoto_attention.training.memory import check_step_memory
+from kuramoto_attention.training.optim import GradientClip, lr_at, make_optimizer, rounded_norms
 from kuramoto_attention.training.precision import autocast
 
 LN2 = math.log(2.0)
@@ -71,87 +73,6 @@ class TrainingInterrupted(Exception):
         self.rank = rank
 
 
-@dataclass
-class TrainConfig:
-    corpus: str = "stdlib"
-    data_dir: str | None = None
-    batch_size: int = 32
-    context: int = 0  # 0: the model config's context
-    steps: int = 0  # budget; at least one of steps, tokens, minutes must be > 0
-    tokens: int = 0
-    minutes: float = 0.0
-    lr: float = 2e-3
-    # Phases (embedding, ω) are angles of scale π, not weights of scale 0.02: at the base lr they barely move.
-    # Round 1 of the screen: ×20 and ×50 both far better than ×1 (50 by 0.011, one seed); 20 keeps phase
-    # steps ≤ 0.16 rad at the highest swept lr.
-    phase_lr_mult: float = 20.0
-    omega_lr_mult: float | None = None  # ω's own multiplier; None: the same as phase_lr_mult
-    # the weights several layers share (KuramotoLM's shared gates and P): Adam moves each weight by about lr whatever
-    # its gradient, and a shared weight's step moves every layer that reads it at once
-    shared_lr_mult: float = 1.0
-    min_lr_ratio: float = 0.1
-    warmup: int = 100
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights': a large angle
-    # gradient then cannot shrink the weights' step (the lab's lead clip-angles-apart)
-    clip_angles_apart: bool = False
-    precision: Literal["bf16", "fp32"] = "bf16"
-    compile: bool = False
-    device: str = "auto"
-    seed: int = 0
-    eval_every: int = 100
-    eval_batches: int = 16
-    ckpt_every: int = 100
-    progress: bool = True
-
-    def validate(self) -> None:
-        for f in fields(self):  # values from TOML or code arrive untyped: "3e-3" is not a learning rate
-            value, default = getattr(self, f.name), getattr(TrainConfig, f.name)
-            kind = type(default) if default is not None else (float if f.name == "omega_lr_mult" else str)
-            if not (value is None and default is None) and not _has_type(value, kind):
-                raise ConfigError(f"training option {f.name} must be of type {kind.__name__}, got {value!r}")
-            if kind is float and value is not None and not math.isfinite(value):  # inf passes every >= 0 check
-                raise ConfigError(f"training option {f.name} must be a finite number, got {value}")
-        checks = [
-            (self.batch_size > 0, "batch_size must be > 0"),
-            (self.context >= 0, "context must be >= 0"),
-            (self.steps >= 0 and self.tokens >= 0 and self.minutes >= 0, "steps/tokens/minutes must be >= 0"),
-            (self.steps or self.tokens or self.minutes, "give a budget: --steps, --tokens or --minutes"),
-            (self.lr > 0 and math.isfinite(self.lr), f"lr must be a positive number, got {self.lr}"),
-            (self.warmup >= 0, "warmup must be >= 0"),
-            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
-            (self.grad_clip >= 0, "grad_clip must be >= 0 (0 disables clipping)"),
-            (self.phase_lr_mult >= 0 and (self.omega_lr_mult is None or self.omega_lr_mult >= 0)
-             and self.shared_lr_mult >= 0 and self.weight_decay >= 0,
-             "phase_lr_mult, omega_lr_mult, shared_lr_mult and weight_decay must be >= 0"),
-            (self.precision in ("bf16", "fp32"), f"precision must be bf16 or fp32, got {self.precision!r}"),
-            (self.eval_every > 0 and self.ckpt_every > 0 and self.eval_batches > 0, "eval/ckpt intervals must be > 0"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(msg)
-
-
-def _has_type(value: Any, kind: type) -> bool:
-    if kind is bool or isinstance(value, bool):  # bool is an int in Python, but not a step count
-        return kind is bool and isinstance(value, bool)
-    return isinstance(value, kind) or (kind is float and isinstance(value, int))
-
-
-def train_config_from(overrides: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
-    base = base or TrainConfig()
-    known = {f.name for f in fields(base)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ConfigError(f"unknown training option(s) {sorted(unknown)}; options: {', '.join(sorted(known))}")
-    cfg = replace(base, **overrides)
-    cfg.validate()
-    return cfg
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -162,94 +83,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device cuda requested but CUDA is not available; use --device cpu")
     return device
-
-
-def lr_at(cfg: TrainConfig, progress: float, step: int) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from lr to lr·min_lr_ratio over progress ∈ [0, 1].
-
-    The cosine's clock is the whole run's progress, starting at step 0 (not at the end of warmup), so
-    the rate steps down a little when warmup ends: to 0.985·lr at step 100 of a 10M-token protocol run,
-    0.775·lr in a 300-step run. Every run in results/ used this schedule; it is kept for comparability.
-    """
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    cos = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
-
-
-def gradient_parts(model: ByteLM) -> dict[str, list[nn.Parameter]]:
-    """The model's parameters by part, for the gradient norms the log keeps: the angles (phases, ω) together, every
-    other parameter under its top module, per layer (``blocks.2.ff``, ``shared_gates``, ``prototypes``). Generic
-    over the families: the names come from the modules, so a new module is a new part without a change here."""
-    angles = model.phase_parameter_names()
-    parts: dict[str, list[nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        path = name.split(".")
-        part = "angles" if name in angles else ".".join(path[:3] if path[0] == "blocks" else path[:1])
-        parts.setdefault(part, []).append(p)
-    return parts
-
-
-class GradientClip:
-    """Clip the gradients to norm ``max_norm`` (0: no clip): all in one norm, or (``apart``) the weights and the
-    angles (phases, ω) each by their own. The parameters are split once, not at every step; a call returns the whole
-    norm before clipping, and each part's (``gradient_parts``), also before clipping: which weights a spike is in."""
-
-    def __init__(self, model: ByteLM, max_norm: float, apart: bool) -> None:
-        self.clip = max_norm if max_norm > 0 else float("inf")
-        self.params = list(model.parameters())  # model order: the one norm sums as it always has
-        self.parts = gradient_parts(model)
-        angles = self.parts.get("angles")
-        self.apart = [[p for k, ps in self.parts.items() if k != "angles" for p in ps], angles] \
-            if apart and angles else None
-
-    def __call__(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        # each gradient's norm once: the parts' norms and the clip's are all made of them
-        each = {id(p): torch.linalg.vector_norm(p.grad.float()) for p in self.params if p.grad is not None}
-
-        def norm(ps: list[nn.Parameter]) -> torch.Tensor:
-            found = [each[id(p)] for p in ps if id(p) in each]
-            return torch.linalg.vector_norm(torch.stack(found)) if found else torch.zeros(())
-
-        parts = {k: norm(ps) for k, ps in self.parts.items() if any(id(p) in each for p in ps)}
-        sets = self.apart if self.apart is not None else [self.params]
-        totals = [norm(ps) for ps in sets]
-        for ps, total in zip(sets, totals, strict=True):
-            nn.utils.clip_grads_with_norm_(ps, self.clip, total)
-        return (totals[0] if len(totals) == 1 else torch.stack(totals).norm()), parts
-
-
-def _rounded(norms: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The parts' norms for the log: one device sync for all, 4 significant digits."""
-    values = torch.stack([*norms.values()]).tolist() if norms else []
-    return {k: float(f"{v:.4g}") for k, v in zip(norms, values, strict=True)}
-
-
-def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
-    """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier; the weights
-    several layers share at ``shared_lr_mult`` (their own groups, after the others, only when it is not 1)."""
-    # the groups come from the modules themselves (each says which of its parameters are angles), not from names
-    no_decay, phases, rates = model.no_weight_decay(), model.phase_parameter_names(), model.omega_parameter_names()
-    shared = model.shared_parameter_names() if cfg.shared_lr_mult != 1.0 else set()
-    groups: dict[str, list[nn.Parameter]] = {k: [] for k in ("decay", "no_decay", "phase", "omega", "shared_decay",
-                                                               "shared_no_decay")}
-    for name, p in model.named_parameters():
-        if name in phases:
-            groups["omega" if name in rates else "phase"].append(p)
-        else:
-            kind = "decay" if p.dim() >= 2 and name not in no_decay else "no_decay"
-            groups["shared_" + kind if name in shared else kind].append(p)
-    param_groups = [  # this order: a checkpoint's optimizer state is matched to its groups by position
-        {"params": groups["decay"], "weight_decay": cfg.weight_decay, "lr_mult": 1.0},
-        {"params": groups["no_decay"], "weight_decay": 0.0, "lr_mult": 1.0},
-        {"params": groups["phase"], "weight_decay": 0.0, "lr_mult": cfg.phase_lr_mult},
-        {"params": groups["omega"], "weight_decay": 0.0,
-         "lr_mult": cfg.phase_lr_mult if cfg.omega_lr_mult is None else cfg.omega_lr_mult},
-        {"params": groups["shared_decay"], "weight_decay": cfg.weight_decay, "lr_mult": cfg.shared_lr_mult},
-        {"params": groups["shared_no_decay"], "weight_decay": 0.0, "lr_mult": cfg.shared_lr_mult},
-    ]
-    param_groups = [g for g in param_groups if g["params"]]
-    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
 
 def batch_generator(seed: int, rank: int, step: int) -> torch.Generator:
@@ -537,7 +370,7 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
             elapsed = t.item()
         record: dict[str, Any] = {"step": step, "tokens": tokens, "lr": lr, "loss": loss.item(),
                                   "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item(),
-                                  "part_grad_norms": _rounded(part_norms)}
+                                  "part_grad_norms": rounded_norms(part_norms)}
         last = _done(cfg, step, total_steps, elapsed)
         if step % cfg.eval_every == 0 or last:
             valid_bpc = estimate_bpc(model, valid_data, cfg, cfg.context, device)
