@@ -23,7 +23,7 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
                          tf-5m's training FLOPs
   leads, leads40    issue 26: structural leads on ka-1m-tuned at the protocol, then those that beat it (and those
                     whose reason is the budget) at 40M tokens (at the preset's best rate there: its swept one, or
-                    lr40's lower one) and at tf-1m's 40M-token training FLOPs
+                    lr40's lower one), and those that beat it there at tf-1m's 40M-token training FLOPs
   leads-seeds       issue 26: the leads that beat ka-1m-tuned, on seeds 1 and 2 at the protocol
   leads-flops       issue 26: cheaper widths of ka-1m-tuned (same parameters, fewer FLOPs per token) at tf-1m's
                     10M-token training FLOPs
@@ -296,8 +296,10 @@ def _leads40() -> list[Spec]:
     then every lead ``at_budget`` (whatever its protocol score, screened or not), trained as budget40's runs: the gap
     grows with the budget, so a lead is judged there. Leads not yet screened join when they beat it. Where lr40 found
     the preset better below its swept rate at a budget (``rate_at``), each lead trains at that rate instead (the
-    target is judged at each model's best rate; a lead's run made before at another rate stays in the group). The
-    equal-FLOP runs train at the swept rate, as flops' run of the preset they are judged against."""
+    target is judged at each model's best rate; a lead's run made before at another rate stays in the group). A lead
+    trains at tf-1m's FLOPs of a budget once a run of it at that budget beat the preset's best there on validation
+    (``_beat_at``; one recorded stays): the equal-FLOP target is the harder half, and a lead that loses at equal tokens
+    cannot meet it. Those runs train at the swept rate, as flops' run of the preset they are judged against."""
     at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
     try:
         chosen = dict(_leads_beating_tuned("leads40", over_seeds=True))
@@ -323,7 +325,17 @@ def _leads40() -> list[Spec]:
         Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
              {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model)),
               **lead.train})
-        for name, lead in chosen.items() for b in BUDGETS]
+        for name, lead in chosen.items() for b in BUDGETS
+        if _recorded("leads40", f"{name}-flops-tf-{b // 1_000_000}m") or _beat_at(name, b)]
+
+
+def _beat_at(name: str, tokens: int) -> bool:
+    """Whether a run of the lead ``name`` in leads40 at ``tokens`` (at any rate) ended below ka-1m-tuned's best run
+    there (``budget_best``) on validation; read without noting leads40 (the group asks about its own runs)."""
+    base, stem = budget_best("ka-1m-tuned", tokens), f"{name}-{tokens // 1_000_000}m"
+    with protocol.unrecorded():
+        runs = [r for r in load_results("leads40") if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
+    return base is not None and any(valid_estimate(r) < valid_estimate(base) for r in runs)
 
 
 LEAD_SEEDS = (1, 2)  # beside leads' seed 0: a lead's mean over three seeds against main-tuned's over six

@@ -292,7 +292,7 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| 2.1000 | {2.10 - 2.15:+.4f} | {2.10 - mean:+.4f} |" in text
     beating = [k for k, b in sorted(bpcs.items(), key=lambda kv: kv[1]) if b < statistics.mean(base)]  # best first
     beating += [k for k, lead in groups.LEADS.items() if lead.at_budget and k not in beating]  # then the budget's
-    names = ", ".join([f"ka-1m-tuned-{k}-40m" for k in beating] + [f"ka-1m-tuned-{k}-flops-tf-40m" for k in beating])
+    names = ", ".join(f"ka-1m-tuned-{k}-40m" for k in beating)  # at equal FLOPs only once it wins at 40M
     assert f"At 40M tokens (leads40: {names}): _Not run yet: `python -m lab run leads40" in text
     assert f"{first} 2.1000 (Δ {2.10 - 2.15:+.4f} against ka-1m-tuned's seed 0" in leads.summary_line()
     assert "At 40M: not run yet: `python -m lab run leads40" in leads.summary_line()
@@ -307,6 +307,8 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| ka-1m-tuned-40m | (preset) | 40.0M | 1.9500 | — | {1.95 - 1.9:+.4f} |" in text
     assert f"At 40M: ka-1m-tuned-{first}-40m 1.9300 (Δ {1.93 - 1.95:+.4f} against ka-1m-tuned-40m)" in \
         leads.summary_line()
+    planned = [s.name for s in groups.plan("leads40")]  # it beat the preset at 40M: now at equal FLOPs too
+    assert f"ka-1m-tuned-{first}-flops-tf-40m" in planned and f"ka-1m-tuned-{beating[1]}-flops-tf-40m" not in planned
     # at tf-1m's 40M-token FLOPs: against the preset at the same FLOPs (flops), and in the target's judgement
     at_flops = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000, groups.LEADS[first].model)
     write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-flops-tf-40m", "ka-1m-tuned", 1.97, tokens=at_flops,
@@ -361,8 +363,7 @@ def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
         assert "At 40M: none trained" in leads.summary_line()
     # a lead whose reason is the budget goes to 40M whatever it scored at the protocol
     budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
-    assert [s.name for s in groups.plan("leads40")] == [f"ka-1m-tuned-{k}-{b}" for b in ("40m", "flops-tf-40m")
-                                                        for k in budget_leads]
+    assert [s.name for s in groups.plan("leads40")] == [f"ka-1m-tuned-{k}-40m" for k in budget_leads]
 
 
 def test_a_budget_lead_is_planned_at_40m_before_any_lead_is_screened(in_tmp):
@@ -374,7 +375,12 @@ def test_a_budget_lead_is_planned_at_40m_before_any_lead_is_screened(in_tmp):
     spec = next(s for s in planned if s.name == "ka-1m-tuned-angles-lr-5-40m")
     assert spec.train["phase_lr_mult"] == lead.train["phase_lr_mult"] and spec.train["omega_lr_mult"] == 1.0
     assert spec.train["lr"] == 4e-3 and spec.train["tokens"] == 40_000_000  # lr10m-tuned's best, as every lead's
-    at_flops = next(s for s in planned if s.name == "ka-1m-tuned-angles-lr-5-flops-tf-40m")
+    assert not any("-flops-tf-" in s.name for s in planned)  # no lead has beaten the preset at 40M yet
+    b40 = 40_001_536
+    write_results(in_tmp, [run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
+                           {**run("leads40", "ka-1m-tuned-angles-lr-5-40m", "ka-1m-tuned", 1.96, tokens=b40,
+                                  train=lead.train), "final_valid_estimate": 1.94}])  # chosen on validation
+    at_flops = next(s for s in groups.plan("leads40") if s.name == "ka-1m-tuned-angles-lr-5-flops-tf-40m")
     assert at_flops.train["tokens"] == groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000) < 40_000_000
     assert ("every lead whose reason is the budget itself, whatever its score here ("
             f"{', '.join(k for k, v in groups.LEADS.items() if v.at_budget)})") in leads.section()

@@ -140,8 +140,9 @@ def _long_part() -> str:
         note += f" Not in {FLOPS_GROUP} yet: {_flops_name()} (`{run_command(FLOPS_GROUP)}`)."
     return (f"At 40M tokens ({LONG_GROUP}, seed 0, budget40's schedule; …-lr-X: at the rate lr40 found the preset "
             f"better at there), against {PRESET} at the same budget and rate ({BUDGET_GROUP}, {RATE_GROUP}), and at "
-            f"tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens), against "
-            f"{PRESET} at the same FLOPs (group {FLOPS_GROUP}), test BPC; the gap is to tf-1m at 40M at its best rate "
+            f"tf-1m's 40M-token training FLOPs (…-flops-tf-40m, its own full schedule to those tokens; a lead that "
+            f"beat {PRESET}'s best at 40M on validation), against {PRESET} at the same FLOPs (group {FLOPS_GROUP}), "
+            f"test BPC; the gap is to tf-1m at 40M at its best rate "
             f"on validation (the budget curve's point).{note}\n\n"
             + table(["run", "change", "tokens", "test BPC",
                      f"Δ vs {PRESET} at 40M tokens and the same rate (or at tf-1m's 40M FLOPs)", "gap to tf-1m at 40M",
