@@ -1,5 +1,5 @@
-"""The training options (``TrainConfig``): the budget, the optimiser's settings, precision, device and
-bookkeeping; every ``kuramoto train`` flag is one of its fields."""
+"""The training options (``TrainConfig``): the corpus, the budget, the optimiser's settings, precision, device and
+bookkeeping. ``kuramoto train`` has a flag for each field but Adam's betas (a ``--config`` file sets every field)."""
 
 import math
 from dataclasses import dataclass, fields, replace
