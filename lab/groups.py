@@ -247,7 +247,8 @@ LEADS: dict[str, Lead] = {
     # Is it the Kuramoto step itself that scales worse? The ablation value-projection (the increment A · W_v φ(x), a
     # transformer's value read on the torus, instead of the coupling Σ_u A_{t,u} sin(θ_u − θ_t)) with its 205k weights
     # paid for by feed-forward units (350 -> 243 per layer), everything else ka-1m-tuned's. At 10M tokens the
-    # ablation lost 0.019 with those weights unpaid; the question is whether it loses less, or wins, at 40M
+    # ablation lost 0.019 with those weights unpaid; the question is whether it loses less, or wins, at 40M. It lost
+    # more: +0.044 at 10M, +0.060 at 40M against the preset's best there. The coupling is not what scales worse
     "linear-value": Lead({"value": "projection", "ff_hidden": 243}, at_budget=True),
 }
 
