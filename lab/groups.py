@@ -310,6 +310,8 @@ def _leads40() -> list[Spec]:
         chosen = {}
     chosen.update(at_budget)
     swept, best = swept_rate("ka-1m-tuned"), {b: rate_at("ka-1m-tuned", b) for b in BUDGETS}
+    with protocol.unrecorded():  # the group's own runs, read once (a group may ask about its own)
+        own = load_results("leads40")
 
     def rates(name: str, b: int) -> list[float]:
         """The best rate at the budget, and every other one a recorded run of the lead was trained at (kept)."""
@@ -327,16 +329,15 @@ def _leads40() -> list[Spec]:
              {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model)),
               **lead.train})
         for name, lead in chosen.items() for b in BUDGETS
-        if _recorded("leads40", f"{name}-flops-tf-{b // 1_000_000}m") or _beat_at(name, b)]
+        if _recorded("leads40", f"{name}-flops-tf-{b // 1_000_000}m") or _beat_at(name, b, own)]
 
 
-def _beat_at(name: str, tokens: int) -> bool:
-    """Whether a run of the lead ``name`` in leads40 at ``tokens`` (at any rate) ended below ka-1m-tuned's best run
-    there (``budget_best``) on validation; read without noting leads40 (the group asks about its own runs)."""
+def _beat_at(name: str, tokens: int, runs: list[dict[str, Any]]) -> bool:
+    """Whether a run of the lead ``name`` among ``runs`` (leads40's) at ``tokens`` (at any rate) ended below
+    ka-1m-tuned's best run there (``budget_best``) on validation."""
     base, stem = budget_best("ka-1m-tuned", tokens), f"{name}-{tokens // 1_000_000}m"
-    with protocol.unrecorded():
-        runs = [r for r in load_results("leads40") if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
-    return base is not None and any(valid_estimate(r) < valid_estimate(base) for r in runs)
+    mine = [r for r in runs if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
+    return base is not None and any(valid_estimate(r) < valid_estimate(base) for r in mine)
 
 
 LEAD_SEEDS = (1, 2)  # beside leads' seed 0: a lead's mean over three seeds against main-tuned's over six
