@@ -274,7 +274,7 @@ def test_leads_section_without_results_says_what_to_run(in_tmp):
         per = compute.fmt_per_token(compute.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": lead.model,
                                                              "train": {}}))
         assert f"| ka-1m-tuned-{key} | {lead.change()} | — | {per} | not run |" in text
-    assert "planned, not run yet: `python -m lab run leads" in leads.summary_line()
+    assert "): not run yet: `python -m lab run leads" in leads.summary_section()
 
 
 def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
@@ -294,8 +294,10 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     beating += [k for k, lead in groups.LEADS.items() if lead.at_budget and k not in beating]  # then the budget's
     names = ", ".join(f"ka-1m-tuned-{k}-40m" for k in beating)  # at equal FLOPs only once it wins at 40M
     assert f"At 40M tokens (leads40: {names}): _Not run yet: `python -m lab run leads40" in text
-    assert f"{first} 2.1000 (Δ {2.10 - 2.15:+.4f} against ka-1m-tuned's seed 0" in leads.summary_line()
-    assert "At 40M: not run yet: `python -m lab run leads40" in leads.summary_line()
+    page = leads.summary_section()
+    assert f"| {first} | {groups.LEADS[first].change()} | 2.1000 ({2.10 - 2.15:+.4f}) |" in page
+    assert f"| ka-1m-tuned (the preset) | — | 2.1500 | {mean:.4f} ± {statistics.stdev(base):.4f} (6) |" in page
+    assert "At 40M: not run yet: `python -m lab run leads40" in page
     b40 = 40_001_536
     write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
                                train=groups.LEADS[first].train, **groups.LEADS[first].model),
@@ -305,8 +307,8 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| ka-1m-tuned-{first}-40m |" in text and f"| 40.0M | 1.9300 | {1.93 - 1.95:+.4f} | {1.93 - 1.9:+.4f} |" \
         in text
     assert f"| ka-1m-tuned-40m | (preset) | 40.0M | 1.9500 | — | {1.95 - 1.9:+.4f} |" in text
-    assert f"At 40M: ka-1m-tuned-{first}-40m 1.9300 (Δ {1.93 - 1.95:+.4f} against ka-1m-tuned-40m)" in \
-        leads.summary_line()
+    # the lead at its best rate against the preset's best at 40M, and its gap to tf-1m's best there
+    assert f"| 1.9300 ({1.93 - 1.95:+.4f}, lr 0.004) | — | {1.93 - 1.9:+.4f} / — |" in leads.summary_section()
     planned = [s.name for s in groups.plan("leads40")]  # it beat the preset at 40M: now at equal FLOPs too
     assert f"ka-1m-tuned-{first}-flops-tf-40m" in planned and f"ka-1m-tuned-{beating[1]}-flops-tf-40m" not in planned
     # at tf-1m's 40M-token FLOPs: against the preset at the same FLOPs (flops), and in the target's judgement
@@ -317,8 +319,8 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     text = leads.section()
     assert f"| ka-1m-tuned-{first}-flops-tf-40m |" in text and \
         f"| {at_flops / 1e6:.1f}M | 1.9700 | {1.97 - 2.0:+.4f} | {1.97 - 1.9:+.4f} |" in text
-    assert f"ka-1m-tuned-{first}-flops-tf-40m 1.9700 (Δ {1.97 - 2.0:+.4f} against ka-1m-tuned-flops-tf-40m)" in \
-        leads.summary_line()
+    assert f"| 1.9300 ({1.93 - 1.95:+.4f}, lr 0.004) | 1.9700 ({1.97 - 2.0:+.4f}) | {1.93 - 1.9:+.4f} / " \
+           f"{1.97 - 1.9:+.4f} |" in leads.summary_section()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])  # the target needs tf-1m at 10M
     note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
     assert f"ka-1m-tuned-{first}-40m {1.93 - 1.9:+.3f} at equal tokens, at equal FLOPs {1.97 - 1.9:+.3f}, at 10M " \
@@ -340,8 +342,7 @@ def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
     vals, mean = [2.14, 2.15, 2.16], statistics.mean(base)
     cell = f"| {statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f} (3) | {statistics.mean(vals) - mean:+.4f} |"
     assert cell in leads.section()
-    assert f"over 3 seeds {statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f}, Δ " \
-           f"{statistics.mean(vals) - mean:+.4f}" in leads.summary_line()
+    assert cell in leads.summary_section()
     assert any(s.name.startswith("ka-1m-tuned-omega-lr-1-40m") for s in groups.plan("leads40"))
     # a lead that beat the preset on seed 0 alone, by noise, does not go to 40M; its seeds stay planned
     write_results(in_tmp, [run("leads-seeds", s.name, "ka-1m-tuned", b, seed=s.train["seed"], train=s.train)
@@ -360,7 +361,7 @@ def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
         mp.setattr(leads, "LEADS", plain)
         text = leads.section()
         assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
-        assert "At 40M: none trained" in leads.summary_line()
+        assert "At 40M: none trained" in leads.summary_section()
     # a lead whose reason is the budget goes to 40M whatever it scored at the protocol
     budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
     assert [s.name for s in groups.plan("leads40")] == [f"ka-1m-tuned-{k}-40m" for k in budget_leads]
@@ -447,9 +448,10 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert "Not run yet: `python -m lab run main-su2" in text and "Not run yet: `python -m lab run leads" in text
     assert "Not run yet: `python -m lab run main-sphere" in text
     assert "**SU(2)**" in page and "planned, not run yet: `python -m lab run main-su2" in page
-    assert page.index("**SU(2)**") < page.index("**The sphere S³ ⊂ R⁴**") < page.index("**Structural leads")
+    assert page.index("## Closing the gap: structural leads") < page.index("**SU(2)**") < \
+        page.index("**The sphere S³ ⊂ R⁴**")
     assert "planned, not run yet: `python -m lab run main-sphere" in page
-    assert "**Structural leads on ka-1m-tuned**" in page and "`python -m lab run main-5m" in page
+    assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)
     summary_path, notebook = results_md.write_report(in_tmp)
@@ -755,7 +757,7 @@ def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
     assert "| ka-1m-tuned-depth-3-flops-tf-10m | depth=3, ff_hidden=484 | — | " in text
     assert f"| {later / 1e6:.2f}M | — | not run |" in text
     assert f"k-128 2.1700 ({tokens / 1e6:.1f}M tokens, Δ {2.17 - 2.20:+.4f} against ka-1m-tuned-flops-tf-10m, gap " \
-           f"{2.17 - 2.10:+.4f} to tf-1m)" in leads.summary_line()
+           f"{2.17 - 2.10:+.4f} to tf-1m)" in leads.summary_section()
 
 
 def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
@@ -863,7 +865,8 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     assert (f"{name}-40m at lr 0.002, 1.9800: Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002 (validation "
             f"{1.98 - 2.02:+.4f})") in text
     assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
-    assert f"{spec.name} 1.9800 (Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002)" in leads.summary_line()
+    # the summary's row: the lead at its best rate on validation, against the preset's best
+    assert f"| 1.9800 ({1.98 - 2.00:+.4f}, lr 0.002) | — | {1.98 - 1.85:+.4f} / — |" in leads.summary_section()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])
     note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
     assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs not run, at 10M {2.17 - 2.13:+.3f}" in note

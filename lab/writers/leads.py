@@ -321,27 +321,66 @@ def _seeds_phrase(name: str, r: dict[str, Any], mean: float | None) -> str:
     return f"; over {len(vals)} seeds {seeds[0]}, Δ {seeds[1]}" if seeds else ""
 
 
-def summary_line() -> str:
-    """RESULTS.md's line on the leads: each one's Δ at 10M, and the 40M run once it exists, else the plan."""
-    leads = [(name.removeprefix(f"{PRESET}-"), r) for name, _, r in _lead_rows()]
-    if not any(r for _, r in leads):
-        return (f"- **Structural leads on ka-1m-tuned** (issue 26: {', '.join(k for k, _ in leads)}): planned, "
+def _budget_cells(key: str, runs: list[dict[str, Any]], tf: dict[str, Any] | None,
+                  ref: dict[str, Any] | None, flops_ref: dict[str, Any] | None) -> list[str]:
+    """A lead's 40M cells: its best run there on validation (any rate) against the preset's best, its run at tf-1m's
+    40M-token FLOPs against the preset's there, and the gap to tf-1m of each ("—" where not run)."""
+    stem = f"{PRESET}-{key}-{BUDGETS[-1] // 1_000_000}m"
+    mine = [r for r in runs if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
+    best = min(mine, key=valid_estimate) if mine else None
+    flop = next((r for r in runs if r["name"] == f"{PRESET}-{key}-flops-tf-{BUDGETS[-1] // 1_000_000}m"), None)
+    return _budget_row(best, flop, tf, ref, flops_ref)
+
+
+def _budget_row(best: dict[str, Any] | None, flop: dict[str, Any] | None, tf: dict[str, Any] | None,
+                ref: dict[str, Any] | None, flops_ref: dict[str, Any] | None) -> list[str]:
+    """The 40M cells of ``best`` (at the budget) and ``flop`` (at tf-1m's FLOPs), each with its Δ against its
+    reference where one is given, and their gaps to tf-1m."""
+    at = "—" if best is None else fmt(best["eval_bpc"]) + (
+        f" ({_delta(best, _bpc(ref))}, lr {best['train']['lr']:g})" if ref else f" (lr {best['train']['lr']:g})")
+    eq = "—" if flop is None else fmt(flop["eval_bpc"]) + (f" ({_delta(flop, _bpc(flops_ref))})" if flops_ref else "")
+    return [at, eq, " / ".join(_delta(r, _bpc(tf)) for r in (best, flop))]
+
+
+def _long_plan() -> str:
+    """What leads40 would train, or why nothing (the notebook's section gives the numbers)."""
+    try:
+        plan(LONG_GROUP)
+    except ConfigError:  # none beat ka-1m-tuned and none is the budget's, or leads is not complete
+        return "none trained (the notebook says why)"
+    return not_run(LONG_GROUP, "not run yet")
+
+
+def summary_section() -> str:
+    """RESULTS.md's part on the leads: one row a lead, its score at 10M (seed 0, and over seeds once it has them),
+    at 40M and at tf-1m's 40M-token FLOPs, beside the preset's own; else the plan."""
+    rows = _lead_rows()
+    if not any(r for *_, r in rows):
+        return (f"Planned ({', '.join(n.removeprefix(PRESET + '-') for n, _, _ in rows)}): "
                 f"{not_run(GROUP, 'not run yet')}." + widths_phrase())
     seed0, base = _base()
     mean = statistics.mean(r["eval_bpc"] for r in base) if base else None
-    parts = [f"{k} {fmt(r['eval_bpc'])} (Δ {_delta(r, _bpc(seed0))} against ka-1m-tuned's seed 0, "
-             f"{_delta(r, mean)} against main-tuned's mean{_seeds_phrase(f'{PRESET}-{k}', r, mean)})"
-             if r else f"{k} not run yet" for k, r in leads]
+    tf, ref, flops_ref = budget_best("tf-1m", BUDGETS[-1]), budget_best(PRESET, BUDGETS[-1]), _flops_ref()
     long = with_twins(LONG_GROUP)
-    if long:
-        at40 = "; ".join(f"{r['name']} {fmt(r['eval_bpc'])}" + (f" (Δ {_delta(r, ref['eval_bpc'])} against "
-                                                                 f"{ref['name']})" if ref else "")
-                         for r in long for ref in (_reference(r),))
-    else:
-        try:
-            plan(LONG_GROUP)
-            at40 = not_run(LONG_GROUP, "not run yet")
-        except ConfigError:  # none beat ka-1m-tuned, or leads is not complete: the notebook gives the reason
-            at40 = "none trained (see the notebook for why)"
-    return (f"- **Structural leads on ka-1m-tuned** (issue 26, seed 0, 10M tokens, test BPC): {'; '.join(parts)}. "
-            f"At 40M: {at40}." + widths_phrase())
+    body = [[f"{PRESET} (the preset)", "—", fmt(seed0["eval_bpc"]) if seed0 else "—",
+             f"{mean_sd([r['eval_bpc'] for r in base])} ({len(base)})" if base else "—", "—",
+             *_budget_row(ref, flops_ref, tf, None, None)]]
+    for name, lead, r in rows:
+        key = name.removeprefix(f"{PRESET}-")
+        seeds = _over_seeds(_seed_vals(name, r), mean)
+        body.append([key, overrides(r) if r else lead.change(),
+                     f"{fmt(r['eval_bpc'])} ({_delta(r, _bpc(seed0))})" if r else "not run",
+                     f"{seeds[0]} ({len(_seed_vals(name, r))})" if seeds else "—", seeds[1] if seeds else "—",
+                     *_budget_cells(key, long, tf, ref, flops_ref)])
+    b, p = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M"
+    return (f"Each lead is a field of {PRESET}'s own code path or a training setting (the notebook says what each "
+            f"answers): screened at the protocol (seed 0, Δ against {PRESET}'s seed 0; seeds "
+            f"{', '.join(map(str, LEAD_SEEDS))} too where it beat main-tuned's mean), then at {b} tokens (every lead "
+            f"that beat it, and every lead whose reason is the budget; its best rate on validation, Δ against "
+            f"{PRESET}'s best there) and at tf-1m's {b}-token training FLOPs (once it beat {PRESET}'s best at {b} on "
+            f"validation; Δ against {PRESET}'s own run at those FLOPs). Test BPC, seed 0 unless counted; the gap is "
+            f"to tf-1m at {b} tokens, at its best rate."
+            + ("" if long else f" At {b}: {_long_plan()}.") + "\n\n"
+            + table(["lead", "change", f"{p}, seed 0 (Δ)", f"{p} over seeds (n)", "Δ of means vs main-tuned",
+                     f"{b} tokens (Δ)", f"tf-1m's {b} FLOPs (Δ)", "gap to tf-1m, equal tokens / FLOPs"], body)
+            + ("\n\n" + widths_phrase().strip() if widths_phrase() else ""))

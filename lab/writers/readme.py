@@ -63,41 +63,42 @@ def _gaps_at(at: dict[str, dict]) -> str:
 def _longer() -> str:
     """How the gaps move as training grows, at equal compute and with size (RESULTS.md's runs, where they exist): each
     curve preset at the largest budget (seed 0) and at the stretch budget (budget100), each Kuramoto preset at tf-1m's
-    training FLOPs, and the 5M pair."""
+    training FLOPs, and the 5M pair: a bullet each, after the table's paragraph."""
     runs = compute.budget_runs()
     longest = runs.get(f"{BUDGETS[-1] // 1_000_000}M", {})
-    text = ""
+    items: list[str] = []
     if "tf-1m" in longest and len(longest) > 1:
         tf = longest["tf-1m"]
         lower = [p for p, r in longest.items() if compute.off_rate(r)]
         rates = f", {' and '.join(lower)} at {'its' if len(lower) == 1 else 'their'} better rate there (lr40)" \
             if lower else ""
-        text += (f" Trained to {tf['tokens'] / 1e6:.0f}M tokens (seed 0, `python -m lab run budget40`{rates}): "
-                 + _gaps_at(longest) + ".")
+        items.append(f"Trained to {tf['tokens'] / 1e6:.0f}M tokens (seed 0, `python -m lab run budget40`{rates}): "
+                     + _gaps_at(longest) + ".")
         leads = [r for r in with_twins("leads40")
                  if not flop_matched(r["name"]) and abs(r["tokens"] - tf["tokens"]) <= 0.1 * tf["tokens"]]
         if leads:  # the best structural change at that budget, chosen on validation, against the preset's best
             lead = min(leads, key=valid_estimate)
             own = longest.get("ka-1m-tuned")
             against = f"; Δ {lead['eval_bpc'] - own['eval_bpc']:+.4f} against ka-1m-tuned" if own else ""
-            text += (f" The best structural change of ka-1m-tuned there on validation (`python -m lab run leads40`): "
-                     f"{lead['name']} {fmt(lead['eval_bpc'])} (gap {lead['eval_bpc'] - tf['eval_bpc']:+.4f}{against}).")
+            gap = lead["eval_bpc"] - tf["eval_bpc"]
+            items.append("The best structural change of ka-1m-tuned there on validation (`python -m lab run "
+                         f"leads40`): {lead['name']} {fmt(lead['eval_bpc'])} (gap {gap:+.4f}{against}).")
     stretch = runs.get(f"{STRETCH_BUDGET // 1_000_000}M", {})
     if "tf-1m" in stretch and len(stretch) > 1:
         tf = stretch["tf-1m"]
-        text += (f" To {tf['tokens'] / 1e6:.0f}M tokens (`python -m lab run budget100`, each at the rate best at "
-                 f"{BUDGETS[-1] // 1_000_000}M): " + _gaps_at(stretch) + ".")
+        items.append(f"To {tf['tokens'] / 1e6:.0f}M tokens (`python -m lab run budget100`, each at the rate best at "
+                     f"{BUDGETS[-1] // 1_000_000}M): " + _gaps_at(stretch) + ".")
     flops = {r["name"]: r for r in with_twins("flops")}
     gaps = [f"{p} {eq['eval_bpc'] - tf['eval_bpc']:+.4f} at tf-1m's {b}-token FLOPs"
             for p in FLOPS_PRESETS for b, at in runs.items()
             if (tf := at.get("tf-1m")) and (eq := flops.get(f"{p}-flops-tf-{b.lower()}"))]
     if gaps:
-        text += (" At equal training FLOPs instead of equal tokens (seed 0, `python -m lab run flops`), the gap of "
-                 + "; ".join(gaps) + ".")
+        items.append("At equal training FLOPs instead of equal tokens (seed 0, `python -m lab run flops`), the gap "
+                     "of " + "; ".join(gaps) + ".")
     if size.summary_row() is not None:  # both 5M presets have seeds
-        text += size.summary_note().replace(f" In {size.MAIN_GROUP},",
-                                            f" At 5M parameters (`python -m lab run {size.MAIN_GROUP}`),")
-    return text
+        items.append(size.summary_note().replace(f" In {size.MAIN_GROUP},",
+                                                 f"At 5M parameters (`python -m lab run {size.MAIN_GROUP}`),"))
+    return "\n\n" + "\n".join(f"- {item}" for item in items) if items else ""
 
 
 def presets() -> str:
