@@ -332,12 +332,17 @@ def _leads40() -> list[Spec]:
         if _recorded("leads40", f"{name}-flops-tf-{b // 1_000_000}m") or _beat_at(name, b, own)]
 
 
+def lead_runs_at(name: str, tokens: int, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of the lead ``name`` among ``runs`` (leads40's) at ``tokens``, at any rate (…-40m, …-40m-lr-X)."""
+    stem = f"{name}-{tokens // 1_000_000}m"
+    return [r for r in runs if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
+
+
 def _beat_at(name: str, tokens: int, runs: list[dict[str, Any]]) -> bool:
     """Whether a run of the lead ``name`` among ``runs`` (leads40's) at ``tokens`` (at any rate) ended below
     ka-1m-tuned's best run there (``budget_best``) on validation."""
-    base, stem = budget_best("ka-1m-tuned", tokens), f"{name}-{tokens // 1_000_000}m"
-    mine = [r for r in runs if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
-    return base is not None and any(valid_estimate(r) < valid_estimate(base) for r in mine)
+    base = budget_best("ka-1m-tuned", tokens)
+    return base is not None and any(valid_estimate(r) < valid_estimate(base) for r in lead_runs_at(name, tokens, runs))
 
 
 LEAD_SEEDS = (1, 2)  # beside leads' seed 0: a lead's mean over three seeds against main-tuned's over six

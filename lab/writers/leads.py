@@ -26,6 +26,7 @@ from lab.groups import (
     budget_best,
     flop_matched,
     flop_matched_tokens,
+    lead_runs_at,
     plan,
     valid_estimate,
     with_twins,
@@ -315,18 +316,11 @@ def _why() -> str:
             "and a growing norm slows their turning). ")
 
 
-def _seeds_phrase(name: str, r: dict[str, Any], mean: float | None) -> str:
-    vals = _seed_vals(name, r)
-    seeds = _over_seeds(vals, mean)
-    return f"; over {len(vals)} seeds {seeds[0]}, Δ {seeds[1]}" if seeds else ""
-
-
 def _budget_cells(key: str, runs: list[dict[str, Any]], tf: dict[str, Any] | None,
                   ref: dict[str, Any] | None, flops_ref: dict[str, Any] | None) -> list[str]:
     """A lead's 40M cells: its best run there on validation (any rate) against the preset's best, its run at tf-1m's
     40M-token FLOPs against the preset's there, and the gap to tf-1m of each ("—" where not run)."""
-    stem = f"{PRESET}-{key}-{BUDGETS[-1] // 1_000_000}m"
-    mine = [r for r in runs if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
+    mine = lead_runs_at(f"{PRESET}-{key}", BUDGETS[-1], runs)
     best = min(mine, key=valid_estimate) if mine else None
     flop = next((r for r in runs if r["name"] == f"{PRESET}-{key}-flops-tf-{BUDGETS[-1] // 1_000_000}m"), None)
     return _budget_row(best, flop, tf, ref, flops_ref)
@@ -367,12 +361,10 @@ def summary_section() -> str:
              *_budget_row(ref, flops_ref, tf, None, None)]]
     for name, lead, r in rows:
         key = name.removeprefix(f"{PRESET}-")
-        seeds = _over_seeds(_seed_vals(name, r), mean)
         body.append([key, overrides(r) if r else lead.change(),
                      f"{fmt(r['eval_bpc'])} ({_delta(r, _bpc(seed0))})" if r else "not run",
-                     f"{seeds[0]} ({len(_seed_vals(name, r))})" if seeds else "—", seeds[1] if seeds else "—",
-                     *_budget_cells(key, long, tf, ref, flops_ref)])
-    b, p = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M"
+                     *_seeds_cells(_seed_vals(name, r), mean), *_budget_cells(key, long, tf, ref, flops_ref)])
+    b, p, widths = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M", widths_phrase().strip()
     return (f"Each lead is a field of {PRESET}'s own code path or a training setting (the notebook says what each "
             f"answers): screened at the protocol (seed 0, Δ against {PRESET}'s seed 0; seeds "
             f"{', '.join(map(str, LEAD_SEEDS))} too where it beat main-tuned's mean), then at {b} tokens (every lead "
@@ -383,4 +375,4 @@ def summary_section() -> str:
             + ("" if long else f" At {b}: {_long_plan()}.") + "\n\n"
             + table(["lead", "change", f"{p}, seed 0 (Δ)", f"{p} over seeds (n)", "Δ of means vs main-tuned",
                      f"{b} tokens (Δ)", f"tf-1m's {b} FLOPs (Δ)", "gap to tf-1m, equal tokens / FLOPs"], body)
-            + ("\n\n" + widths_phrase().strip() if widths_phrase() else ""))
+            + (f"\n\n{widths}" if widths else ""))
