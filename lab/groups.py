@@ -527,6 +527,54 @@ def _flops() -> list[Spec]:
             for b in (PROTOCOL["tokens"], *BUDGETS) for p in FLOPS_PRESETS]
 
 
+# Issue 46's protocol for scaling fixes. The Kuramoto presets match the transformer at 10M tokens and fall behind as
+# training grows, so a change meant to fix that is judged by a 40M-token run at its preset's best rate there
+# (``rate_at``): its validation slope per doubling from 10M to 40M within the run, its 40M test BPC, and its gaps to
+# tf-1m's 40M run at equal tokens and (for a fix that beats its preset there) at equal training FLOPs.
+FIX_BUDGET = 40_000_000
+
+
+@dataclass(frozen=True)
+class Fix:
+    preset: str = "ka-1m-tuned"
+    model: dict[str, Any] = field(default_factory=dict)  # model overrides
+    train: dict[str, Any] = field(default_factory=dict)  # training overrides
+
+
+FIXES: dict[str, Fix] = {
+    # a step whose length follows the increment's (bound.py's learned s; ω at the base rate, which is smooth)
+    "bound-scale-learned-omega-lr-1": Fix(model={"bound_scale": "learned"}, train={"omega_lr_mult": 1.0}),
+}
+
+
+def fix_training(fix: Fix, tokens: int = FIX_BUDGET) -> dict[str, Any]:
+    """A fix's training: its preset's own full schedule to ``tokens`` at the preset's best rate at 40M."""
+    return {**_own_training(fix.preset, tokens), "lr": rate_at(fix.preset, FIX_BUDGET), **fix.train}
+
+
+def _fixes40() -> list[Spec]:
+    return [Spec("fixes40", f"{name}-40m", fix.preset, fix.model, fix_training(fix)) for name, fix in FIXES.items()]
+
+
+# Issue 46's discriminating probes on the pair tf-1m / ka-1m-tuned, each at its best rate at 40M on enwik7.
+# Capacity: enwik6's 0.9M training bytes for 20M tokens (22 passes), scored on the training split itself: can ka
+# store what tf stores? Repetition: pycode to 40M tokens (0.4 passes of fresh data): is the slope enwik7's passes'?
+PROBE_PAIR = ("tf-1m", "ka-1m-tuned")
+CAPACITY_TOKENS = 20_000_000
+
+
+def _capacity() -> list[Spec]:
+    return [Spec("capacity", f"{p}-enwik6-20m", p, {},
+                 {**_own_training(p, CAPACITY_TOKENS), "corpus": "enwik6", "lr": rate_at(p, FIX_BUDGET)}, "train")
+            for p in PROBE_PAIR]
+
+
+def _pycode40() -> list[Spec]:
+    return [Spec("pycode40", f"{p}-40m", p, {},
+                 {**_own_training(p, FIX_BUDGET), "corpus": "pycode", "lr": rate_at(p, FIX_BUDGET)})
+            for p in PROBE_PAIR]
+
+
 def _screen_su2() -> list[Spec]:
     lr = best_lr("ka-su2-1m", "lr-su2")
     return [Spec("screen-su2", f"ka-su2-1m-{k}", "ka-su2-1m", v.model, {**SWEEP, "lr": lr, **v.train}, "valid")
@@ -624,6 +672,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr-sphere": lambda: _lr("lr-sphere", presets=("ka-sphere-1m",)),
     "lr10m-sphere": lambda: _second_stage("lr10m-sphere", "lr-sphere", "ka-sphere-1m"),
     "main-sphere": lambda: _main(group="main-sphere", presets=("ka-sphere-1m",), lr_group="lr10m-sphere"),
+    # issue 46: scaling fixes judged at 40M tokens, and the probes of why the gap grows
+    "fixes40": _fixes40, "capacity": _capacity, "pycode40": _pycode40,
 }
 # `python -m lab dynamics` without groups: main (the claims' verdicts) and ka-1m on ψ(θ) itself, then the variants
 # whose offset profiles the notebook discusses (confirm's, round 5's and 6's: their runs on kept fields), and the 5M
