@@ -407,15 +407,16 @@ def peak_bytes(fn: Callable[[], None]) -> int:
 def bench_memory(plan: Plan) -> list[dict[str, Any]]:
     """One attention layer at ka-1m width (dim 128, 4 heads), batch 1, fp32: forward + backward.
 
-    Each measurement is estimated first (analytic first length: reference 8 tensors of B·H·T²·k/H
-    floats, the others 4 of B·H·T² as if scores were materialised) so none can exhaust the machine.
+    Each measurement is estimated first (analytic first length: reference 8 tensors of B·H·T²
+    floats (the materialised coupling matrix, its scores and their gradients), the others 4 of B·H·T² as if scores
+    were materialised) so none can exhaust the machine.
     """
     ka_cfg, tf_cfg = get_preset("ka-1m")[1], get_preset("tf-1m")[1]
     torch.manual_seed(0)
     ka, tf = KuramotoAttention(ka_cfg.dim, ka_cfg.heads, ka_cfg.attention), SelfAttention(tf_cfg)
     subjects: dict[str, tuple[nn.Module, dict[str, str], int]] = {  # layer, forward kwargs, analytic bytes/T²/4
         "kuramoto-fused": (ka, {"path": "fused"}, 4 * ka_cfg.heads),
-        "kuramoto-reference": (ka, {"path": "reference"}, 8 * ka_cfg.dim), "transformer": (tf, {}, 4 * tf_cfg.heads)}
+        "kuramoto-reference": (ka, {"path": "reference"}, 8 * ka_cfg.heads), "transformer": (tf, {}, 4 * tf_cfg.heads)}
     rows = []
     for name, (layer, kwargs, per_t2) in subjects.items():
         last: tuple[int, int] | None = None

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.register_assert_rewrite("geometry_checks")  # its checks' failures read as the tests' own do
+pytest.register_assert_rewrite("geometry_checks", "literal")  # its checks' failures read as the tests' own do
 
 
 @pytest.fixture(autouse=True)
@@ -17,16 +17,22 @@ def random_phases(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tens
 
 
 def assert_paths_agree(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The fused and the reference path give the same output and the same gradients (the state's and every
-    parameter's), in float64; returns x detached."""
+    """The fused and the reference path give the literal references' output (tests/literal.py), and the same
+    gradients (the state's and every parameter's, the literal step's included), in float64; returns x detached."""
+    from literal import literal_step
+
     x = x.detach().requires_grad_()
     fused, ref = layer(x), layer(x, path="reference")
-    assert torch.allclose(fused, ref, atol=1e-10, rtol=0)
+    literal, _, _ = literal_step(layer, x)
+    assert torch.allclose(fused, literal, atol=1e-10, rtol=0)
+    assert torch.allclose(ref, literal, atol=1e-10, rtol=0)
     weights = torch.randn_like(fused)
     g_fused = torch.autograd.grad((fused * weights).sum(), [x, *layer.parameters()])
     g_ref = torch.autograd.grad((ref * weights).sum(), [x, *layer.parameters()])
-    for a, b in zip(g_fused, g_ref, strict=True):
+    g_lit = torch.autograd.grad((literal * weights).sum(), [x, *layer.parameters()], allow_unused=True)
+    for a, b, c in zip(g_fused, g_ref, g_lit, strict=True):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
+        assert torch.allclose(a, torch.zeros_like(a) if c is None else c, atol=1e-10, rtol=0)
     return x.detach()
 
 

@@ -210,21 +210,21 @@ def test_ops_per_cached_token_counts_one_step() -> None:
 
 
 def test_memory_over_the_cap_is_skipped_not_invented() -> None:
-    """With a 30 MiB cap the reference fits at T=64 (~15 MiB) but not at 128 (~4x): skipped with its
-    estimate (the T² extrapolation of the measured peak), and the T=128 target is judged against that
-    estimate, saying so; without any measured reference it cannot be evaluated."""
-    plan = bench.Plan((("ka-tiny", "tf-tiny"),), ("eager",), (64, 128), 30 * 2**20)
+    """With a 300 MiB cap the reference fits at T=256 (~5 MiB) but not at 2048 (~64x, its T² extrapolation
+    ~350 MiB; the fused path's, ~250 MiB, fits): skipped with its estimate, and the T=2048 target is judged
+    against that estimate, saying so; without any measured reference it cannot be evaluated."""
+    plan = bench.Plan((("ka-tiny", "tf-tiny"),), ("eager",), (256, 2048), 300 * 2**20)
     rows = bench.bench_memory(plan)
     ref = {r["T"]: r for r in rows if r["subject"] == "kuramoto-reference"}
-    assert "peak_bytes" in ref[64]
-    assert "peak_bytes" not in ref[128] and ref[128]["estimate_bytes"] > plan.mem_cap_bytes and ref[128]["skipped"]
-    res = {"plan": {"pairs": [], "mem_lengths": [64, 128]}, "training": [], "memory": rows, "generation": [],
+    assert "peak_bytes" in ref[256]
+    assert "peak_bytes" not in ref[2048] and ref[2048]["estimate_bytes"] > plan.mem_cap_bytes and ref[2048]["skipped"]
+    res = {"plan": {"pairs": [], "mem_lengths": [256, 2048]}, "training": [], "memory": rows, "generation": [],
            "default_mode": {"mode": "eager", "precision": "bf16"}}
     (target,) = [t for t in bench.evaluate_targets(res) if t["name"].startswith("peak memory")]
-    fused = next(r["peak_bytes"] for r in rows if r["subject"] == "kuramoto-fused" and r["T"] == 128)
-    assert ref[128]["estimate_bytes"] == int(ref[64]["peak_bytes"] * 4)
-    assert target["value"] == pytest.approx(fused / ref[128]["estimate_bytes"]) and target["status"] == "PASS"
-    assert "judged against its estimate" in target["note"] and "largest T measured (64" in target["note"]
+    fused = next(r["peak_bytes"] for r in rows if r["subject"] == "kuramoto-fused" and r["T"] == 2048)
+    assert ref[2048]["estimate_bytes"] == int(ref[256]["peak_bytes"] * 64)
+    assert target["value"] == pytest.approx(fused / ref[2048]["estimate_bytes"]) and target["status"] == "PASS"
+    assert "judged against its estimate" in target["note"] and "largest T measured (256" in target["note"]
     no_ref = {**res, "memory": [r for r in rows if r["subject"] != "kuramoto-reference"]}
     (target,) = [t for t in bench.evaluate_targets(no_ref) if t["name"].startswith("peak memory")]
     assert target["status"] == "N/A" and "cannot be evaluated" in target["note"]

@@ -213,7 +213,7 @@ def test_su2_diagnostics_are_defined_as_on_the_torus():
     """On SU(2) the order parameters are norms of A-weighted / sequence means of the unit quaternions (in [0, 1]; 1
     for identical states), |Ω_j| is the drift rate, and the JSON names the group."""
     from kuramoto_attention.diagnostics.measure import global_order, local_order
-    from kuramoto_attention.layers.su2 import SU2
+    from kuramoto_attention.layers.groups.su2 import SU2
 
     model = tiny(group="su2")
     d = diagnose(model, torch.randint(0, 256, (3, T)))

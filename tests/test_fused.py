@@ -64,7 +64,7 @@ def test_query_key_equals_plain(lag_shape):
 def test_torus_plain_path_equals_the_fused_kernel(lag_shape, monkeypatch):
     """What runs under torch.compile (Torus.query_key's plain expressions, token-major) is the fused kernel's
     function: values and gradients."""
-    from kuramoto_attention.layers import torus
+    from kuramoto_attention.layers.groups import torus
 
     f64 = torch.float64
     theta, omega, z, tau = leaves(random_phases(B, T, K), torch.rand(K, dtype=f64),
@@ -74,7 +74,9 @@ def test_torus_plain_path_equals_the_fused_kernel(lag_shape, monkeypatch):
     inputs = [x for x in (theta, omega, lag, z, tau) if x is not None]
     fused = query_key(theta, omega, pos, lag, z, tau, f64)
     monkeypatch.setattr(torus, "fused_applies", lambda: False)
-    assert_same(fused, torus.Torus().query_key(theta, pos, omega, z, H, tau, f64, lag), inputs)
+    extras = torch.nn.Module()
+    extras.lag, extras.query_mix = lag, None
+    assert_same(fused, torus.Torus().gated_query_key(theta, pos, omega, z, H, tau, f64, extras), inputs)
 
 
 def test_query_key_casts_on_store():

@@ -33,7 +33,7 @@ def test_fused_equals_reference_forward_and_gradients(harmonics, self_coupling, 
 def test_increment_is_the_daido_sum_written_out():
     layer, theta = make_layer(), random_phases(B, T, K)
     a, attn = layer.coupling(theta)
-    c = torch.cat((torch.ones(1, K, dtype=theta.dtype), layer.harmonics.weight))  # c_1 = 1, then c_2, c_3
+    c = torch.cat((torch.ones(1, K, dtype=theta.dtype), layer.extras.harmonics.weight))  # c_1 = 1, then c_2, c_3
     d = K // H
     want = torch.zeros_like(a)
     for b, t, u, j in itertools.product(range(B), range(T), range(T), range(K)):
@@ -48,7 +48,7 @@ def test_increment_is_gradient_of_the_harmonic_energy():
     layer, theta = make_layer(), random_phases(B, T, K)
     a, attn = layer.coupling(theta)
     attn = attn.detach()
-    c = torch.cat((torch.ones(1, K, dtype=theta.dtype), layer.harmonics.weight.detach())).view(3, H, 1, K // H)
+    c = torch.cat((torch.ones(1, K, dtype=theta.dtype), layer.extras.harmonics.weight.detach())).view(3, H, 1, K // H)
     th = theta.view(B, T, H, K // H).transpose(1, 2)  # (B, H, T, d)
     for t in range(T):
         th_t = theta[:, t].clone().requires_grad_()
@@ -63,7 +63,7 @@ def test_zero_weights_are_the_plain_layer():
     plain = KuramotoAttention(K, H, phase_lag=True, clock=2).double()
     torch.manual_seed(3)
     daido = KuramotoAttention(K, H, phase_lag=True, clock=2, harmonics=3).double()
-    assert daido.harmonics.weight.abs().max() == 0  # the init
+    assert daido.extras.harmonics.weight.abs().max() == 0  # the init
     theta = random_phases(B, T, K)
     for path in ("fused", "reference"):
         torch.testing.assert_close(daido(theta, path=path), plain(theta, path=path), rtol=0, atol=1e-13)
@@ -100,7 +100,7 @@ def test_gradcheck():
     ({"harmonics": 0}, "harmonics must be an integer >= 1"),
     ({"harmonics": 2.0}, "harmonics must be an integer >= 1"),
     ({"harmonics": 2, "value": "projection"}, "harmonics > 1 needs value='circular'"),
-    ({"harmonics": 2, "group": "su2"}, "harmonics=2 is defined on the torus only"),
+    ({"harmonics": 2, "group": "su2"}, "harmonics=2 is not defined on the su2 group"),
 ])
 def test_bad_fields_raise(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -114,6 +114,6 @@ def test_model_with_harmonics_trains_and_counts_its_wider_values():
     assert model.num_params() == plain.num_params() + cfg.depth * (2 - 1) * cfg.dim  # c_2 per oscillator per layer
     idx = torch.randint(0, 256, (2, 16))
     model(idx).logsumexp(-1).mean().backward()
-    assert all(b.attn.harmonics.weight.grad.abs().sum() > 0 for b in model.blocks)
+    assert all(b.attn.extras.harmonics.weight.grad.abs().sum() > 0 for b in model.blocks)
     ctx = 16
     assert model_flops(model, ctx)["d_v"] == 2 * model_flops(plain, ctx)["d_v"]

@@ -3,13 +3,14 @@
 import itertools
 import math
 
+import literal
 import pytest
 import torch
 from conftest import assert_paths_agree, random_phases
 
-from kuramoto_attention.layers import naive
-from kuramoto_attention.layers.gates import metric_gates
-from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention, PhaseGates
+from kuramoto_attention.layers import naive, naive_variants
+from kuramoto_attention.layers.gates import PhaseGates, metric_gates
+from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
 from kuramoto_attention.ops.torus import lift
 
 B, T, K, H = 2, 7, 8, 2
@@ -34,15 +35,9 @@ def gates_of(layer: KuramotoAttention, theta: torch.Tensor) -> tuple[torch.Tenso
 
 
 def scores_of(layer: KuramotoAttention, theta: torch.Tensor) -> torch.Tensor:
-    """The reference path's masked scores (B, H, T, T), from ``naive.py`` with the layer's parameters."""
-    gq, gk = gates_of(layer, theta)
-    pos = torch.arange(theta.shape[1], dtype=theta.dtype)
-    extra = None if layer.clock is None else layer.clock.score(pos[:, None] - pos[None, :])
-    lag = None if layer.lag is None else layer.lag.view(H, -1)
-    s = naive.score(naive.kernel(naive.heads(theta, H), layer.omega.view(H, -1), lag), gq, gk, layer.log_tau.exp(),
-                    extra)
-    mask = naive.causal(theta.shape[1], theta.device, layer.config.self_coupling)
-    return s.masked_fill(~mask, float("-inf"))
+    """The masked scores (B, H, T, T) from the literal references with the layer's parameters (tests/literal.py)."""
+    mask = naive_variants.causal_mask(theta.shape[1], layer.config.self_coupling)
+    return literal.literal_scores(layer, theta).masked_fill(~mask, float("-inf"))
 
 
 def literal_scores(layer: KuramotoAttention, theta: torch.Tensor) -> torch.Tensor:
@@ -68,7 +63,7 @@ def test_scores_match_paper_formula():
 
 
 def test_gates_positive_mean_one():
-    gates = PhaseGates(2 * K, K).double()
+    gates = PhaseGates(PhaseGates.projection(2 * K, K)).double()
     gq, gk = metric_gates(gates(lift(random_phases(B, T, K))), H)
     for g in (gq, gk):
         assert (g > 0).all()
@@ -181,7 +176,7 @@ def test_phase_lag_fused_equals_reference_and_literal_scores(self_coupling):
     layer = make_layer(phase_lag=True, self_coupling=self_coupling)
     th = assert_fused_equals_reference(layer)
     if self_coupling:  # s_{t,u} = τ/√d Σ_j g^q g^k cos(θ_t − θ_u + ω_j (t − u) + β_j), written out
-        lag = layer.lag.view(H, -1)
+        lag = layer.extras.lag.view(H, -1)
         scores = scores_of(layer, th)
         gq, gk = gates_of(layer, th)
         d = K // H
@@ -238,10 +233,9 @@ def test_gates_and_value_gate_reading_one_map_compute_it_once(shared):
 
 
 def test_gates_read_through_a_map_of_their_input_width_only():
-    gates = PhaseGates(2 * K, K, input_dim=5)
     with pytest.raises(ValueError, match="the gates read 5 inputs, P gives 6"):
-        gates.read_through(torch.nn.Linear(2 * K, 6, bias=False))
-    plain = PhaseGates(2 * K, K)  # reads the lift: a precomputed P ψ(θ) is a caller's mistake, not silently used
+        PhaseGates(PhaseGates.projection(5, K), torch.nn.Linear(2 * K, 6, bias=False))
+    plain = PhaseGates(PhaseGates.projection(2 * K, K))  # reads the lift: a precomputed P ψ(θ) is a mistake
     psi = torch.randn(1, 3, 2 * K)
     with pytest.raises(ValueError, match="reads the lift"):
         plain(psi, mapped=psi)
@@ -283,7 +277,7 @@ def test_phase_lag_lets_a_head_prefer_an_earlier_offset_by_position():
     lagged = KuramotoAttention(K, 1, gates=False, tau="fixed", tau_init=8.0, phase_lag=True).double()
     with torch.no_grad():
         lagged.omega.copy_(layer.omega)
-        lagged.lag.copy_(-2 * layer.omega)
+        lagged.extras.lag.copy_(-2 * layer.omega)
     _, attn = lagged.coupling(theta)
     assert (attn[0, 0, 2:].argmax(-1) == torch.arange(T - 2)).all()
 
@@ -297,12 +291,12 @@ def test_dropping_self_coupling_rescales_the_increment():
     self_weight = torch.diagonal(attn, dim1=-2, dim2=-1)  # (B, H, T)
     scale = (1.0 / (1.0 - self_weight[..., 1:])).repeat_interleave(K // H, dim=1).transpose(1, 2)
     assert torch.allclose(a_without[:, 1:], a_with[:, 1:] * scale, atol=1e-12)
-    assert torch.equal(a_without[:, 0], torch.zeros_like(a_without[:, 0]))
+    assert a_without[:, 0].abs().max() < 1e-15  # Im(e^{−iθ} e^{iθ}) = 0, to rounding
     assert torch.diagonal(attn_without, dim1=-2, dim2=-1)[..., 1:].abs().max() == 0
 
 
 def test_shared_gates_fused_equals_reference():
-    shared = PhaseGates(2 * K, K).double()
+    shared = PhaseGates(PhaseGates.projection(2 * K, K)).double()
     layer = KuramotoAttention(K, H, shared_gates=shared).double()
     assert not any(n.startswith("gates") for n, _ in layer.named_parameters())
     theta = random_phases(B, T, K)
@@ -390,20 +384,33 @@ def test_bad_fields_raise():
             KuramotoAttention(**{"dim": 8, "heads": 2, **bad})
 
 
-@pytest.mark.parametrize("fields", [{}, {"self_coupling": False, "phase_lag": True, "clock": 2, "clock_init": 1.5},
-                                    {"gates": False}, {"bound": "elementwise"}])
+@pytest.mark.parametrize("fields", [{}, {"gates": False}, {"bound": "elementwise"}])
 def test_fused_equals_the_paper_in_one_file(fields):
-    """The fused layer against ``naive.py``'s literal formulas, fed the layer's parameters: scores with the T × T
-    kernel, causal softmax, circular mean, tangent increment, value gate, bound."""
+    """The fused layer against ``naive.py``'s literal formulas alone, fed the layer's parameters: gates ρ, scores with
+    the T × T kernel, causal softmax, circular mean, tangent increment (Prop. 1), value gate, bound, step."""
     layer = make_layer(**fields)
     theta = random_phases(B, T, K)
-    attn = torch.softmax(scores_of(layer, theta), dim=-1)
+    psi = naive.psi(theta)
+    if layer.gates is None:
+        gq = gk = torch.ones(B, H, T, K // H, dtype=theta.dtype)
+    else:
+        gq, gk = naive.gates(psi, layer.gates.proj.weight, layer.gates.proj.bias, H)
+    kern = naive.kernel(naive.heads(theta, H), layer.omega.view(H, -1))
+    attn = naive.causal_softmax(naive.score(kern, gq, gk, layer.log_tau.exp()))
     re_g, im_g = naive.circular_mean(attn, naive.heads(theta, H))
     a = naive.merge(naive.tangent_increment(naive.heads(theta, H), re_g, im_g))
     torch.testing.assert_close(a, naive.merge(naive.kuramoto_sum(attn, naive.heads(theta, H))), rtol=0, atol=1e-12)
-    v = layer.value(naive.psi(theta))
+    v = naive.value_gate(psi, layer.value_gate.weight, layer.value_gate.bias)
     want = naive.step(theta, a, v, layer.config.bound, layer.bound.radius)
     torch.testing.assert_close(layer(theta), want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("fields", [{"self_coupling": False, "phase_lag": True, "clock": 2, "clock_init": 1.5},
+                                    {"self_coupling": False, "successor_heads": 1},
+                                    {"self_coupling": False, "successor_heads": 2, "phase_lag": True, "harmonics": 2}])
+def test_fused_equals_the_variants_written_out(fields):
+    """The variants outside the paper against ``naive_variants.py`` (and the harmonics' literal sum)."""
+    assert_fused_equals_reference(make_layer(**fields))
 
 
 def test_every_preset_and_ablation_stays_on_a_fused_attention_kernel():
@@ -416,7 +423,8 @@ def test_every_preset_and_ablation_stays_on_a_fused_attention_kernel():
     variants = [(name, {}) for name, (family, _) in PRESETS.items() if family == "kuramoto"]
     variants += [("ka-tiny", {"value": "projection"}), ("ka-tiny", {"clock": 2}), ("ka-tiny", {"gates": False}),
                  ("ka-tiny", {"self_coupling": False, "clock": 3}), ("ka-1m-tuned", {"harmonics": 2}),
-                 ("ka-tiny", {"bound_scale": "learned"})]
+                 ("ka-tiny", {"bound_scale": "learned"}), ("ka-1m-tuned", {"successor_heads": 2}),
+                 ("ka-tiny", {"bound": "scaled"}), ("ka-su2-1m-tuned", {"successor_heads": 4})]
     from kuramoto_attention.models.config import apply_overrides
 
     for name, fields in variants:
@@ -430,7 +438,6 @@ def test_every_preset_and_ablation_stays_on_a_fused_attention_kernel():
                 model(idx)
 
 
-def test_norm_factor_refuses_the_elementwise_bound():
-    """Asking an elementwise bound for the norm bound's factor is a clear error, not a wrong rescaling."""
-    with pytest.raises(ValueError, match="norm_factor is the norm bound's"):
-        KuramotoAttention(K, H, bound="elementwise").bound.norm_factor(torch.ones(1, 2, 1))
+def test_the_elementwise_bound_is_no_norm_bound():
+    """A geometry is never handed an elementwise bound as a per-token rescaling."""
+    assert KuramotoAttention(K, H, bound="elementwise").bound.norm() is None

@@ -27,7 +27,7 @@ def tiny_models():
     lag = KuramotoLM(ka_cfg(phase_lag=True)).double()
     with torch.no_grad():  # a nonzero lag, so the cached query features must carry it
         for block in lag.blocks:
-            block.attn.lag.uniform_(-torch.pi, torch.pi)
+            block.attn.extras.lag.uniform_(-torch.pi, torch.pi)
     yield "ka-lag", lag
     clock = KuramotoLM(ka_cfg(clock=2)).double()
     with torch.no_grad():  # nonzero clock weights, so the cache must carry the clock's key features

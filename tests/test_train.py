@@ -275,8 +275,8 @@ def test_optimizer_groups_phases_and_omega():
     groups = make_optimizer(model, TrainConfig(steps=1, phase_lr_mult=20.0, omega_lr_mult=1.0)).param_groups
     ids = {id(p): g for g in groups for p in g["params"]}
     assert ids[id(model.phase_embedding)]["lr_mult"] == 20.0 and ids[id(model.phase_embedding)]["weight_decay"] == 0
-    assert ids[id(model.blocks[0].attn.lag)]["lr_mult"] == 20.0  # the lag β is an angle too
-    assert ids[id(model.blocks[0].attn.lag)]["weight_decay"] == 0
+    assert ids[id(model.blocks[0].attn.extras.lag)]["lr_mult"] == 20.0  # the lag β is an angle too
+    assert ids[id(model.blocks[0].attn.extras.lag)]["weight_decay"] == 0
     assert ids[id(model.blocks[0].attn.omega)]["lr_mult"] == 1.0
     clock = model.blocks[0].attn.clock  # the clock's ω and β are angles as well; its weights a decayed matrix
     assert ids[id(clock.omega)]["lr_mult"] == 1.0 and ids[id(clock.lag)]["lr_mult"] == 20.0

@@ -25,7 +25,12 @@ def record(name: str) -> dict:
     idx = torch.randint(0, 256, (2, 48), generator=gen)
     with torch.no_grad():
         logits = model(idx)
-    return {"state": {k: v.clone() for k, v in model.state_dict().items()}, "idx": idx, "logits": logits}
+    # the training path too (with autograd on, the Kuramoto layers run their hand-fused kernels): logits and gradients
+    train_logits = model(idx)
+    train_logits.log_softmax(-1)[..., 0].mean().backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    return {"state": {k: v.clone() for k, v in model.state_dict().items()}, "idx": idx, "logits": logits,
+            "train_logits": train_logits.detach(), "grads": grads}
 
 
 def main() -> int:
@@ -65,10 +70,16 @@ def main() -> int:
         dinit = (new["logits"] - old["logits"]).abs().max().item()
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # the kernel the old code fell back to for some presets
             dmath = (model(old["idx"]) - old["logits"]).abs().max().item()
-        ok = worst <= 1e-6 and dlog <= 1e-6 and dinit <= 1e-6
+        dtrain = dgrad = 0.0
+        if "train_logits" in old:  # recorded by this version of the tool
+            dtrain = (new["train_logits"] - old["train_logits"]).abs().max().item()
+            old_grads = upgrade(family, old["grads"])
+            dgrad = max((old_grads[k] - new["grads"][k]).abs().max().item() for k in old_grads)
+        ok = worst <= 1e-6 and dlog <= 1e-6 and dinit <= 1e-6 and dtrain <= 1e-6 and dgrad <= 1e-6
         bad += not ok
         print(f"{name}: {'OK' if ok else 'DIFFERENT'}  init params max|Δ| {worst:.2e}, logits of the old weights "
-              f"max|Δ| {dlog:.2e}, of a fresh seed-0 model {dinit:.2e}, on the math SDPA kernel {dmath:.2e}")
+              f"max|Δ| {dlog:.2e}, of a fresh seed-0 model {dinit:.2e}, on the math SDPA kernel {dmath:.2e}; training "
+              f"path logits {dtrain:.2e}, gradients {dgrad:.2e}")
     return 1 if bad else 0
 
 

@@ -22,7 +22,8 @@ def model_flops(model: nn.Module, context: int) -> dict[str, int]:
     else:
         n_mm += sum((uses - 1) * m.weight.numel() for m, uses in shared_uses(model))
         # a cross-coupling mix applies as a real (2d × 2d) map per head: 4d² multiplies per token from 2d² weights
-        n_mm += sum(2 * m.delta.numel() for b in model.blocks for m in (b.attn.query_mix, b.attn.coupling_mix)
+        n_mm += sum(2 * m.delta.numel() for b in model.blocks if b.attn.extras is not None
+                    for m in (getattr(b.attn.extras, "query_mix", None), getattr(b.attn.extras, "coupling_mix", None))
                     if m is not None)
         # the embedding is a lookup (then ψ or exp, elementwise), not a matmul; the readout is an nn.Linear of φ
         att, c = cfg.attention, model.geometry.components  # c real features per oscillator: torus 2, SU(2) 4

@@ -33,9 +33,9 @@ from torch import Tensor
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.geometry import Geometry
+from kuramoto_attention.layers.groups import build_geometry
+from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
-from kuramoto_attention.layers.torus import Torus
 from kuramoto_attention.models.kuramoto import KuramotoLM
 from kuramoto_attention.ops.attention import split_heads
 
@@ -167,13 +167,13 @@ def _norm(parts: list[Tensor]) -> Tensor:
 def local_order(attn: Tensor, x: Tensor, geometry: Geometry | None = None) -> Tensor:
     """mean |G| per head, G_{t,j} = Σ_u A_{t,u} x_{u,j} (the oscillators as unit vectors); attn (B, H, T, T), x the
     layer input (B, T, k, …) -> (H,). ``geometry`` defaults to the torus (x the phases θ)."""
-    coords = (geometry or Torus()).coordinates(x)  # c tensors (B, T, k)
+    coords = (geometry or build_geometry("torus")).coordinates(x)  # c tensors (B, T, k)
     return _norm([attn @ split_heads(c, attn.shape[1]) for c in coords]).mean(dim=(0, 2, 3))
 
 
 def global_order(x: Tensor, heads: int, geometry: Geometry | None = None) -> Tensor:
     """|mean_t x_{t,j}| averaged over a head's oscillators and the batch; x (B, T, k, …) -> (H,)."""
-    coords = (geometry or Torus()).coordinates(x)
+    coords = (geometry or build_geometry("torus")).coordinates(x)
     r = _norm([split_heads(c, heads).mean(dim=2) for c in coords])  # (B, H, k/H)
     return r.mean(dim=(0, 2))
 
@@ -234,9 +234,11 @@ def saturation(increment: Tensor, bound: Bound) -> float:
     norm: per token, ‖y‖ ≥ 0.95 r over its whole increment (n·tangent); elementwise: per coordinate,
     |y_j| ≥ 0.95 r_j. A saturated increment means the layer wanted a larger step than the bound allows.
     """
-    r = bound.radius.to(increment.dtype)
-    if bound.kind == "norm":
+    norm = bound.norm()  # the norm bound's radius, or the scaled step's clip
+    if norm is not None:
+        r = norm.log_radius.exp().to(increment.dtype)
         return (increment.norm(dim=-1) >= SATURATION_LEVEL * r).float().mean().item()
+    r = bound.radius.to(increment.dtype)
     return (increment.abs() >= SATURATION_LEVEL * r).float().mean().item()
 
 
@@ -282,7 +284,7 @@ def _diagnose(model: KuramotoLM, idx: Tensor) -> Diagnostics:
         v = layer.value(geo.lift(theta))
         raw = geo.tangent_gate(v) * a.flatten(2)  # v ⊙ increment (B, T, k·tangent)
         step = layer.bound(raw)
-        mid = geo.move(theta, raw, layer.bound)  # the state after the attention step (θ + step on the torus)
+        mid = layer.bound.move(geo, theta, raw)  # the state after the attention step (θ + step on the torus)
         ff_raw = None if block.ff is None else block.ff.update(mid)
         ff_step = None if ff_raw is None else block.ff.bound(ff_raw)
         rows["local"].append(local_order(attn, theta, geo))

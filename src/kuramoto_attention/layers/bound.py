@@ -1,75 +1,131 @@
-"""The learned-radius tanh bound applied to every increment (``naive.py`` writes both kinds out)."""
+"""The bound applied to every increment before it moves a state (``naive.py`` writes the paper's two kinds out).
+
+    norm         r · tanh(‖x‖/s) · x/‖x‖        one learned r; the norm over a token's whole increment; s = 1 (the
+                                                 paper's reading) or learned (``bound_scale``)
+    elementwise  r ⊙ tanh(x / r)                 one learned r per coordinate
+    scaled       clip(α ⊙ x)                     a learned step size α per oscillator (small at init), the norm bound
+                                                 at a fixed, distant radius only as a safety clip
+
+With s = 1 a trained increment sits far past the tanh's knee, so every token moves by r whatever its coupling says;
+``scaled`` (after the normalised transformer's per-dimension "eigen learning rates") lets a step's length follow its
+increment's. Radius, scale and step size are stored as logs (positive).
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import torch
 from torch import Tensor, nn
 
-from kuramoto_attention.ops.fused import bounded_step, fused_applies
-from kuramoto_attention.ops.torus import bound_elementwise, bound_norm, norm_factor
+from kuramoto_attention.ops.torus import bound_elementwise, norm_factor
 
-BoundKind = Literal["norm", "elementwise"]
+BoundKind = Literal["norm", "elementwise", "scaled"]
 BoundScale = Literal["one", "learned"]
+CLIP_FACTOR = 3.0  # the scaled step's safety clip, in units of the radius it is given (distant: trained r is 4-10)
 
 
-class Bound(nn.Module):
-    """``norm``: r·tanh(‖x‖/s)·x/‖x‖, one learned r, the norm over a token's whole increment; s = 1 (``scale="one"``,
-    the paper's reading) or one learned s (``"learned"``, from s = r: gain 1 for small steps, as r ⊙ tanh(x/r)).
-    With s = 1 trained increments sit on the bound (‖x‖ ≫ 1), so every token moves by r whatever its coupling; a
-    learned s lets the step's length follow the increment's. ``elementwise``: r ⊙ tanh(x / r), one learned r per
-    coordinate. Radius and scale are stored as logs (positive)."""
+@dataclass(frozen=True)
+class NormBound:
+    """The norm bound's parameters as a group receives them (never the module): bound(w) = w · factor(‖w‖²)."""
 
-    def __init__(self, dim: int, kind: BoundKind = "norm", radius_init: float = 10.0,
-                 scale: BoundScale = "one") -> None:
-        super().__init__()
-        if kind not in ("norm", "elementwise"):
-            raise ValueError(f"bound must be 'norm' or 'elementwise', got {kind!r}")
-        if scale not in ("one", "learned") or (scale == "learned" and kind != "norm"):
-            raise ValueError(f"bound_scale must be 'one', or 'learned' with the norm bound, got {scale!r} "
-                             f"with bound={kind!r}")
-        self.kind = kind
-        self.log_radius = nn.Parameter(torch.full((dim,) if kind == "elementwise" else (1,), math.log(radius_init)))
-        self.log_scale = nn.Parameter(torch.full((1,), math.log(radius_init))) if scale == "learned" else None
+    log_radius: Tensor
+    log_scale: Tensor | None = None  # None: s = 1
 
-    @property
-    def radius(self) -> Tensor:
-        return self.log_radius.exp()
-
-    @property
-    def fusable(self) -> bool:
-        """Whether the hand-fused kernels (``ops/fused.py``: the norm bound with s = 1) compute this bound now."""
-        return self.kind == "norm" and self.log_scale is None and fused_applies()
-
-    def forward(self, x: Tensor) -> Tensor:
-        r = self.radius.to(x.dtype)
-        if self.kind == "elementwise":
-            return bound_elementwise(x, r)
-        return bound_norm(x if self.log_scale is None else x / self.log_scale.exp().to(x.dtype), r)
-
-    def drive(self, x: Tensor) -> Tensor:
-        """The tanh's argument for increment x (..., k): ‖x‖/s per token for the norm bound (..., ), |x_j|/r_j per
-        coordinate (..., k) for the elementwise one. Past about 2 the step's length no longer follows x, and the
-        gradient reaching x's length vanishes (sech² of it): how far past the knee a layer pushes."""
-        if self.kind == "elementwise":
-            return x.abs() / self.radius.to(x.dtype)
-        return x.norm(dim=-1) / (1.0 if self.log_scale is None else self.log_scale.exp().to(x.dtype))
-
-    def norm_factor(self, sq_norm: Tensor) -> Tensor:
-        """The norm bound as a per-token rescaling, bound(x) = m · x, from ‖x‖² (..., 1), so that a caller may hold x
-        in any layout (SU(2) keeps its components apart): with s, bound(x) = bound_1(x/s) = x · h(‖x‖²/s²) / s."""
-        if self.kind != "norm":
-            raise ValueError("norm_factor is the norm bound's; an elementwise bound is no rescaling")
-        r = self.radius.to(sq_norm.dtype)
+    def factor(self, sq_norm: Tensor) -> Tensor:
+        """r·tanh(‖w‖/s)/‖w‖ per token from ‖w‖² (..., 1), in its dtype: bound(w) = bound_1(w/s) = w·h(‖w‖²/s²)/s."""
+        r = self.log_radius.exp().to(sq_norm.dtype)
         if self.log_scale is None:
             return norm_factor(sq_norm, r)
         s = self.log_scale.exp().to(sq_norm.dtype)
         return norm_factor(sq_norm / (s * s), r) / s
 
-    def step(self, theta: Tensor, x: Tensor) -> Tensor:
-        """θ + bound(x) in θ's dtype (x may be lower precision); hand-fused in eager training (``ops/fused.py``)."""
-        if self.fusable:
-            return bounded_step(theta, x, self.log_radius)
-        return theta + self(x)
+
+class Manifold(Protocol):
+    """What a bound needs of a geometry (groups/base.py's ``Geometry``) to move a state by a bounded step."""
+
+    def move(self, x: Tensor, step: Tensor) -> Tensor: ...
+    def norm_move(self, x: Tensor, step: Tensor, bound: NormBound) -> Tensor: ...
+    def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
+                  extras: nn.Module | None = None) -> Tensor: ...
+    def increment(self, x: Tensor, lifted: Tensor, mean: Tensor, extras: nn.Module | None = None) -> Tensor: ...
+    def tangent_gate(self, value: Tensor) -> Tensor: ...
+
+
+class Bound(nn.Module):
+    """One bound of a layer, for increments ``width`` = n·tangent wide (n oscillators of ``tangent`` coordinates)."""
+
+    def __init__(self, width: int, kind: BoundKind = "norm", radius_init: float = 10.0, scale: BoundScale = "one",
+                 step_init: float = 0.25, tangent: int = 1) -> None:
+        super().__init__()
+        if kind not in ("norm", "elementwise", "scaled"):
+            raise ValueError(f"bound must be 'norm', 'elementwise' or 'scaled', got {kind!r}")
+        if scale not in ("one", "learned") or (scale == "learned" and kind != "norm"):
+            raise ValueError(f"bound_scale must be 'one', or 'learned' with the norm bound, got {scale!r} "
+                             f"with bound={kind!r}")
+        self.kind, self.tangent = kind, tangent
+        log_radius = torch.full((width if kind == "elementwise" else 1,), math.log(radius_init))
+        if kind == "scaled":  # the clip's radius is fixed: a safety net, not a step length
+            self.register_buffer("log_radius", log_radius)
+        else:
+            self.log_radius = nn.Parameter(log_radius)
+        self.log_scale = nn.Parameter(torch.full((1,), math.log(radius_init))) if scale == "learned" else None
+        # one step size per oscillator, shared by its tangent coordinates (a rotation of them commutes with it)
+        self.log_step = nn.Parameter(torch.full((width // tangent,), math.log(step_init))) if kind == "scaled" else None
+
+    @property
+    def radius(self) -> Tensor:
+        return self.log_radius.exp()
+
+    def norm(self) -> NormBound | None:
+        """The norm bound's parameters (the norm bound and the scaled step's clip), or None (elementwise)."""
+        if self.kind == "elementwise":
+            return None
+        if self.kind == "scaled":  # R·tanh(‖y‖/R)·y/‖y‖: gain 1 inside R
+            clip = self.log_radius + math.log(CLIP_FACTOR)
+            return NormBound(clip, clip)
+        return NormBound(self.log_radius, self.log_scale)
+
+    def scaled(self, x: Tensor) -> Tensor:
+        """α ⊙ x for the scaled step (x itself otherwise): (..., n·tangent)."""
+        if self.log_step is None:
+            return x
+        step = self.log_step.exp().to(x.dtype)
+        return x * (step if self.tangent == 1 else step.repeat_interleave(self.tangent))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """bound(x), (..., n·tangent)."""
+        if self.kind == "elementwise":
+            return bound_elementwise(x, self.radius.to(x.dtype))
+        x = self.scaled(x)
+        norm = self.norm()
+        assert norm is not None
+        return x * norm.factor(torch.linalg.vecdot(x, x).unsqueeze(-1))
+
+    def move(self, geometry: Manifold, x: Tensor, step: Tensor) -> Tensor:
+        """x moved along the geometry's manifold by bound(step)."""
+        norm = self.norm()
+        if norm is None:
+            return geometry.move(x, self(step))
+        return geometry.norm_move(x, self.scaled(step), norm)
+
+    def gated_move(self, geometry: Manifold, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor,
+                   extras: nn.Module | None = None) -> Tensor:
+        """The attention's move: x moved by bound(v ⊙ increment(G)); value (B, T, n)."""
+        norm = self.norm()
+        if norm is not None and self.kind == "norm":
+            return geometry.norm_step(x, lifted, mean, value, norm, extras)
+        inc = geometry.increment(x, lifted, mean, extras)
+        return self.move(geometry, x, geometry.tangent_gate(value.to(inc.dtype)) * inc)
+
+    def drive(self, x: Tensor) -> Tensor:
+        """The tanh's argument for increment x (..., k): ‖x‖/s per token for the norm bound (..., ), ‖α ⊙ x‖/R for the
+        scaled step's clip, |x_j|/r_j per coordinate (..., k) for the elementwise one. Past about 2 the step's length
+        no longer follows x, and the gradient reaching x's length vanishes (sech² of it)."""
+        if self.kind == "elementwise":
+            return x.abs() / self.radius.to(x.dtype)
+        if self.kind == "scaled":
+            return self.scaled(x).norm(dim=-1) / (CLIP_FACTOR * self.radius.to(x.dtype))
+        return x.norm(dim=-1) / (1.0 if self.log_scale is None else self.log_scale.exp().to(x.dtype))

@@ -58,25 +58,44 @@ def token_major_gates(z: Tensor, heads: int, q_scale: Tensor | None = None) -> T
     return (g * scale.to(g.dtype)).to(z.dtype)
 
 
+def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype,
+                   query: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its c components: feat (B, T, H, c, d)
+    (token-major) -> (B, H, T, c·d) each (views of token-major tensors), in ``dtype``; ``query``: the query's own
+    features where they differ; ``logits`` the gates' (B, T, 2n), or None (every gate 1)."""
+    feats = (feat if query is None else query, feat)
+    if logits is None:  # τ on the query, nothing on the key
+        gates: tuple[Tensor | None, ...] = (tau.to(dtype).view(heads, 1, 1), None)
+    else:
+        g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
+        gates = (g[:, :, 0, :, None, :], g[:, :, 1, :, None, :])
+    q, k = ((f.to(dtype) if gate is None else f.to(dtype) * gate).flatten(-2).transpose(1, 2)
+            for f, gate in zip(feats, gates, strict=True))
+    return q, k
+
+
 class PhaseGates(nn.Module):
     """The gate logits W φ(x) + b for the query and the key gates (W_q and W_k stacked: 2n outputs).
 
-    One per layer, or one that all layers share (the model passes it in). With ``read_through(P)`` they read P φ(x),
-    P a map its owner holds (the feed-forward's shared P): then ``input_dim`` is P's output width.
+    One per layer, or one that all layers share (the model passes it in). ``proj`` is W (its inputs: the lift's width,
+    or P's outputs); ``source`` a map P of the lift that they read instead of the lift itself, held by its owner (the
+    model's shared P) and applied here.
     """
 
-    def __init__(self, lift_dim: int, oscillators: int, input_dim: int = 0) -> None:
+    def __init__(self, proj: nn.Linear, source: nn.Linear | None = None) -> None:
         super().__init__()
-        self.source = Borrowed(None)
-        self.proj = nn.Linear(input_dim or lift_dim, 2 * oscillators)
-        nn.init.normal_(self.proj.weight, std=0.02)
-        nn.init.zeros_(self.proj.bias)
-
-    def read_through(self, source: nn.Linear) -> None:
-        """Read P φ(x) from now on (P is built after these gates, so that building them draws the same numbers)."""
-        if source.out_features != self.proj.in_features:
-            raise ValueError(f"the gates read {self.proj.in_features} inputs, P gives {source.out_features}")
+        if source is not None and source.out_features != proj.in_features:
+            raise ValueError(f"the gates read {proj.in_features} inputs, P gives {source.out_features}")
+        self.proj = proj
         self.source = Borrowed(source)
+
+    @staticmethod
+    def projection(inputs: int, oscillators: int) -> nn.Linear:
+        """W (inputs -> 2n), drawn as the gates start: small weights, zero bias (every gate 1 at first)."""
+        proj = nn.Linear(inputs, 2 * oscillators)
+        nn.init.normal_(proj.weight, std=0.02)
+        nn.init.zeros_(proj.bias)
+        return proj
 
     def forward(self, lifted: Tensor, mapped: Tensor | None = None) -> Tensor:
         """(B, T, 2n) logits; ``mapped``: P φ(x), when the caller has computed it already."""

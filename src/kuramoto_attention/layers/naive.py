@@ -1,20 +1,24 @@
-"""The paper's section 2 in one file: Kuramoto attention on the torus, literally, in the paper's notation.
+"""The paper's section 2 in one file: Kuramoto attention and its phase-state model on the torus, literally.
 
 One token's state is θ_t ∈ T^k = R^k / 2πZ^k, k oscillators; a head owns d = k/H contiguous oscillators.
 
     ψ(θ)        = (cos θ, sin θ)                                                  the lift T^k → R^{2k}
-    s_{t,u}     = τ/√d · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j)    the score
+    ρ(z)        = softplus(z) / mean_head softplus(z)                             positive gates of mean 1
+    g^q_t, g^k_t = ρ(W_q ψ(θ_t) + b_q), ρ(W_k ψ(θ_t) + b_k)                      the metric gates
+    s_{t,u}     = τ/√d · Σ_j g^q_{t,j} g^k_{u,j} cos(θ_{t,j} − θ_{u,j} + ω_j (t − u))    the score
     A_{t,·}     = softmax_{u ≤ t} s_{t,·}                                         the coupling matrix
     G_{t,j}     = Σ_u A_{t,u} e^{iθ_{u,j}}                                        the circular mean
     a_{t,j}     = Im(e^{−iθ_{t,j}} G_{t,j}) = Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j})  the tangent increment (Prop. 1)
-    θ_t        ← θ_t + bound(v(θ_t) ⊙ a_t)                                        the step
+    v(θ_t)      = W_v ψ(θ_t) + b_v                                                the signed value gate
     bound(x)    = r · tanh(‖x‖) · x/‖x‖        (or r ⊙ tanh(x / r), per coordinate)
+    θ_t        ← θ_t + bound(v(θ_t) ⊙ a_t)                                        the attention step
+    θ_t        ← θ_t + bound(SwiGLU(θ_t))                                         the feed-forward step
+    logits_t    = W_o ψ(θ_t) + b_o                                                the readout: prototype alignment
 
-β is zero in the paper (``phase_lag`` learns it; ``cross_score`` also mixes the query's oscillators, see
-``kernel``); the gates g^q, g^k and the signed value gate v are read from ψ(θ) by the layer (``gates.py``,
-``kuramoto_attention.py``). Everything here is written out with the T × T × d
-kernel: it is slow, exact, and the ground truth that the fused path (one SDPA call, hand-fused kernels in
-``ops/fused.py``) is tested against. Shapes: θ (B, T, k); per head (B, H, T, d); A (B, H, T, T).
+Everything is written out with the T × T × d kernel: slow, exact, and the ground truth that the fused layer (one SDPA
+call, hand-fused kernels) is tested against in float64. Variants outside the paper (a phase lag, no self term,
+positional clocks, successor values) are written out in ``naive_variants.py``. Shapes: θ (B, T, k); per head
+(B, H, T, d); A (B, H, T, T).
 """
 
 from __future__ import annotations
@@ -22,12 +26,20 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from kuramoto_attention.ops.attention import merge_heads, split_heads
 
-# head h owns oscillators h·d … (h+1)·d − 1: (B, T, k) <-> (B, H, T, d)
-heads, merge = split_heads, merge_heads
+def heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, T, k) -> (B, H, T, d): head h owns oscillators h·d … (h+1)·d − 1."""
+    b, t, k = x.shape
+    return x.view(b, t, n_heads, k // n_heads).transpose(1, 2)
+
+
+def merge(x: Tensor) -> Tensor:
+    """(B, H, T, d) -> (B, T, k), ``heads``' inverse."""
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
 
 
 def psi(theta: Tensor) -> Tensor:
@@ -35,48 +47,35 @@ def psi(theta: Tensor) -> Tensor:
     return torch.cat((torch.cos(theta), torch.sin(theta)), dim=-1)
 
 
-def causal(t: int, device: torch.device, self_coupling: bool = True) -> Tensor:
-    """(T, T) bool, True where t may couple to u: u ≤ t, or u < t without self-coupling (token 0 keeps its own
-    term, so that its row of A stays a distribution)."""
-    mask = torch.ones(t, t, dtype=torch.bool, device=device).tril(diagonal=-int(not self_coupling))
-    mask[0, 0] = True
-    return mask
+def rho(z: Tensor) -> Tensor:
+    """ρ(z) = softplus(z) / mean(softplus(z)) over the last axis (one head's d coordinates): positive, mean 1."""
+    g = F.softplus(z)
+    return g / g.mean(dim=-1, keepdim=True)
 
 
-def kernel(theta: Tensor, omega: Tensor, beta: Tensor | None = None, mix: Tensor | None = None) -> Tensor:
-    """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u) + β_j) for every pair: θ (B, H, T, d), ω (H, d), β (H, d)
-    ->  (B, H, T, T, d).
+def gates(psi_theta: Tensor, weight: Tensor, bias: Tensor, n_heads: int) -> tuple[Tensor, Tensor]:
+    """g^q, g^k (B, H, T, d) each, from ψ(θ) (B, T, 2k) and the stacked W = [W_q; W_k] (2k, 2k), b (2k,)."""
+    z_q, z_k = (psi_theta @ weight.T + bias).chunk(2, dim=-1)
+    return rho(heads(z_q, n_heads)), rho(heads(z_k, n_heads))
 
-    With ``mix`` C (H, d, d) complex (``cross_score``): Re(z_{t,j} e^{i(ω_j (t − u) + β_j)} e^{−iθ_{u,j}}),
-    z_t = C e^{iθ_t}; C = I gives the cosine above."""
-    t_len = theta.shape[-2]
-    pos = torch.arange(t_len, device=theta.device, dtype=theta.dtype)
+
+def kernel(theta: Tensor, omega: Tensor) -> Tensor:
+    """cos(θ_{t,j} − θ_{u,j} + ω_j (t − u)) for every pair: θ (B, H, T, d), ω (H, d) -> (B, H, T, T, d)."""
+    pos = torch.arange(theta.shape[-2], device=theta.device, dtype=theta.dtype)
     offset = (pos[:, None] - pos[None, :])[..., None]  # t − u: (T, T, 1)
-    drift = omega[:, None, None, :] * offset  # (H, T, T, d)
-    if beta is not None:
-        drift = drift + beta[:, None, None, :]
-    if mix is None:
-        return torch.cos(theta[..., :, None, :] - theta[..., None, :, :] + drift)
-    e = torch.polar(torch.ones_like(theta), theta)  # e^{iθ}: (B, H, T, d)
-    z = torch.einsum("hjl,bhtl->bhtj", mix, e)  # the query's mixed oscillators
-    return (z[..., :, None, :] * torch.polar(torch.ones_like(drift), drift) * e[..., None, :, :].conj()).real
+    return torch.cos(theta[..., :, None, :] - theta[..., None, :, :] + omega[:, None, None, :] * offset)
 
 
-def score(kern: Tensor, gq: Tensor, gk: Tensor, tau: Tensor, extra: Tensor | None = None) -> Tensor:
-    """s_{t,u} = τ/√d Σ_j g^q_{t,j} g^k_{u,j} kernel_{t,u,j}: (B, H, T, T) before masking.
-
-    kern (B, H, T, T, d); gq, gk (B, H, T, d); tau (H,); ``extra`` (H, T, T) joins the coupling sum inside τ/√d (the
-    positional clocks' term). The same for any group: only the kernel is the torus's.
-    """
+def score(kern: Tensor, gq: Tensor, gk: Tensor, tau: Tensor) -> Tensor:
+    """s_{t,u} = τ/√d Σ_j g^q_{t,j} g^k_{u,j} kernel_{t,u,j}: (B, H, T, T) before masking; tau (H,)."""
     coupling = (gq[..., :, None, :] * gk[..., None, :, :] * kern).sum(-1)
-    if extra is not None:
-        coupling = coupling + extra
     return tau[:, None, None] / math.sqrt(kern.shape[-1]) * coupling
 
 
-def coupling_matrix(s: Tensor, self_coupling: bool = True) -> Tensor:
-    """A = causal softmax of the scores s (B, H, T, T)."""
-    mask = causal(s.shape[-1], s.device, self_coupling)
+def causal_softmax(s: Tensor) -> Tensor:
+    """A_{t,·} = softmax over u ≤ t of s_{t,·}: (B, H, T, T)."""
+    t = s.shape[-1]
+    mask = torch.ones(t, t, dtype=torch.bool, device=s.device).tril()
     return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
 
 
@@ -91,9 +90,14 @@ def tangent_increment(theta: Tensor, re_g: Tensor, im_g: Tensor) -> Tensor:
 
 
 def kuramoto_sum(a: Tensor, theta: Tensor) -> Tensor:
-    """Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j}), the Kuramoto coupling, summed term by term: (..., T, d)."""
+    """Σ_u A_{t,u} sin(θ_{u,j} − θ_{t,j}), the Kuramoto coupling, summed term by term: (..., T, d) (Prop. 1)."""
     diff = theta[..., None, :, :] - theta[..., :, None, :]  # [t, u] = θ_u − θ_t
     return (a[..., None] * torch.sin(diff)).sum(dim=-2)
+
+
+def value_gate(psi_theta: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """v(θ) = W_v ψ(θ) + b_v, one signed scalar per oscillator: (B, T, 2k) -> (B, T, k)."""
+    return psi_theta @ weight.T + bias
 
 
 def bound_norm(x: Tensor, radius: Tensor) -> Tensor:
@@ -107,7 +111,29 @@ def bound_elementwise(x: Tensor, radius: Tensor) -> Tensor:
     return radius * torch.tanh(x / radius)
 
 
-def step(theta: Tensor, a: Tensor, v: Tensor, bound: str, radius: Tensor) -> Tensor:
-    """θ + bound(v ⊙ a), all (B, T, k)."""
-    x = v * a
-    return theta + (bound_norm(x, radius) if bound == "norm" else bound_elementwise(x, radius))
+def bound(x: Tensor, kind: str, radius: Tensor) -> Tensor:
+    return bound_norm(x, radius) if kind == "norm" else bound_elementwise(x, radius)
+
+
+def step(theta: Tensor, a: Tensor, v: Tensor, kind: str, radius: Tensor) -> Tensor:
+    """The attention step θ + bound(v ⊙ a), all (B, T, k)."""
+    return theta + bound(v * a, kind, radius)
+
+
+def swiglu(h: Tensor, w_gate: Tensor, w_up: Tensor, w_out: Tensor) -> Tensor:
+    """SwiGLU(h) = (silu(h W_gᵀ) ⊙ h W_uᵀ) W_oᵀ: (..., k_in) -> (..., k)."""
+    return (F.silu(h @ w_gate.T) * (h @ w_up.T)) @ w_out.T
+
+
+def feed_forward_step(theta: Tensor, w_gate: Tensor, w_up: Tensor, w_out: Tensor, kind: str,
+                      radius: Tensor) -> Tensor:
+    """The feed-forward step θ + bound(SwiGLU(θ)): the block reads the raw angle θ (B, T, k) and emits an angle
+    increment per coordinate."""
+    return theta + bound(swiglu(theta, w_gate, w_up, w_out), kind, radius)
+
+
+def readout(theta: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """logits_{t,c} = Σ_j α_{c,j} cos(θ_{t,j} − μ_{c,j}) + b_c = (W ψ(θ_t) + b)_c, row c of W being
+    (α_c cos μ_c, α_c sin μ_c): the final state's alignment with each byte's prototype phases.
+    (B, T, k) -> (B, T, V)."""
+    return psi(theta) @ weight.T + bias

@@ -11,6 +11,7 @@ in ``AttentionConfig`` (docs/choices.md says why each default is what it is).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,11 +19,14 @@ from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.gates import Borrowed, PhaseGates
-from kuramoto_attention.layers.geometry import Geometry
-from kuramoto_attention.layers.kuramoto_attention import GEOMETRIES, AttentionConfig, KuramotoAttention
+from kuramoto_attention.layers.groups import build_geometry
+from kuramoto_attention.layers.groups.base import Geometry
+from kuramoto_attention.layers.kuramoto_attention import AttentionConfig, KuramotoAttention
 from kuramoto_attention.layers.swiglu import SwiGLU
 from kuramoto_attention.models.lm import VOCAB_SIZE, ByteLM
 from kuramoto_attention.ops.attention import KVCache, compute_dtype
+
+_TORUS_EXTRAS = re.compile(r"\.attn\.(lag$|query_mix\.|coupling_mix\.|harmonics\.)")
 
 
 @dataclass
@@ -70,12 +74,12 @@ class KuramotoConfig:
         if self.ff_proj == "shared" and self.ff != "lift" and not reads_p:
             raise ValueError(f"ff_proj projects the lift: it needs ff='lift' (or a gate that reads P), "
                              f"got ff={self.ff!r}")
+        if self.ff == "angles" and "ff=angles" not in build_geometry(self.attention.group).options:
+            raise ValueError(f"ff='angles' reads raw angles, which the {self.attention.group} group does not have")
         for name in ("value_gate_input", "gates_input"):
             if getattr(self, name) == "ff-proj" and self.ff_proj != "shared":
                 raise ValueError(f"{name}='ff-proj' reads the feed-forward's shared P: it needs ff_proj='shared', "
                                  f"got ff_proj={self.ff_proj!r}")
-        if self.ff == "angles" and self.attention.group != "torus":
-            raise ValueError(f"ff='angles' reads raw angles: the torus only, got group={self.attention.group!r}")
 
 
 def input_projection(cfg: KuramotoConfig, geometry: Geometry) -> nn.Linear:
@@ -96,11 +100,12 @@ class PhaseFeedForward(nn.Module):
         lift_dim = geometry.components * cfg.dim
         dim_in = shared_proj.out_features if shared_proj is not None else lift_dim if cfg.ff == "lift" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, cfg.dim * geometry.tangent)
-        self.bound = Bound(cfg.dim * geometry.tangent, cfg.attention.bound, cfg.ff_radius_init,
-                           cfg.attention.bound_scale)
+        att = cfg.attention
+        self.bound = Bound(cfg.dim * geometry.tangent, att.bound, cfg.ff_radius_init, att.bound_scale, att.step_init,
+                           geometry.tangent)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.geometry.move(x, self.update(x), self.bound)
+        return self.bound.move(self.geometry, x, self.update(x))
 
     def update(self, x: Tensor) -> Tensor:
         """The unbounded update (B, T, n·tangent), before the bound."""
@@ -110,20 +115,20 @@ class PhaseFeedForward(nn.Module):
 
 
 class KuramotoBlock(nn.Module):
-    def __init__(self, cfg: KuramotoConfig, shared_gates: PhaseGates | None, shared_proj: nn.Linear | None) -> None:
+    def __init__(self, cfg: KuramotoConfig, geometry: Geometry, shared_gates: PhaseGates | None,
+                 shared_proj: nn.Linear | None) -> None:
         super().__init__()
         self.attn = KuramotoAttention(
-            cfg.dim, cfg.heads, cfg.attention, shared_gates=shared_gates,
+            cfg.dim, cfg.heads, cfg.attention, geometry=geometry, shared_gates=shared_gates,
             gate_input=shared_proj if cfg.gates_input == "ff-proj" else None,
             value_input=shared_proj if cfg.value_gate_input == "ff-proj" else None)
-        geometry = self.attn.geometry
         self.ff = PhaseFeedForward(cfg, geometry, shared_proj if cfg.ff == "lift" else None) \
             if cfg.ff != "none" else None
 
     def forward(self, x: Tensor, cache: KVCache | None = None, skip: frozenset[str] = frozenset()) -> Tensor:
         """``skip`` ("attn", "ff"): steps replaced by the identity (the knockout diagnostic)."""
         if "attn" not in skip:
-            x = self.attn(x, cache=cache)
+            x = self.attn(x, cache=cache, check=False)  # the model's own states
         return self.ff(x) if self.ff is not None and "ff" not in skip else x
 
 
@@ -136,17 +141,17 @@ class KuramotoLM(ByteLM):
     def __init__(self, config: KuramotoConfig) -> None:
         super().__init__()
         self.config = config
-        self.geometry = GEOMETRIES[config.attention.group]()
-        self.phase_embedding = nn.Parameter(self.geometry.init_embedding(VOCAB_SIZE, config.dim))
-        lift_dim = self.geometry.components * config.dim
-        # built in this order (shared gates before P) so that every config draws the same initial numbers
+        self.geometry = geometry = build_geometry(config.attention.group)  # one for every layer
+        self.phase_embedding = nn.Parameter(geometry.init_embedding(VOCAB_SIZE, config.dim))
+        lift_dim = geometry.components * config.dim
+        # drawn in this order (the shared gates' weights before P) so that every config draws the same initial numbers
         gates_read_p = config.gates_input == "ff-proj"
-        self.shared_gates = (PhaseGates(lift_dim, config.dim, config.dim if gates_read_p else 0)
-                             if config.shared_gates and config.attention.gates else None)
-        self.shared_ff_proj = input_projection(config, self.geometry) if config.ff_proj == "shared" else None
-        if self.shared_gates is not None and self.shared_ff_proj is not None and gates_read_p:
-            self.shared_gates.read_through(self.shared_ff_proj)
-        self.blocks = nn.ModuleList(KuramotoBlock(config, self.shared_gates, self.shared_ff_proj)
+        shared = config.shared_gates and config.attention.gates
+        gates_proj = PhaseGates.projection(config.dim if gates_read_p else lift_dim, config.dim) if shared else None
+        proj = input_projection(config, geometry) if config.ff_proj == "shared" else None
+        self.shared_gates = None if gates_proj is None else PhaseGates(gates_proj, proj if gates_read_p else None)
+        self.shared_ff_proj = proj
+        self.blocks = nn.ModuleList(KuramotoBlock(config, geometry, self.shared_gates, self.shared_ff_proj)
                                     for _ in range(config.depth))
         # readout of φ(x): on the torus row c is (α_c cos μ_c, α_c sin μ_c), prototype phases μ_c with amplitudes α_c
         self.prototypes = nn.Linear(lift_dim, VOCAB_SIZE)
@@ -164,10 +169,14 @@ class KuramotoLM(ByteLM):
         nn.init.normal_(self.prototypes.weight, std=std)
         nn.init.zeros_(self.prototypes.bias)
 
+    @classmethod
+    def upgrade_state(cls, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        # the torus's own parameters of a layer (phase lag, mixes, harmonics) moved into its ``extras`` after e3658eb
+        return {_TORUS_EXTRAS.sub(r".attn.extras.\1", k): v for k, v in state.items()}
+
     def angle_parameters(self) -> list[nn.Parameter]:
         """Learned angles (the embedding's phases, ω, β, the clocks'): their own learning rate, never decayed."""
-        own = [self.phase_embedding] if self.geometry.angle_embedding else []
-        return own + [p for block in self.blocks for p in block.attn.angles()]
+        return [self.phase_embedding] + [p for block in self.blocks for p in block.attn.angles()]
 
     def drift_parameters(self) -> list[nn.Parameter]:
         """The drift rates ω of the state and of the clocks (``omega_lr_mult``, when set, is their own)."""

@@ -141,9 +141,15 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
             hint = "" if "family" in raw else " (is it a checkpoint of another family?)"
             raise ConfigError(f"{source}: not a {cls.family} config: {exc}{hint}") from None
 
+    @classmethod
+    def upgrade_state(cls, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """An older checkpoint layout's tensors under today's names (this family's renames; none by default)."""
+        return state
+
     def load_checked(self, state: dict[str, Tensor], source: str) -> None:
-        """Load ``state`` strictly: refused, naming what differs, unless it holds exactly this model's tensors."""
-        # an upgrade of an older checkpoint layout to today's names belongs here, before the comparison
+        """Load ``state`` strictly: refused, naming what differs, unless it holds exactly this model's tensors (an
+        older layout's names upgraded first)."""
+        state = self.upgrade_state(state)
         self._check_state(state, source)
         self.load_state_dict(state, strict=True)
 

@@ -1,15 +1,15 @@
-"""Named model presets and the family registry.
-
-Widths are chosen so that every parameter (embeddings included) sums to within ±3% of
-the nominal size; ``kuramoto params`` prints the exact counts.
+"""Named model presets (builders, as torchtune's: a component builder per family, one function per named size) and
+the family registry. ``get_preset(name)`` builds a fresh config; ``PRESETS`` holds one of each for listing.
 """
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import torch
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.layers.groups import build_geometry
 from kuramoto_attention.layers.kuramoto_attention import AttentionConfig
 from kuramoto_attention.models.config import apply_overrides as apply_overrides  # re-exported for preset users
 from kuramoto_attention.models.config import config_from_dict as read_config
@@ -22,45 +22,86 @@ FAMILIES: dict[str, tuple[type, type[ByteLM]]] = {
     "transformer": (TransformerConfig, TransformerLM),
 }
 
-PRESETS: dict[str, tuple[str, Any]] = {
-    "ka-tiny": ("kuramoto", KuramotoConfig(dim=16, depth=2, heads=2, ff_hidden=32, context=32)),
-    "tf-tiny": ("transformer", TransformerConfig(dim=16, depth=2, heads=2, ff_hidden=32, context=32)),
-    # the feed-forward reads P ψ(θ), one P (2k -> k) shared by all layers: a hidden unit costs 3k weights, as the
-    # transformer's 3d, so 312 units per layer keep the totals matched (on ψ(θ) itself, 5k: 200 units, 0.060 test
-    # BPC worse over three seeds; RESULTS.md). ka-5m keeps the unprojected feed-forward until it is rerun
-    "ka-1m": ("kuramoto", KuramotoConfig(dim=128, depth=4, heads=4, ff_hidden=312, ff_proj="shared")),
-    "tf-1m": ("transformer", TransformerConfig(dim=128, depth=5, heads=4, ff_hidden=336)),
-    # the best 1M torus variant at the protocol's 10M tokens (issue 4), outside the paper's score: no self term,
-    # a learned phase lag, 8 clock oscillators per head; k = 160 paid for by one pair of metric gates for all layers
-    # and by the value and metric gates reading the feed-forward's shared P ψ(θ) (k wide) instead of ψ(θ) (2k)
-    "ka-1m-tuned": ("kuramoto", KuramotoConfig(
-        dim=160, depth=4, heads=4, ff_hidden=350, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
-        gates_input="ff-proj",
-        attention=AttentionConfig(self_coupling=False, phase_lag=True, clock=8, clock_init=4.0))),
-    # SU(2) (issue 25): 64 unit quaternions per token, so the lift φ (4·64 = 256 wide) and with it the attention's
-    # query/key and value widths are ka-1m's (2·128); ka-1m's layout otherwise (shared P 4n -> n before the
-    # feed-forward, which emits a 3n-wide su(2) increment), the feed-forward's width filling the budget
-    "ka-su2-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=524, ff_proj="shared",
-                                             attention=AttentionConfig(group="su2"))),
-    # ka-1m-tuned's recipe on SU(2) (issue 25): what of it applies off the torus (no self term, 8 clocks per head, one
-    # pair of metric gates for all layers, they and the value gate reading the shared P; the phase lag is the torus's
-    # only), the oscillators it pays for taken as ka-1m-tuned's were (64 -> 80 quaternions)
-    "ka-su2-1m-tuned": ("kuramoto", KuramotoConfig(
-        dim=80, depth=4, heads=4, ff_hidden=494, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
-        gates_input="ff-proj", attention=AttentionConfig(group="su2", self_coupling=False, clock=8, clock_init=4.0))),
-    # the sphere S³ ⊂ R⁴ (issue 25's stretch goal, AKOrN's oscillators): ka-su2-1m's layout, the lift as wide; the
-    # feed-forward emits a 4n-wide ambient increment (4 numbers per oscillator, not 3), so it is narrower
-    "ka-sphere-1m": ("kuramoto", KuramotoConfig(dim=64, depth=4, heads=4, ff_hidden=437, ff_proj="shared",
-                                                attention=AttentionConfig(group="sphere"))),
-    # the tuned recipe carried to 5M (issue 26): the same ingredients, k = 320 in 8 heads of 40 (ka-1m-tuned's head
-    # width), 5 layers as ka-5m
-    "ka-5m-tuned": ("kuramoto", KuramotoConfig(
-        dim=320, depth=5, heads=8, ff_hidden=800, ff_proj="shared", shared_gates=True, value_gate_input="ff-proj",
-        gates_input="ff-proj",
-        attention=AttentionConfig(self_coupling=False, phase_lag=True, clock=8, clock_init=4.0))),
-    "ka-5m": ("kuramoto", KuramotoConfig(dim=256, depth=5, heads=8, ff_hidden=442)),
-    "tf-5m": ("transformer", TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)),
+# The tuned recipe (ka-1m-tuned's, carried to SU(2) and to 5M): no self term, a phase lag where the group defines one,
+# 8 positional clocks per head started at weight 4 (the score); one pair of metric gates for all layers, they and the
+# value gate reading the feed-forward's shared P φ(x) (the weights it saves pay for oscillators). docs/choices.md says
+# what each ingredient measured
+TUNED_SCORE: dict[str, Any] = {"self_coupling": False, "phase_lag": True, "clock": 8, "clock_init": 4.0}
+TUNED_SHARING: dict[str, Any] = {"ff_proj": "shared", "shared_gates": True, "value_gate_input": "ff-proj",
+                                 "gates_input": "ff-proj"}
+
+
+def kuramoto_lm(dim: int, depth: int, heads: int, ff_hidden: int, *, group: str = "torus", tuned: bool = False,
+                **fields: Any) -> KuramotoConfig:
+    """The Kuramoto family's component builder: a model of these widths on ``group``, with the tuned recipe or not,
+    ``fields`` (KuramotoConfig's or AttentionConfig's) on top."""
+    attention = {"group": group}
+    model: dict[str, Any] = {}
+    if tuned:
+        defined = build_geometry(group).options  # the phase lag only where the group has one
+        attention |= {k: v for k, v in TUNED_SCORE.items() if k != "phase_lag" or "phase_lag" in defined}
+        model |= TUNED_SHARING
+    names = {f.name for f in dataclass_fields(AttentionConfig)}
+    attention |= {k: v for k, v in fields.items() if k in names}
+    model |= {k: v for k, v in fields.items() if k not in names}
+    return KuramotoConfig(dim=dim, depth=depth, heads=heads, ff_hidden=ff_hidden,
+                          attention=AttentionConfig(**attention), **model)
+
+
+# The model builders: one function per named size, fixed numbers. Widths are chosen so that every parameter
+# (embeddings included) sums to within ±3% of the nominal size (``kuramoto params``)
+def ka_tiny() -> KuramotoConfig:
+    return kuramoto_lm(16, 2, 2, 32, context=32)
+
+
+def tf_tiny() -> TransformerConfig:
+    return TransformerConfig(dim=16, depth=2, heads=2, ff_hidden=32, context=32)
+
+
+def ka_1m() -> KuramotoConfig:
+    return kuramoto_lm(128, 4, 4, 312, ff_proj="shared")  # a hidden unit reads P ψ(θ): 3k weights, as tf's 3d
+
+
+def tf_1m() -> TransformerConfig:
+    return TransformerConfig(dim=128, depth=5, heads=4, ff_hidden=336)
+
+
+def ka_1m_tuned() -> KuramotoConfig:
+    return kuramoto_lm(160, 4, 4, 350, tuned=True)
+
+
+def ka_su2_1m() -> KuramotoConfig:
+    return kuramoto_lm(64, 4, 4, 524, group="su2", ff_proj="shared")  # the lift 4·64 wide: ka-1m's 2·128
+
+
+def ka_su2_1m_tuned() -> KuramotoConfig:
+    return kuramoto_lm(80, 4, 4, 494, group="su2", tuned=True)
+
+
+def ka_sphere_1m() -> KuramotoConfig:
+    return kuramoto_lm(64, 4, 4, 437, group="sphere", ff_proj="shared")  # a 4n-wide ambient increment: narrower ff
+
+
+def ka_5m_tuned() -> KuramotoConfig:
+    return kuramoto_lm(320, 5, 8, 800, tuned=True)
+
+
+def ka_5m() -> KuramotoConfig:
+    return kuramoto_lm(256, 5, 8, 442)
+
+
+def tf_5m() -> TransformerConfig:
+    return TransformerConfig(dim=256, depth=6, heads=8, ff_hidden=728)
+
+
+BUILDERS: dict[str, tuple[str, Callable[[], Any]]] = {
+    "ka-tiny": ("kuramoto", ka_tiny), "tf-tiny": ("transformer", tf_tiny),
+    "ka-1m": ("kuramoto", ka_1m), "tf-1m": ("transformer", tf_1m), "ka-1m-tuned": ("kuramoto", ka_1m_tuned),
+    "ka-su2-1m": ("kuramoto", ka_su2_1m), "ka-su2-1m-tuned": ("kuramoto", ka_su2_1m_tuned),
+    "ka-sphere-1m": ("kuramoto", ka_sphere_1m), "ka-5m-tuned": ("kuramoto", ka_5m_tuned), "ka-5m": ("kuramoto", ka_5m),
+    "tf-5m": ("transformer", tf_5m),
 }
+PRESETS: dict[str, tuple[str, Any]] = {name: (family, build()) for name, (family, build) in BUILDERS.items()}
 
 # what each preset is, in a few words (the README's preset table, ``kuramoto params``)
 SUMMARY = {
@@ -83,8 +124,8 @@ NOMINAL = {"ka-1m": 1_000_000, "ka-1m-tuned": 1_000_000, "ka-su2-1m": 1_000_000,
 def get_preset(name: str) -> tuple[str, Any]:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    family, cfg = PRESETS[name]
-    return family, replace(cfg)
+    family, build = BUILDERS[name]
+    return family, build()
 
 
 def build_model(family: str, cfg: Any) -> ByteLM:
@@ -94,6 +135,13 @@ def build_model(family: str, cfg: Any) -> ByteLM:
         return FAMILIES[family][1](cfg)
     except ValueError as exc:  # invalid field values: report as a config error
         raise ConfigError(str(exc)) from None
+
+
+def upgrade_state_dict(family: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's tensors of an older layout under today's names (what ``from_pretrained`` applies)."""
+    if family not in FAMILIES:
+        raise ConfigError(f"unknown model family {family!r}; choose one of: {', '.join(FAMILIES)}")
+    return FAMILIES[family][1].upgrade_state(state)
 
 
 def config_from_dict(data: dict[str, Any]) -> tuple[str, Any]:

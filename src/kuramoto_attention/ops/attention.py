@@ -73,27 +73,59 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, **kw: object) -> Tensor:
     return F.scaled_dot_product_attention(F.pad(q, (0, dv - dq)), F.pad(k, (0, dv - dq)), v, **kw)
 
 
-def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self: bool = False) -> Tensor:
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self: bool = False,
+                     successor_heads: int = 0) -> Tensor:
     """Causal scaled dot-product attention where the T queries are the last T of S keys.
 
     q: (B, H, T, d); k, v: (B, H, S, d) with S ≥ T (S > T when earlier keys come from a
     cache). Uses the fused SDPA kernel; never materialises the S×T scores when S == T.
     ``exclude_self``: the pattern of ``causal_mask(t, s, exclude_self=True)``.
+    ``successor_heads``: in the last this many heads key u comes with the value of u + 1 (needs ``exclude_self``, so
+    that u + 1 ≤ t; token 0, which keeps its own key, reads its own value).
     """
     t, s = q.shape[-2], k.shape[-2]
+    if successor_heads and not exclude_self:
+        raise ValueError("successor values need exclude_self (with the self term a token reads its own successor)")
     if exclude_self:  # row i sees keys < its own: the same causal pattern on keys shifted by one, no mask
         if t < s:
-            return causal_attention(q, k[..., :-1, :], v[..., :-1, :], scale)
+            return causal_attention(q, k[..., :-1, :], keyed_values(v, successor_heads), scale)
         first = v[..., :1, :]  # token 0 has only itself: its row is its own value (see ``causal_mask``)
         if t == 1:
             return first
-        rest = sdpa(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :], is_causal=True, scale=scale)
+        rest = sdpa(q[..., 1:, :], k[..., :-1, :], keyed_values(v, successor_heads), is_causal=True, scale=scale)
         return torch.cat((first, rest), dim=-2)
     if t == s:
         return sdpa(q, k, v, is_causal=True, scale=scale)
     if t == 1:  # one new token attends to everything cached
         return sdpa(q, k, v, scale=scale)
     return sdpa(q, k, v, attn_mask=causal_mask(t, s, q.device), scale=scale)
+
+
+def keyed_values(v: Tensor, successor_heads: int = 0) -> Tensor:
+    """The values that come with keys 0 … S − 2 (every key but the newest): v_u, or v_{u+1} in the last
+    ``successor_heads`` heads. (B, H, S, d) -> (B, H, S − 1, d)."""
+    if not successor_heads:
+        return v[..., :-1, :]
+    split = v.shape[1] - successor_heads
+    return torch.cat((v[:, :split, :-1], v[:, split:, 1:]), dim=1)
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self: bool = False,
+                       successor_heads: int = 0) -> tuple[Tensor, Tensor]:
+    """``causal_attention`` of T queries over their own T keys with the coupling matrix materialised: (out (B, H, T, d),
+    A (B, H, T, T))."""
+    t = q.shape[-2]
+    if successor_heads and not exclude_self:
+        raise ValueError("successor values need exclude_self (with the self term a token reads its own successor)")
+    scores = (q @ k.transpose(-1, -2)) * scale
+    attn = torch.softmax(scores.masked_fill(~causal_mask(t, t, q.device, exclude_self), float("-inf")), dim=-1)
+    if not successor_heads:
+        return attn @ v, attn
+    # key u with value u + 1; the newest key's successor is never read (no row attends it without the self term)
+    shifted = torch.cat((keyed_values(v, successor_heads), v[..., -1:, :]), dim=-2)
+    out = attn @ shifted
+    out[..., :1, :] = v[..., :1, :]  # token 0 attends only itself and reads its own value
+    return out, attn
 
 
 class KVCache:

@@ -25,27 +25,9 @@ D = 2 is the torus itself. The literal T × T reference is ``naive_sphere.py``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from kuramoto_attention.layers import naive_sphere
-from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.cross_coupling import OscillatorMix
-from kuramoto_attention.layers.geometry import Geometry, torus_only
-from kuramoto_attention.layers.planes import (
-    Parts,
-    cos_sinc,
-    dot,
-    exp_parts,
-    from_heads,
-    gated_features,
-    join,
-    log_unit,
-    norm_bounded,
-    per_head,
-    split,
-    token_major,
-)
+from kuramoto_attention.layers.groups.planes import Parts, VectorGeometry, cos_sinc, dot
 from kuramoto_attention.ops.attention import rotary_angles
 
 AMBIENT = 4  # D for group="sphere": the lift 4n wide, as SU(2)'s; an AttentionConfig field would be needed for more
@@ -78,7 +60,7 @@ def rotate_planes(x: Parts, angle: Parts) -> Parts:
 
 
 # --------------------------------------------------------------------------- the geometry
-class Sphere(Geometry):
+class Sphere(VectorGeometry):
     """S^{D−1} through the layer's interface: states (B, T, n, D), increments (B, T, D·n) oscillator-major.
 
     Drift Ω (n, D/2): one rate per coordinate plane and oscillator, initialised to RoPE's geometric frequencies over
@@ -89,95 +71,35 @@ class Sphere(Geometry):
     """
 
     name = "sphere"
-    angle_embedding = True  # geodesic coordinates from e₀: radians, of the scale π the phase group expects
+    state_name = "unit vectors x"
 
     def __init__(self, ambient: int = AMBIENT) -> None:
         if not isinstance(ambient, int) or ambient < 2 or ambient % 2:
             raise ValueError(f"the sphere's ambient dimension D must be an even integer >= 2 (the drift rotates "
                              f"coordinate pairs), got {ambient!r}")
-        self.ambient = ambient
         self.components = ambient  # the lift: each oscillator's D coordinates
         self.tangent = ambient  # the increment in ambient coordinates (the tangent space has D − 1 dimensions)
         self.planes = ambient // 2
-
-    def init_embedding(self, vocab: int, oscillators: int) -> Tensor:
-        x = F.normalize(torch.randn(vocab, oscillators, self.ambient, dtype=torch.float64), dim=-1)  # uniform
-        return log_unit(x).float()  # (vocab, n, D − 1), |w| ∈ [0, π]
-
-    def embed(self, table: Tensor, idx: Tensor) -> Tensor:
-        vocab, n, c = table.shape
-        w = F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c))  # (B, T, n, D − 1)
-        return join(exp_parts(split(w)))  # (B, T, n, D), component-major in memory
-
-    def state_shape(self, oscillators: int) -> tuple[int, ...]:
-        return (oscillators, self.ambient)
-
-    def check_state(self, x: Tensor, oscillators: int) -> None:
-        if x.dim() != 4 or x.shape[-2:] != (oscillators, self.ambient) or not x.is_floating_point():
-            raise ValueError(f"expected unit vectors x of shape (B, T, {oscillators}, {self.ambient}) on "
-                             f"S^{self.ambient - 1} (float), got {x.dtype} {tuple(x.shape)}")
-
-    def lift(self, x: Tensor) -> Tensor:
-        return x.flatten(-2)
 
     def init_drift(self, oscillators: int, heads: int, base: float) -> Tensor:
         d = oscillators // heads  # oscillator j's planes take neighbouring rates: j·D/2 … (j+1)·D/2 − 1
         return rotary_angles(d * self.planes, base).view(d, self.planes).repeat(heads, 1).float()  # (n, D/2)
 
-    def zero_drift(self, oscillators: int) -> Tensor:
-        return torch.zeros(oscillators, self.planes)
+    def rotated(self, x: Parts, pos: Tensor, drift: Tensor) -> Parts:
+        """R(tΩ_j) x_{t,j}; drift (n, D/2)."""
+        return rotate_planes(x, tuple(pos[:, None] * c for c in drift.unbind(-1)))
 
-    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor) -> Parts:
-        """R(tΩ_j) x_{t,j} as D components (B, T, n); pos (T,), drift (n, D/2)."""
-        return rotate_planes(split(x), tuple(pos[:, None] * c for c in split(drift.to(x.dtype))))
+    def tangent_part(self, x: Parts, mean: Parts) -> Parts:
+        """ξ = P_x G."""
+        return project(x, mean)
 
-    def query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                  dtype: torch.dtype, lag: Tensor | None = None,
-                  cross: OscillatorMix | None = None) -> tuple[Tensor, Tensor]:
-        torus_only(lag, cross)
-        return gated_features(token_major(self.drifted(x, pos, drift), heads), logits, heads, tau, dtype)
-
-    def values(self, x: Tensor, lifted: Tensor, heads: int) -> Tensor:
-        return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are
-
-    def _xi(self, x: Tensor, mean: Tensor) -> Parts:
-        """ξ = P_x G, D planes (B, T, n), from the attention output (B, H, T, D·d)."""
-        return project(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, self.ambient)))
-
-    def increment(self, x: Tensor, lifted: Tensor, mean: Tensor) -> Tensor:
-        return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, D·n), oscillator-major
-
-    def step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: Bound) -> Tensor:
-        if bound.kind != "norm":  # a radius per coordinate: the increment laid out as its radii are
-            return super().step(x, lifted, mean, value, bound)
-        v = value.to(x.dtype)
-        return self._moved(x, norm_bounded(tuple(v * c for c in self._xi(x, mean)), bound))
-
-    def move(self, x: Tensor, step: Tensor, bound: Bound) -> Tensor:
-        """exp_x(P_x bound(step)), the norm bound over the token's whole D·n increment. The projection makes the move
-        exact when the bounded step is not tangent: the elementwise bound, the feed-forward's and the value
-        projection's increments (for the Kuramoto increment with the norm bound it only undoes rounding)."""
-        return self._moved(x, split(bound(step).to(x.dtype).unflatten(-1, (-1, self.ambient))))
-
-    def _moved(self, x: Tensor, w: Parts) -> Tensor:
-        """exp_x(P_x w) for a bounded step w (D components)."""
-        q = split(x)
-        return join(exp_map(q, project(q, w)))
-
-    def coordinates(self, x: Tensor) -> tuple[Tensor, ...]:
-        return x.unbind(-1)
+    def exp_move(self, x: Parts, w: Parts) -> Parts:
+        """exp_x(P_x w). The projection makes the move exact when the bounded step is not tangent: the elementwise
+        bound, the feed-forward's and the value projection's increments (for the Kuramoto increment with the norm
+        bound it only undoes rounding)."""
+        return exp_map(x, project(x, w))
 
     def drift_rate(self, drift: Tensor) -> Tensor:
         """√(mean_p Ω_{j,p}²): the root-mean-square speed (radians per token) of a state uniform on S^{D−1} under
         R(tΩ_j), E|d/dt R(tΩ)x|² = Σ_p Ω_p² E[x_{2p}² + x_{2p+1}²] = (2/D) Σ_p Ω_p²; |ω| for D = 2."""
         return drift.square().mean(-1).sqrt()
-
-    # ------------------------------------------------------------------ the literal reference
-    def reference_kernel(self, x: Tensor, drift: Tensor, heads: int, lag: Tensor | None = None,
-                         cross: OscillatorMix | None = None) -> Tensor:
-        torus_only(lag, cross)
-        d = x.shape[-2] // heads
-        return naive_sphere.kernel(naive_sphere.heads(x, heads), drift.view(heads, d, self.planes).to(x.dtype))
-
-    def reference_increment(self, x: Tensor, attn: Tensor) -> Tensor:
-        return naive_sphere.merge(naive_sphere.tangent_sum(attn, naive_sphere.heads(x, attn.shape[1])))

@@ -8,15 +8,22 @@ so that the next ``split`` is free; the public shape stays (B, T, n, c), and any
 
 Inside a head, query, key and value features are laid out component-major too, (B, H, T, c, d): the score is a dot
 product and the mean is read back the same way, so their order is no one else's business (``per_head``, ``from_heads``).
+
+``VectorGeometry`` is what such groups share: the lift is the state's own coordinates, what A averages is the state
+itself, the embedding reads tangent vectors at a base point through the exponential, and the norm bound is applied
+to the whole token's increment as one factor per token. A group says three things: how the drift moves a state
+(``rotated``), what part of the mean is tangent at the state (``tangent_part``), and how a state moves along a tangent
+step (``exp_move``, renormalised).
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
-from kuramoto_attention.layers.bound import Bound
-from kuramoto_attention.layers.gates import token_major_gates
+from kuramoto_attention.layers.bound import NormBound
+from kuramoto_attention.layers.groups.base import Geometry
 
 Parts = tuple[Tensor, ...]
 _SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
@@ -54,23 +61,6 @@ def from_heads(out: Tensor, components: int) -> Parts:
     return out.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4).reshape(components, b, t, -1).unbind(0)
 
 
-def gated_features(feat: Tensor, logits: Tensor | None, heads: int, tau: Tensor, dtype: torch.dtype,
-                   query: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """q = τ g^q ⊙ feat, k = g^k ⊙ feat, one gate per oscillator over its c components: feat (B, T, H, c, d)
-    (``token_major``) -> (B, H, T, c·d) each (views of token-major tensors), in ``dtype``; ``query``: the query's own
-    features where they differ (the torus's phase lag or mix); ``logits`` the gates' (B, T, 2n), or None (every gate
-    1)."""
-    feats = (feat if query is None else query, feat)
-    if logits is None:  # τ on the query, nothing on the key
-        gates: tuple[Tensor | None, ...] = (tau.to(dtype).view(heads, 1, 1), None)
-    else:
-        g = token_major_gates(logits, heads, q_scale=tau).to(dtype)  # (B, T, 2, H, d): τ g^q, g^k
-        gates = (g[:, :, 0, :, None, :], g[:, :, 1, :, None, :])
-    q, k = ((f.to(dtype) if gate is None else f.to(dtype) * gate).flatten(-2).transpose(1, 2)
-            for f, gate in zip(feats, gates, strict=True))
-    return q, k
-
-
 def cos_sinc(a2: Tensor) -> tuple[Tensor, Tensor]:
     """(cos a, sin(a)/a) from a² = |w|², smooth at 0 with exact gradients: below a² = 1e-2 both are their Taylor series
     in a² to the a⁸ term, so neither 0/0 nor the cancellation in d(sin a / a) = (a cos a − sin a)/a² … is ever
@@ -90,12 +80,6 @@ def exp_parts(w: Parts) -> Parts:
     return (cos, *(sinc * c for c in w))
 
 
-def norm_bounded(w: Parts, bound: Bound) -> Parts:
-    """The norm bound over all of a token's increment w (c planes (B, T, n)), applied as its per-token factor."""
-    factor = bound.norm_factor(dot(w, w).sum(-1, keepdim=True))
-    return tuple(factor * c for c in w)
-
-
 def log_unit(x: Tensor) -> Tensor:
     """``exp_parts``' inverse: unit vectors (..., k + 1) -> w (..., k), |w| ∈ [0, π], exp_parts(log_unit(x)) = x
     (for k = 3 the principal logarithm of unit quaternions, as rotation vectors). Used to draw the embeddings' initial
@@ -104,3 +88,61 @@ def log_unit(x: Tensor) -> Tensor:
     n = torch.linalg.vector_norm(vec, dim=-1, keepdim=True)
     angle = torch.atan2(n, x[..., :1])
     return vec * torch.where(n > 0, angle / n.clamp_min(torch.finfo(x.dtype).tiny), torch.ones_like(n))
+
+
+class VectorGeometry(Geometry):
+    """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major."""
+
+    def state_shape(self, oscillators: int) -> tuple[int, ...]:
+        return (oscillators, self.components)
+
+    def init_embedding(self, vocab: int, oscillators: int) -> Tensor:
+        x = F.normalize(torch.randn(vocab, oscillators, self.components, dtype=torch.float64), dim=-1)  # uniform
+        return log_unit(x).float()  # (vocab, n, c − 1), |w| ∈ [0, π]
+
+    def embed(self, table: Tensor, idx: Tensor) -> Tensor:
+        vocab, n, c = table.shape
+        w = F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c))  # (B, T, n, c − 1) tangent vectors
+        return join(exp_parts(split(w)))  # (B, T, n, c), component-major in memory
+
+    def lift(self, x: Tensor) -> Tensor:
+        return x.flatten(-2)
+
+    # ------------------------------------------------------------------ what each group says
+    def rotated(self, x: Parts, pos: Tensor, drift: Tensor) -> Parts:
+        """drift_t x_t as c planes (B, T, n); pos (T,)."""
+        raise NotImplementedError
+
+    def tangent_part(self, x: Parts, mean: Parts) -> Parts:
+        """The increment ξ at x from the attended mean G, as ``tangent`` planes (B, T, n)."""
+        raise NotImplementedError
+
+    def exp_move(self, x: Parts, w: Parts) -> Parts:
+        """x moved along the tangent step w (``tangent`` planes), of unit norm."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the step, on planes
+    def drifted(self, x: Tensor, pos: Tensor, drift: Tensor, heads: int,
+                extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+        feat = token_major(self.rotated(split(x), pos, drift.to(x.dtype)), heads)
+        return feat, feat
+
+    def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
+        return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are
+
+    def _xi(self, x: Tensor, mean: Tensor) -> Parts:
+        return self.tangent_part(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, self.components)))
+
+    def increment(self, x: Tensor, lifted: Tensor, mean: Tensor, extras: nn.Module | None = None) -> Tensor:
+        return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
+
+    def move(self, x: Tensor, step: Tensor) -> Tensor:
+        return join(self.exp_move(split(x), split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))))
+
+    def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
+                  extras: nn.Module | None = None) -> Tensor:
+        # the increment stays in planes: the bound is one factor per token over all of them
+        v = value.to(x.dtype)
+        w = tuple(v * c for c in self._xi(x, mean))
+        factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
+        return join(self.exp_move(split(x), tuple(factor * c for c in w)))
