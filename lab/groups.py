@@ -542,8 +542,20 @@ class Fix:
 
 
 FIXES: dict[str, Fix] = {
-    # a step whose length follows the increment's (bound.py's learned s; ω at the base rate, which is smooth)
+    # A free step length: trained, every increment of ka-1m-tuned sits on the norm bound, so every token moves by r
+    # per sub-layer whatever its coupling says, and no gradient reaches a step's length. The learned s of the norm
+    # bound (ω at the base rate, which is smooth); a radius per coordinate; the scaled step (a learned step size per
+    # oscillator times the raw increment, clipped only far away). Each predicts a steeper slope and bound
+    # saturation well below 100%
     "bound-scale-learned-omega-lr-1": Fix(model={"bound_scale": "learned"}, train={"omega_lr_mult": 1.0}),
+    "bound-elementwise": Fix(model={"bound": "elementwise"}),
+    "scaled-step": Fix(model={"bound": "scaled"}),
+    # Successor coupling: consensus with a retrieved context records where it is, not what followed it (FSN's
+    # diagnosis); half the heads read the state after each attended token. Predicts a steeper slope, most of it on
+    # bytes that copying an earlier context predicts
+    "successor-2": Fix(model={"successor_heads": 2}),
+    # FSN's coupling kernel in full: frustration (the preset's phase lag), signed Daido harmonics and the delay
+    "fsn": Fix(model={"successor_heads": 2, "harmonics": 2}),
 }
 
 
