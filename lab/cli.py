@@ -27,7 +27,8 @@ from lab.runner import run_group
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lab", description="the replication lab: run groups, write RESULTS.md")
-    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe", "induction"],
+    p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe", "probe40",
+                                      "induction"],
                    help="run GROUP; report: RESULTS.md and the notebook from results/; replicate: every protocol "
                         "group (not the frozen ones), then report; "
                         "dynamics [GROUP ...]: the paper's dynamics claims on the groups' Kuramoto runs (named groups "
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "gap [GROUP]: where ka-1m loses to tf-1m, per position, per byte difficulty and per "
                         "recall (budget40: its 40M-token runs); "
                         "probe: linear probes of earlier bytes in every state of main's seed-0 pair, the best "
-                        "variant and the 5M pair; induction: two-layer models on a synthetic copy task (minutes)")
+                        "variant and the 5M pair; probe40: issue 46's probes of the 40M pair and the fixes (the gap by "
+                        "copy depth, a fitted output temperature, step lengths); induction: two-layer models on a "
+                        "synthetic copy task (minutes)")
     p.add_argument("group", nargs="*", help=f"{', '.join(GROUPS)} (frozen: {', '.join(FROZEN)}; retired, reported "
                    f"only: {', '.join(RETIRED)}); dynamics takes several (default: {' '.join(DYNAMICS_GROUPS)})")
     p.add_argument("--only", action="append", help="run only these run names (induction: these models)")
@@ -84,6 +87,12 @@ def _action(args: Any) -> None:
         if args.action == "probe" and args.group:
             raise ConfigError("probe takes no GROUP (it probes main's seed-0 pair and the best variant)")
         print(f"wrote {probe.write(probe.measure(args.data_dir))}")
+    if args.action == "probe40":
+        from lab.studies import probe40
+
+        if args.group:
+            raise ConfigError("probe40 takes no GROUP (it probes the 40M pair and fixes40's runs)")
+        print(f"wrote {probe40.write(probe40.measure(args.data_dir))}")
     if args.action in ("induction", "replicate"):
         from lab.studies import induction
 
