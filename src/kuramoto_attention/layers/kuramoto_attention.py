@@ -41,7 +41,7 @@ GROUP_OPTION = {"group_option": True}  # a field only some groups define (``Geom
 
 @dataclass
 class AttentionConfig:
-    """The layer's options; every one is a paper field, an ablation, or an ingredient of a preset or a lead
+    """The layer's options: the paper's fields, its ablations and the variants the presets and studies use
     (docs/choices.md says what each does and why its default is what it is)."""
 
     group: str = "torus"  # the compact group the states live on (groups.GEOMETRIES)

@@ -1,16 +1,8 @@
 """Drift rates learned in log space: ω = exp(ℓ), the optimiser stepping ℓ (``omega="log"``; the torus only).
 
-Why: Adam's step is about the same size for every parameter of a group, so a rate learned as itself moves by an
-absolute amount each step, the same for RoPE's fastest rate (1 rad per token) as for its slowest (1e-4). At the phase
-group's rate that absolute step is far larger than the slow rates: they are gone within the first steps, and trained,
-almost no oscillator drifts slower than once per context (`python -m lab dynamics budget40`). Learned as log ω, a
-step moves each rate by a factor of about e^{±lr·mult} at most (Adam's steps are about the learning rate in size)
-instead, whatever its size; whether the slow end of RoPE's spectrum then survives training is what the lead
-measures (lab groups.LEADS).
-
-The rates stay positive (RoPE's all start so): unlike a rate learned as itself, none can change sign. The state is
-shared by every layer, so that forbids an oscillator drifting one way in one layer and the other way in another; a
-clock's sign is absorbed by its lag β.
+Adam's step is about the same size for every parameter of a group, so a rate learned as itself moves by an absolute
+amount each step, the same for RoPE's fastest rate (1 rad per token) as for its slowest (1e-4). Learned as log ω, a
+step moves each rate by a factor of about e^{±lr·mult} instead, whatever its size, and no rate can change sign.
 
 ``learn_in_log(module, "omega")`` re-parametrises a module's positive rate parameter in place (torch's parametrize):
 ``module.omega`` still reads ω, so every path and diagnostic is unchanged, but writes must assign

@@ -36,8 +36,7 @@ class KuramotoConfig:
     heads: int = 4
     ff_hidden: int = 200
     # What the feed-forward reads: "lift" φ(x) (ψ(θ) on the torus), "angles" the raw θ (the paper's block; the torus
-    # only), or "none" (no feed-forward; ablation). Raw angles cost both 1M presets over 0.1 BPC (RESULTS.md's
-    # ablation ff-angles)
+    # only), or "none" (no feed-forward; ablation). docs/choices.md says why the lift is the default
     ff: Literal["lift", "angles", "none"] = "lift"
     # "shared": the feed-forward reads P φ(x), one P (c·n -> n) for all layers, so a hidden unit costs 3n weights as in
     # the transformer (on φ itself, (2c+1)n); "none": it reads φ(x). A shared P that a gate reads may stay beside

@@ -14,9 +14,7 @@ j of t and l of u is K_{jl} = |K_{jl}| e^{iα_{jl}} (Kuramoto–Sakaguchi, with 
 Why: a head that finds the byte after an earlier copy of the current one (an induction head) has, in the diagonal
 layer, no direct way to do it. The earlier token would hold its predecessor's phases in oscillators its own byte
 does not set, and the query would compare its byte (in l) with the key's predecessor (in j): with K a token's
-oscillator j can synchronise to oscillator l of the token before, and C maps the query's l to j. (The diagonal
-layer learns such a copy anyway on a synthetic task, ending more accurate than with these mixes: `python -m lab
-induction`.)
+oscillator j can synchronise to oscillator l of the token before, and C maps the query's l to j.
 C mixes before the drift, q_t = e^{i(ωt + β)} ⊙ C e^{iθ_t}, so the score still depends on positions through t − u
 only; K mixes the mean G = Σ_u A_{t,u} e^{iθ_u} (linear, so it commutes with A: one SDPA call still averages the
 states). Δ is an ordinary weight, decayed toward 0 (toward the paper's layer).
