@@ -125,3 +125,16 @@ def test_without_transformers_export_is_one_line_naming_the_extra(runs, tmp_path
     assert main(["export", str(runs["kuramoto"]), str(tmp_path / "out")]) == 2
     assert "[hf]" in one_error_line(capsys)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("found", "supported"), [("5.6.0", True), ("5.25.0", True), ("5.30.0.dev0", True),
+                                                  ("5.5.4", False), ("4.57.1", False), ("6.0.0", False)])
+def test_a_transformers_outside_the_supported_range_is_refused(found, supported, monkeypatch):
+    from kuramoto_attention.hf import requirements
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: found)
+    if supported:
+        requirements.check_transformers()
+    else:
+        with pytest.raises(ImportError):
+            requirements.check_transformers()

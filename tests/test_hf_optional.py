@@ -24,3 +24,4 @@ def test_the_core_package_never_imports_transformers():
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
