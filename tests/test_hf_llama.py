@@ -87,9 +87,10 @@ def test_a_transformers_without_our_package_loads_and_generates(tmp_path):
     idx, text = torch.randint(0, 256, (2, 40)), "naïve café ☕"
     with torch.no_grad():
         torch.save({"idx": idx, "logits": ours(idx), "text": text}, tmp_path / "expected.pt")
-    # a Python without site-packages processing (no editable install of ours) and with only transformers' folder
-    site = os.path.dirname(os.path.dirname(transformers.__file__))
-    env = {**os.environ, "PYTHONPATH": site, "HF_HUB_OFFLINE": "1"}
+    # a Python without site-packages processing (no editable install of ours), given only the folders of
+    # transformers and torch (and of ours, were it installed there: the probe blocks that import)
+    folders = {os.path.dirname(os.path.dirname(m.__file__)) for m in (transformers, torch)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(folders)), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-S", "-c", FRESH, str(out), str(tmp_path / "expected.pt")], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
