@@ -1,4 +1,4 @@
-"""The ``kuramoto`` command: params, train, eval, sample, data, report.
+"""The ``kuramoto`` command: params, train, eval, sample, data, report, export.
 
 User mistakes (unknown preset, missing data, corrupt checkpoint, bad values) end with one
 ``error: ...`` line on stderr and exit status 2, never a traceback.
@@ -200,6 +200,20 @@ def cmd_data(args: argparse.Namespace) -> None:
         print(load_corpus(args.name, args.data_dir).describe())
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    """The run as a directory Hugging Face transformers loads (kuramoto_attention.hf; the ``hf`` extra)."""
+    try:
+        from kuramoto_attention.hf.export import export_run
+    except ImportError as exc:  # transformers missing or of an unsupported version: the message names the fix
+        raise ConfigError(str(exc)) from None
+    result = export_run(args.run_dir, args.out)
+    load = (f"transformers alone loads it: AutoModelForCausalLM.from_pretrained({str(result.out)!r})"
+            if result.family == "transformer" else
+            f"import kuramoto_attention.hf, then AutoModelForCausalLM.from_pretrained({str(result.out)!r})")
+    print(f"exported {args.run_dir} ({result.family}, {result.params:,} parameters) to {result.out} as "
+          f"{result.architecture}; {load}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuramoto", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -266,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="fetch: enwik8; info: any corpus spec")
     p.add_argument("--data-dir", help="folder holding the corpora (default: $KURAMOTO_DATA)")
     p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("export", help="write a run as a directory Hugging Face transformers loads (the hf extra)")
+    p.add_argument("run_dir", help="a run directory written by `kuramoto train` (or its checkpoint directory)")
+    p.add_argument("out", help="the directory to write: new, or empty (transformer runs: LlamaForCausalLM; Kuramoto "
+                               "runs: KuramotoForCausalLM, registered by `import kuramoto_attention.hf`)")
+    p.set_defaults(func=cmd_export)
 
     report.add_subcommand(sub)  # the report's options live beside its code
     report_parser = sub.choices["report"]
