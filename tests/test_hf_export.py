@@ -3,7 +3,10 @@
 ``error:`` line, exit status 2, and leaves no OUT behind."""
 
 import importlib.metadata
+import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -138,3 +141,48 @@ def test_a_transformers_outside_the_supported_range_is_refused(found, supported,
     else:
         with pytest.raises(ImportError):
             requirements.check_transformers()
+
+
+def _fresh_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``code`` in a new interpreter that has not imported kuramoto_attention.hf (nothing registered)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+
+
+def test_a_kuramoto_export_loads_without_the_import_given_trust_remote_code(runs, exported, tmp_path):
+    """transformers' own route for an architecture it does not ship: auto_map names the classes of the installed
+    package (the directory's module holds no model code), and the logits are ours."""
+    out = exported["kuramoto"]
+    assert "kuramoto_attention.hf" in (out / "kuramoto_remote.py").read_text()
+    idx = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(3))
+    ours, _ = load_model(runs["kuramoto"])
+    with torch.no_grad():
+        expected = ours.eval()(idx)
+    torch.save({"idx": idx, "expected": expected}, tmp_path / "io.pt")
+    code = f"""
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)
+assert "kuramoto_attention.hf" in sys.modules  # brought in by the directory's module, not by this script
+io = torch.load("io.pt")
+with torch.no_grad():
+    assert torch.allclose(model(io["idx"]).logits, io["expected"], atol=1e-5, rtol=0)
+assert tokenizer("é").input_ids == [0xC3, 0xA9]
+print(type(model).__name__)
+"""
+    done = _fresh_python(code, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("KuramotoForCausalLM")
+
+
+def test_without_the_import_or_the_flag_transformers_names_the_flag(exported, tmp_path):
+    out = str(exported["kuramoto"])
+    code = f"from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained({out!r})"
+    done = _fresh_python(code, tmp_path)
+    assert done.returncode != 0 and "trust_remote_code=True" in done.stderr
+
+
+def test_a_transformer_export_carries_no_code(exported):
+    assert not list(exported["transformer"].glob("*.py"))
+    assert "auto_map" not in json.loads((exported["transformer"] / "config.json").read_text())

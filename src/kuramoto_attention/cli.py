@@ -209,7 +209,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     result = export_run(args.run_dir, args.out)
     load = (f"transformers alone loads it: AutoModelForCausalLM.from_pretrained({str(result.out)!r})"
             if result.family == "transformer" else
-            f"import kuramoto_attention.hf, then AutoModelForCausalLM.from_pretrained({str(result.out)!r})")
+            f"AutoModelForCausalLM.from_pretrained({str(result.out)!r}, trust_remote_code=True), or without the flag "
+            f"after import kuramoto_attention.hf")
     print(f"exported {args.run_dir} ({result.family}, {result.params:,} parameters) to {result.out} as "
           f"{result.architecture}; {load}")
 

@@ -1,12 +1,16 @@
 """``kuramoto export RUN OUT``: a training run as a directory transformers loads.
 
 A transformer run becomes stock ``LlamaForCausalLM`` (no code of ours needed to load it); a Kuramoto run becomes
-``KuramotoForCausalLM`` (``import kuramoto_attention.hf`` registers it). Both directories carry the byte tokenizer and
-a model card. The directory is written beside OUT and renamed into place, so OUT is either complete or absent.
+``KuramotoForCausalLM``, which ``import kuramoto_attention.hf`` registers, or which the Auto classes load by
+themselves with ``trust_remote_code=True``: the directory carries a two-line module that re-exports the installed
+package's classes, and its configs name them in ``auto_map`` (transformers' own mechanism for architectures it does not
+ship). Both directories carry the byte tokenizer and a model card. The directory is written beside OUT and renamed
+into place, so OUT is either complete or absent.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -20,6 +24,31 @@ from kuramoto_attention.hf.model_card import model_card
 from kuramoto_attention.hf.modeling import KuramotoForCausalLM
 from kuramoto_attention.hf.tokenizer import KuramotoByteTokenizer
 from kuramoto_attention.training.checkpoint import check_directory, load_model
+
+# The module an exported Kuramoto directory carries for ``trust_remote_code=True``: it holds no model code, only the
+# installed package's classes (a Python without the package gets transformers' line naming the package to install)
+REMOTE_MODULE = "kuramoto_remote"
+REMOTE_CODE = '''"""Lets transformers' Auto classes load this directory with trust_remote_code=True: the classes
+are those of the installed kuramoto-attention package (pip install 'kuramoto-attention[hf]'); no model code is here."""
+
+from kuramoto_attention.hf import KuramotoByteTokenizer, KuramotoForCausalLM, KuramotoLMConfig
+
+__all__ = ["KuramotoByteTokenizer", "KuramotoForCausalLM", "KuramotoLMConfig"]
+'''
+AUTO_MAP = {
+    "config.json": {"AutoConfig": f"{REMOTE_MODULE}.KuramotoLMConfig",
+                    "AutoModelForCausalLM": f"{REMOTE_MODULE}.KuramotoForCausalLM"},
+    "tokenizer_config.json": {"AutoTokenizer": [f"{REMOTE_MODULE}.KuramotoByteTokenizer", None]},
+}
+
+
+def _add_remote_code(directory: Path) -> None:
+    """The shim module and the ``auto_map`` entries that name its classes."""
+    (directory / f"{REMOTE_MODULE}.py").write_text(REMOTE_CODE, encoding="utf-8")
+    for name, auto_map in AUTO_MAP.items():
+        path = directory / name
+        config = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**config, "auto_map": auto_map}, indent=2) + "\n", encoding="utf-8")
 
 
 @dataclass
@@ -62,6 +91,8 @@ def export_run(run: str | Path, out: str | Path) -> Export:
     try:
         hf.save_pretrained(tmp)
         KuramotoByteTokenizer().save_pretrained(tmp)
+        if model.family == "kuramoto":
+            _add_remote_code(tmp)
         (tmp / "README.md").write_text(model_card(model, type(hf).__name__), encoding="utf-8")
         _readable(tmp)
         os.replace(tmp, out)  # onto an empty directory too

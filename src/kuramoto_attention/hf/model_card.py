@@ -6,15 +6,15 @@ from kuramoto_attention.models.lm import ByteLM
 
 LOAD_KURAMOTO = """\
 ```python
-import kuramoto_attention.hf  # registers the architecture (pip install 'kuramoto-attention[hf]')
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer  # pip install 'kuramoto-attention[hf]'
 
-model = AutoModelForCausalLM.from_pretrained("{path}")
-tokenizer = AutoTokenizer.from_pretrained("{path}")
+model = AutoModelForCausalLM.from_pretrained("{path}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{path}", trust_remote_code=True)
 ids = model.generate(**tokenizer("Hello", return_tensors="pt"), max_new_tokens=40, do_sample=False)
 print(tokenizer.decode(ids[0]))
 ```
-Without the import, transformers does not know the model type `kuramoto`."""
+`trust_remote_code=True` runs `kuramoto_remote.py`, which only imports the installed package's classes; after
+`import kuramoto_attention.hf` (which registers the architecture) the flag is not needed."""
 
 LOAD_LLAMA = """\
 ```python
