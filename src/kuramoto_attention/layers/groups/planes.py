@@ -18,6 +18,8 @@ step (``exp_move``, renormalised).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -91,7 +93,15 @@ def log_unit(x: Tensor) -> Tensor:
 
 
 class VectorGeometry(Geometry):
-    """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major."""
+    """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major.
+
+    ``fused_move(x, w)`` and ``fused_step(x, G, v, log_radius)``: a group's hand-fused ``exp_move`` and norm-bounded,
+    value-gated step on planes (``ops/vectors.py``), with their backward written out; used whenever autograd records
+    (eager and compiled training), the plain expressions otherwise.
+    """
+
+    fused_move: Callable[[Parts, Parts], Parts] | None = None
+    fused_step: Callable[[Parts, Parts, Tensor, Tensor], Parts] | None = None
 
     def state_shape(self, oscillators: int) -> tuple[int, ...]:
         return (oscillators, self.components)
@@ -137,12 +147,16 @@ class VectorGeometry(Geometry):
         return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
-        return join(self.exp_move(split(x), split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))))
+        move = self.fused_move if self.fused_move is not None and torch.is_grad_enabled() else self.exp_move
+        return join(move(split(x), split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))))
 
     def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
                   extras: nn.Module | None = None) -> Tensor:
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
+        if self.fused_step is not None and bound.log_scale is None and torch.is_grad_enabled():
+            mean_parts = tuple(c.to(x.dtype) for c in from_heads(mean, self.components))
+            return join(self.fused_step(split(x), mean_parts, v, bound.log_radius))
         w = tuple(v * c for c in self._xi(x, mean))
         factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
         return join(self.exp_move(split(x), tuple(factor * c for c in w)))

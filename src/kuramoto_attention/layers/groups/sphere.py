@@ -29,6 +29,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers.groups.planes import Parts, VectorGeometry, cos_sinc, dot
 from kuramoto_attention.ops.attention import rotary_angles
+from kuramoto_attention.ops.vectors import sphere_move, sphere_step
 
 AMBIENT = 4  # D for group="sphere": the lift 4n wide, as SU(2)'s; an AttentionConfig field would be needed for more
 
@@ -72,6 +73,7 @@ class Sphere(VectorGeometry):
 
     name = "sphere"
     state_name = "unit vectors x"
+    fused_move, fused_step = staticmethod(sphere_move), staticmethod(sphere_step)  # exp_move's and norm_step's
 
     def __init__(self, ambient: int = AMBIENT) -> None:
         if not isinstance(ambient, int) or ambient < 2 or ambient % 2:

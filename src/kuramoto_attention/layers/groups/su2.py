@@ -31,6 +31,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers.groups.planes import Parts, VectorGeometry, dot, exp_parts
 from kuramoto_attention.ops.attention import rotary_angles
+from kuramoto_attention.ops.vectors import quaternion_move, quaternion_step
 
 
 # --------------------------------------------------------------------------- quaternion primitives (on planes.Parts)
@@ -81,6 +82,7 @@ class SU2(VectorGeometry):
     components = 4
     tangent = 3
     state_name = "unit quaternions q (real part first)"
+    fused_move, fused_step = staticmethod(quaternion_move), staticmethod(quaternion_step)  # exp_move's and norm_step's
 
     def init_drift(self, oscillators: int, heads: int, base: float) -> Tensor:
         d = oscillators // heads

@@ -1,0 +1,143 @@
+"""The hand-fused moves of vector-valued oscillators (ops/vectors.py) equal their plain expressions (the geometry
+modules' arithmetic), values and gradients in float64, gradcheck, bf16 autocast and torch.compile."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kuramoto_attention.layers.bound import NormBound
+from kuramoto_attention.layers.groups.planes import dot, exp_parts, split
+from kuramoto_attention.layers.groups.sphere import Sphere, exp_map, project
+from kuramoto_attention.layers.groups.su2 import SU2, mul
+from kuramoto_attention.ops.vectors import cos_sinc_grad, quaternion_move, quaternion_step, sphere_move, sphere_step
+
+B, T, N = 2, 3, 5
+
+
+def plain_quaternion_move(q, w):
+    new = mul(q, exp_parts(w))
+    norm = torch.sqrt(sum(c * c for c in new))
+    return tuple(c / norm for c in new)
+
+
+def plain_sphere_move(x, w):
+    return exp_map(x, project(x, w))
+
+
+CASES = {"su2": (4, 3, quaternion_move, plain_quaternion_move), "sphere": (4, 4, sphere_move, plain_sphere_move),
+         "sphere6": (6, 6, sphere_move, plain_sphere_move)}
+
+
+def inputs(components, tangent, dtype=torch.float64, scale=1.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = F.normalize(torch.randn(B, T, N, components, generator=gen, dtype=torch.float64), dim=-1)
+    w = scale * torch.randn(B, T, N, tangent, generator=gen, dtype=torch.float64)
+    w[0, 0, 0] = 0  # the move by zero, and steps on both sides of the series' threshold
+    w[0, 0, 1] = 0.03 * w[0, 0, 1] / w[0, 0, 1].norm()
+    w[0, 0, 2] = 0.2 * w[0, 0, 2] / w[0, 0, 2].norm()
+    return x.to(dtype).requires_grad_(), w.to(dtype).requires_grad_()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("scale", [1e-3, 0.5, 3.0])
+def test_move_equals_plain_values_and_gradients(case, scale):
+    components, tangent, fused, plain = CASES[case]
+    x, w = inputs(components, tangent, scale=scale)
+    outs = [torch.stack(f(split(x), split(w)), -1) for f in (fused, plain)]
+    weight = torch.randn_like(outs[0])
+    grads = [torch.autograd.grad((weight * o).sum(), (x, w)) for o in outs]
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-14)
+    for f, p in zip(*grads, strict=True):
+        torch.testing.assert_close(f, p, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_move_gradcheck(case):
+    components, tangent, fused, _ = CASES[case]
+    x, w = inputs(components, tangent)
+    assert torch.autograd.gradcheck(lambda a, b: fused(split(a), split(b)), (x, w))
+
+
+def test_series_derivative_of_sinc_is_continuous_and_exact():
+    a2 = torch.tensor([0.0, 1e-6, 0.0099999, 0.01, 0.0100001, 0.5, 4.0], dtype=torch.float64, requires_grad=True)
+    _, sinc, dsinc = cos_sinc_grad(a2)
+    (auto,) = torch.autograd.grad(sinc.sum(), a2)
+    torch.testing.assert_close(dsinc, auto, rtol=0, atol=1e-14)
+    assert dsinc[0] == -1 / 6
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_move_under_bf16_autocast_is_close_to_fp32(case):
+    components, tangent, fused, plain = CASES[case]
+    x, w = inputs(components, tangent, dtype=torch.float32)
+    ref = torch.stack(plain(split(x), split(w)), -1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = torch.stack(fused(split(x), split(w)), -1)
+    assert out.dtype == torch.float32  # elementwise arithmetic on float32 states stays float32
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
+
+
+def test_move_under_torch_compile_equals_eager():
+    components, tangent, fused, _ = CASES["su2"]
+    x, w = inputs(components, tangent, dtype=torch.float32)
+
+    def step(a, b):
+        return torch.stack(fused(split(a), split(b)), -1).square().mul(torch.arange(4.0)).sum()
+
+    eager = torch.autograd.grad(step(x, w), (x, w))
+    compiled = torch.autograd.grad(torch.compile(step, fullgraph=True)(x, w), (x, w))
+    for e, c in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+
+
+STEPS = {"su2": (SU2(), quaternion_step), "sphere": (Sphere(), sphere_step), "sphere6": (Sphere(6), sphere_step)}
+
+
+def plain_step(geometry, x, mean, value, log_radius):
+    """The attention's move written plainly: w = v ⊙ ξ(x, G), the norm bound over each token, the group's move."""
+    w = tuple(value * c for c in geometry.tangent_part(x, mean))
+    factor = NormBound(log_radius).factor(dot(w, w).sum(-1, keepdim=True))
+    return geometry.exp_move(x, tuple(factor * c for c in w))
+
+
+def step_inputs(geometry, dtype=torch.float64, radius=1.5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    c = geometry.components
+    x = F.normalize(torch.randn(B, T, N, c, generator=gen, dtype=torch.float64), dim=-1)
+    mean = torch.randn(B, T, N, c, generator=gen, dtype=torch.float64) * 0.7  # an average of unit vectors
+    value = torch.randn(B, T, N, generator=gen, dtype=torch.float64)
+    value[0, 0] = 0  # a token that does not move
+    log_radius = torch.tensor([radius], dtype=torch.float64).log()
+    return [t.to(dtype).requires_grad_() for t in (x, mean, value, log_radius)]
+
+
+@pytest.mark.parametrize("case", STEPS)
+@pytest.mark.parametrize("radius", [1e-3, 1.5, 10.0])
+def test_step_equals_plain_values_and_gradients(case, radius):
+    geometry, fused = STEPS[case]
+    x, mean, value, log_radius = leaves = step_inputs(geometry, radius=radius)
+    outs = [torch.stack(f(split(x), split(mean), value, log_radius), -1)
+            for f in (fused, lambda *a: plain_step(geometry, *a))]
+    weight = torch.randn_like(outs[0])
+    grads = [torch.autograd.grad((weight * o).sum(), leaves) for o in outs]
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-14)
+    for f, p in zip(*grads, strict=True):
+        torch.testing.assert_close(f, p, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", STEPS)
+def test_step_gradcheck(case):
+    geometry, fused = STEPS[case]
+    leaves = step_inputs(geometry)
+    assert torch.autograd.gradcheck(lambda x, g, v, r: fused(split(x), split(g), v, r), leaves)
+
+
+@pytest.mark.parametrize("case", STEPS)
+def test_step_under_bf16_autocast_is_close_to_fp32(case):
+    geometry, fused = STEPS[case]
+    x, mean, value, log_radius = step_inputs(geometry, dtype=torch.float32)
+    ref = torch.stack(plain_step(geometry, split(x), split(mean), value, log_radius), -1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = torch.stack(fused(split(x), split(mean), value, log_radius), -1)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
