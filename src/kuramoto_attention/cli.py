@@ -8,21 +8,28 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+# Only light modules here: torch is imported by the commands that need it, so --help and a mistyped command line
+# answer at once, and the start-up signal handlers (``quit_on_signal``) are in place before the heavy imports.
 from kuramoto_attention.diagnostics import report
 from kuramoto_attention.errors import ConfigError
-from kuramoto_attention.models.presets import PRESETS
 from kuramoto_attention.training.allocator import keep_freed_memory
-from kuramoto_attention.training.checkpoint import CheckpointError, check_directory
-from kuramoto_attention.training.config import TrainConfig
-from kuramoto_attention.training.data import VALID_SPECS, DataError
-from kuramoto_attention.training.train import RESUMABLE, TrainingInterrupted
+from kuramoto_attention.training.config import RESUMABLE, TrainConfig, option_of
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError)
+_PRECISION = next(option_of(f) for f in fields(TrainConfig) if f.name == "precision")  # one declaration for all
+PRECISIONS, PRECISION_HELP = _PRECISION.choices, f"{_PRECISION.help} (default auto)"
+
+# user mistakes raised by modules the commands import lazily: (module, class); an instance exists only once its
+# module is imported, so they are looked up in sys.modules instead of importing torch to classify an error
+LAZY_USER_ERRORS = (("kuramoto_attention.training.data", "DataError"),
+                    ("kuramoto_attention.training.checkpoint", "CheckpointError"))
 DESCRIPTION = ("kuramoto: train, evaluate, sample and report on byte-level Kuramoto-attention and transformer "
                "language models. A user mistake ends in one 'error:' line and exit status 2.")
 
@@ -51,49 +58,29 @@ def cmd_params(args: argparse.Namespace) -> None:
               f"{r['heads']:>5} {r['ff_hidden']:>5}")
 
 
-BUDGET = "; give at least one of --steps, --tokens, --minutes"
-TRAIN_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "corpus": (str, f"corpus spec, one of: {VALID_SPECS} (default stdlib: offline)"),
-    "data_dir": (str, "folder holding the corpora (default: $KURAMOTO_DATA)"),
-    "batch_size": (int, "sequences per step (per process)"),
-    "context": (int, "sequence length, >= 1 (default: the preset's)"),
-    "steps": (int, "budget in optimizer steps (default: none" + BUDGET + ")"),
-    "tokens": (int, "budget in training tokens (default: none" + BUDGET + ")"),
-    "minutes": (float, "budget in minutes of training (default: none" + BUDGET + ")"),
-    "lr": (float, "peak learning rate"),
-    "phase_lr_mult": (float, "learning-rate multiplier for phase parameters (embedding phases, ω)"),
-    "omega_lr_mult": (float, "learning-rate multiplier for ω alone (default: --phase-lr-mult)"),
-    "shared_lr_mult": (float, "learning-rate multiplier for the weights several layers share (shared gates and P)"),
-    "min_lr_ratio": (float, "final lr as a fraction of the peak"),
-    "warmup": (int, "linear warmup steps"),
-    "weight_decay": (float, "AdamW weight decay (matrices only)"),
-    "grad_clip": (float, "gradient-norm clip (0: off)"),
-    "precision": (str, "bf16 (autocast) or fp32"),
-    "device": (str, "auto, cpu or cuda[:N]"),
-    "seed": (int, "seed for init and batches"),
-    "eval_every": (int, "steps between validation estimates"),
-    "eval_batches": (int, "batches per validation estimate"),
-    "ckpt_every": (int, "steps between checkpoints"),
-}
-
-
-def _with_default(name: str, text: str) -> str:
-    """The help text, with TrainConfig's default appended unless the text already states it."""
-    if "default" in text:
-        return text
-    return f"{text} (default {getattr(TrainConfig, name)})"
+def add_train_options(p: argparse.ArgumentParser) -> None:
+    """One flag per ``TrainConfig`` option, derived from its declaration (help, type, choices; config.py): a value
+    option as ``--name VALUE``, a switch as a bare flag that sets the opposite of its default (``--compile``,
+    ``--no-progress``). A flag left out is None, so the preset, the config file or the saved run decides."""
+    for f in fields(TrainConfig):
+        opt = option_of(f)
+        if opt.flag is None:
+            continue
+        default = getattr(TrainConfig, f.name)
+        if opt.flag == "switch":
+            name = f.name if default is False else f"no_{f.name}"
+            p.add_argument("--" + name.replace("_", "-"), dest=f.name, action="store_const", const=not default,
+                           default=None, help=opt.help)
+            continue
+        text = opt.help if "default" in opt.help else f"{opt.help} (default {default})"
+        p.add_argument("--" + f.name.replace("_", "-"), type=opt.kind, choices=opt.choices, help=text)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from kuramoto_attention.training.train import load_run, prepare_run, train
 
-    overrides: dict[str, Any] = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
-    if args.compile:
-        overrides["compile"] = True
-    if args.no_progress:
-        overrides["progress"] = False
-    if args.clip_angles_apart:
-        overrides["clip_angles_apart"] = True
+    overrides: dict[str, Any] = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+                                 if getattr(args, f.name, None) is not None}
     if args.context is not None and args.context < 1:
         raise ConfigError("--context must be >= 1 (leave it out for the preset's)")
     if args.resume:
@@ -123,8 +110,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     import torch
 
     from kuramoto_attention.training.checkpoint import load_model
-    from kuramoto_attention.training.data import corpus_checksum, load_corpus
+    from kuramoto_attention.training.data import DataError, corpus_checksum, load_corpus
     from kuramoto_attention.training.evaluate import evaluate_bpc
+    from kuramoto_attention.training.precision import precision_note, resolve_precision
     from kuramoto_attention.training.train import load_run, resolve_device
 
     for flag in ("batch_size", "context", "stride", "max_bytes"):
@@ -140,13 +128,22 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.corpus is None and recorded is not None and corpus_checksum(corpus_spec) != recorded:
         raise DataError(f"corpus {corpus_spec} changed since {args.run_dir} was trained on it (its SHA-256 differs "
                         "from the one recorded in run.json): restore the file, or name another with --corpus")
-    context = args.context if args.context is not None else run.train_cfg.context
+    trained = run.train_cfg.context
+    context = args.context if args.context is not None else trained
+    if context > trained:  # positions past the trained context were never seen (RoPE, clocks): refused, not clamped
+        raise ConfigError(f"--context {context} is longer than the context the run was trained at ({trained}); "
+                          f"use --context {trained} or less")
     stride = context if args.non_overlapping else args.stride
+    if stride is not None and stride > context:
+        raise ConfigError(f"--stride {stride} is longer than the context ({context}); use --stride {context} or less")
+    precision = resolve_precision(args.precision, device)
+    if not args.json:
+        print(precision_note(args.precision, device), file=sys.stderr)
     with torch.inference_mode():
         result = evaluate_bpc(model, corpus.splits[args.split], context, stride=stride, batch_size=args.batch_size,
-                              device=device, precision=args.precision, max_bytes=args.max_bytes,
+                              device=device, precision=precision, max_bytes=args.max_bytes,
                               progress=not (args.json or args.no_progress))
-    result.update(run_dir=str(args.run_dir), split=args.split, corpus=corpus.name)
+    result.update(run_dir=str(args.run_dir), split=args.split, corpus=corpus.name, precision=precision)
     if args.json:
         print(json.dumps(result))
     else:
@@ -158,6 +155,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
     import torch
 
     from kuramoto_attention.training.checkpoint import load_model
+    from kuramoto_attention.training.precision import autocast, precision_note
     from kuramoto_attention.training.train import resolve_device
 
     if args.length < 1:
@@ -176,8 +174,10 @@ def cmd_sample(args: argparse.Namespace) -> None:
     model.eval()
     prompt = torch.tensor([list(prompt_bytes)], dtype=torch.long, device=device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen,
-                         compile=args.compile)
+    print(precision_note(args.precision, device), file=sys.stderr)
+    with autocast(device, args.precision):
+        out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen,
+                             compile=args.compile)
     data = bytes(out[0].tolist())
     if args.raw:  # exactly the bytes, no newline: for files and pipes
         sys.stdout.flush()
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_params)
 
     p = sub.add_parser("train", help="train a model (preset or TOML config plus flag overrides)")
-    p.add_argument("--preset", help=f"one of {', '.join(PRESETS)} (default ka-1m)")
+    p.add_argument("--preset", help="a preset name, as `kuramoto params` lists them (default ka-1m)")
     p.add_argument("--config", help="TOML file with preset = ..., [model] and [train] tables (default: none)")
     p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE",
                    help="model field override, repeatable, e.g. --model heads=8 (default: the preset's fields)")
@@ -233,13 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue a run exactly from its last checkpoint (default: start a new run); it may change "
                         "only " + ", ".join(f"--{k.replace('_', '-')}" for k in sorted(RESUMABLE) if k != "progress")
                         + ", --no-progress, and run.json records each change with its step")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
-    p.add_argument("--clip-angles-apart", action="store_true",
-                   help="clip the angles' gradient (phases, ω) by its own norm, apart from the weights' "
-                        "(default: one norm for all)")
-    for name, (typ, help_text) in TRAIN_FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), type=typ, help=_with_default(name, help_text))
+    add_train_options(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="bits per byte of a trained run over a whole split")
@@ -253,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="folder holding the corpora (default: the run's, then $KURAMOTO_DATA)")
     p.add_argument("--batch-size", type=int, default=32, help="windows per forward pass (default 32)")
     p.add_argument("--max-bytes", type=int, help="only the first N bytes of the split (default: all)")
-    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="bf16 autocast or fp32 (default bf16)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help=PRECISION_HELP)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object, no progress bar (default: one line)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
@@ -269,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, help="sample among the k likeliest bytes only (default: all 256)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help=PRECISION_HELP)
     p.add_argument("--raw", action="store_true",
                    help="write the bytes exactly, without a newline (default: text, invalid UTF-8 shown as U+FFFD)")
     p.add_argument("--compile", action="store_true",
@@ -295,35 +292,79 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _checked_report(func: Callable[[argparse.Namespace], None]) -> Callable[[argparse.Namespace], None]:
-    """The report command with its paths checked first: a file given as the run or the output folder is one
-    ``error:`` line, not a traceback from deep inside ``mkdir``."""
+    """The report command with its paths checked first: a file given as the run or the output folder, or an output
+    folder whose parent does not exist, is one ``error:`` line, not a traceback from deep inside ``mkdir``."""
 
     def run(args: argparse.Namespace) -> None:
+        from kuramoto_attention.training.checkpoint import check_directory
+
         check_directory(args.run_dir, "run directory")
         if args.out is not None:
-            check_directory(args.out, "--out")
+            out = check_directory(args.out, "--out")
+            if not out.parent.is_dir():
+                raise ConfigError(f"--out {out}: its parent folder {out.parent} does not exist; create it or give "
+                                  "another --out")
         func(args)
 
     return run
 
 
+def _user_error(exc: BaseException) -> bool:
+    if isinstance(exc, ConfigError):
+        return True
+    return any((module := sys.modules.get(name)) is not None and isinstance(exc, getattr(module, cls))
+               for name, cls in LAZY_USER_ERRORS)
+
+
+def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM while the command imports and checks its inputs: one line and out at once. Raising
+    KeyboardInterrupt here could land inside torch's C++ start-up (pybind11's ``terminate called``); nothing has been
+    written yet (training installs its own handlers before it creates its run directory)."""
+    print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+class quit_on_signal:
+    """Install ``_interrupted_at_start`` for SIGINT and SIGTERM for the duration (main thread only), restoring the
+    previous handlers after (the CLI runs in-process in tests and notebooks)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> "quit_on_signal":
+        import threading
+
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.previous[sig] = signal.signal(sig, _interrupted_at_start)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 def run_main(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse and run ``args.func``; a user mistake ends with one ``error:`` line and exit status 2 (also the lab's
     and the benchmark's entry points)."""
-    args = parser.parse_args(argv)
-    try:
-        args.malloc = keep_freed_memory()  # the process's setting, so the CLI's (``allocator.py``), not the library's
-        args.func(args)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except TrainingInterrupted as exc:  # a checkpoint of the last whole step was written
-        if exc.rank == 0:
-            print(f"interrupted: {exc}", file=sys.stderr)
-        return 128 + exc.signum
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    with quit_on_signal():
+        args = parser.parse_args(argv)
+        try:
+            args.malloc = keep_freed_memory()  # the process's setting: the CLI's (allocator.py), not the library's
+            args.func(args)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:
+            if _user_error(exc):
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            train = sys.modules.get("kuramoto_attention.training.train")
+            if train is not None and isinstance(exc, train.TrainingInterrupted):  # a checkpoint of the last step
+                if exc.rank == 0:
+                    print(f"interrupted: {exc}", file=sys.stderr)
+                return 128 + exc.signum
+            raise
     return 0
 
 

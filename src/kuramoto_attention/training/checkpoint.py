@@ -6,6 +6,7 @@ previous one is kept as ``checkpoint.old`` until the swap is complete, so a cras
 moment leaves one complete checkpoint on disk.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -26,6 +27,24 @@ STATE_FILE = "trainer_state.pt"
 
 class CheckpointError(ValueError):
     """A missing, corrupt or mismatched checkpoint (reported as one line by the CLI)."""
+
+
+class CheckpointSpaceError(OSError):
+    """No space left on the device while writing a checkpoint; the partial one is removed, the previous one kept."""
+
+
+# torch.save reports a full disk as a RuntimeError from its zip writer ("unexpected pos", "file write failed")
+_FULL_DISK_WORDS = ("no space left", "unexpected pos", "file write failed", "enospc", "disk quota")
+
+
+def _disk_full(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(w in str(exc).lower() for w in _FULL_DISK_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -54,16 +73,30 @@ def save_checkpoint(run_dir: Path, model: ByteLM, model_config: dict, state: dic
     run_dir = Path(run_dir)
     tmp, final, old = run_dir / TMP, run_dir / CKPT, run_dir / OLD
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    write_json_atomic(tmp / "model_config.json", model_config)
-    torch.save(state, tmp / STATE_FILE)
-    _fsync_dir(tmp)
+    try:
+        model.save_pretrained(tmp)
+        # safetensors writes through a private temporary file (mode 0600); the others are 0644 under the usual umask
+        (tmp / "model.safetensors").chmod(0o666 & ~_umask())
+        write_json_atomic(tmp / "model_config.json", model_config)
+        torch.save(state, tmp / STATE_FILE)
+        _fsync_dir(tmp)
+    except (OSError, RuntimeError, SafetensorError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint only holds the space the next one needs
+        if _disk_full(exc):
+            raise CheckpointSpaceError(errno.ENOSPC, f"no space left on device writing {tmp}") from exc
+        raise
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(path: Path) -> None:

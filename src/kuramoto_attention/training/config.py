@@ -1,75 +1,136 @@
 """The training options (``TrainConfig``): the corpus, the budget, the optimiser's settings, precision, device and
-bookkeeping. ``kuramoto train`` has a flag for each field but Adam's betas (a ``--config`` file sets every field)."""
+bookkeeping.
+
+Each option is declared once, as a field whose metadata (``option``) holds its help text, its type, its range or
+choices and its command-line form; ``kuramoto train`` derives its flags from it (``cli.py``) and ``validate`` checks
+every value against it, so a TOML file, a flag and a Python caller meet the same rules before anything is created.
+"""
 
 import math
-from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any
 
 from kuramoto_attention.errors import ConfigError
+
+BUDGET = "; give at least one of --steps, --tokens, --minutes"
+VALID_SPECS = "enwik8, enwik7, enwik6, pycode, stdlib, text:PATH"  # the corpora data.load_corpus reads
+# what --resume may change: the budget, and what does not change the computation's meaning (where the data lives,
+# which device, how often to evaluate or save, the progress bar); everything else would no longer be the saved run
+RESUMABLE = frozenset({"steps", "tokens", "minutes", "data_dir", "device", "compile", "progress", "eval_every",
+                       "eval_batches", "ckpt_every"})
+
+
+@dataclass(frozen=True)
+class Option:
+    """What a training option accepts and how the command line spells it.
+
+    ``kind``: the value's type (``float`` also takes an int). ``low``/``high``: the range, ``None`` for unbounded;
+    ``low_open``/``high_open``: whether that end is excluded. ``choices``: the values allowed, instead of a range.
+    ``nullable``: ``None`` is a value (it means "the same as another option"). ``flag``: ``"value"`` for
+    ``--name VALUE``, ``"switch"`` for a bare flag that sets the opposite of the default (``--compile``,
+    ``--no-progress``), ``None`` for a config-file-only option.
+    """
+
+    help: str
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+    flag: str | None = "value"
+
+    def range_text(self) -> str:
+        if self.choices is not None:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return ""
+
+    def accepts(self, value: Any) -> bool:
+        if self.choices is not None:
+            return value in self.choices
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return not (self.high is not None and (value > self.high or (self.high_open and value == self.high)))
+
+
+def option(default: Any, help: str, kind: type, **rules: Any) -> Any:
+    """A ``TrainConfig`` field with its ``Option`` as metadata."""
+    return field(default=default, metadata={"option": Option(help, kind, **rules)})
+
+
+def option_of(f: Field) -> Option:
+    return f.metadata["option"]
 
 
 @dataclass
 class TrainConfig:
-    corpus: str = "stdlib"
-    data_dir: str | None = None
-    batch_size: int = 32
-    context: int = 0  # 0: the model config's context
-    steps: int = 0  # budget; at least one of steps, tokens, minutes must be > 0
-    tokens: int = 0
-    minutes: float = 0.0
-    lr: float = 2e-3
-    # Phases (embedding, ω) are angles of scale π, not weights of scale 0.02: at the base lr they barely move.
-    # Round 1 of the screen: ×20 and ×50 both far better than ×1 (50 by 0.011, one seed); 20 keeps phase
-    # steps ≤ 0.16 rad at the highest swept lr.
-    phase_lr_mult: float = 20.0
-    omega_lr_mult: float | None = None  # ω's own multiplier; None: the same as phase_lr_mult
+    corpus: str = option("stdlib", f"corpus spec, one of: {VALID_SPECS} (default stdlib: offline)", str)
+    data_dir: str | None = option(None, "folder holding the corpora (default: $KURAMOTO_DATA)", str, nullable=True)
+    batch_size: int = option(32, "sequences per step (per process)", int, low=1)
+    # 0: the model config's context (a flag or file value must be >= 1; prepare_run fills in the preset's)
+    context: int = option(0, "sequence length, >= 1 (default: the preset's)", int, low=0)
+    steps: int = option(0, "budget in optimizer steps (default: none" + BUDGET + ")", int, low=0)
+    tokens: int = option(0, "budget in training tokens (default: none" + BUDGET + ")", int, low=0)
+    minutes: float = option(0.0, "budget in minutes of training (default: none" + BUDGET + ")", float, low=0)
+    lr: float = option(2e-3, "peak learning rate", float, low=0, low_open=True)
+    # Phases (embedding, ω) are angles of scale π, not weights of scale 0.02: at the base lr they barely move
+    # (docs/choices.md has the screen that chose 20).
+    phase_lr_mult: float = option(20.0, "learning-rate multiplier for phase parameters (embedding phases, ω)",
+                                  float, low=0)
+    omega_lr_mult: float | None = option(None, "learning-rate multiplier for ω alone (default: --phase-lr-mult)",
+                                         float, low=0, nullable=True)
     # the weights several layers share (KuramotoLM's shared gates and P): Adam moves each weight by about lr whatever
     # its gradient, and a shared weight's step moves every layer that reads it at once
-    shared_lr_mult: float = 1.0
-    min_lr_ratio: float = 0.1
-    warmup: int = 100
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
+    shared_lr_mult: float = option(1.0, "learning-rate multiplier for the weights several layers share (shared "
+                                        "gates and P)", float, low=0)
+    min_lr_ratio: float = option(0.1, "final lr as a fraction of the peak", float, low=0, high=1)
+    warmup: int = option(100, "linear warmup steps", int, low=0)
+    weight_decay: float = option(0.1, "AdamW weight decay (matrices only)", float, low=0)
+    beta1: float = option(0.9, "AdamW's first-moment decay", float, low=0, high=1, high_open=True)
+    beta2: float = option(0.95, "AdamW's second-moment decay", float, low=0, high=1, high_open=True)
+    grad_clip: float = option(1.0, "gradient-norm clip (0: off)", float, low=0)
     # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights': a large angle
-    # gradient then cannot shrink the weights' step (the lab's lead clip-angles-apart)
-    clip_angles_apart: bool = False
-    precision: Literal["bf16", "fp32"] = "bf16"
-    compile: bool = False
-    device: str = "auto"
-    seed: int = 0
-    eval_every: int = 100
-    eval_batches: int = 16
-    ckpt_every: int = 100
-    progress: bool = True
+    # gradient then cannot shrink the weights' step
+    clip_angles_apart: bool = option(False, "clip the angles' gradient (phases, ω) by its own norm, apart from the "
+                                            "weights' (default: one norm for all)", bool, flag="switch")
+    # auto: bf16 where the device runs it natively, fp32 elsewhere (precision.resolve_precision); a run records the
+    # precision it resolved to
+    precision: str = option("auto", "auto (bf16 where the device runs it natively, else fp32), bf16 (autocast) or "
+                                    "fp32", str, choices=("auto", "bf16", "fp32"))
+    compile: bool = option(False, "torch.compile the model (default: eager)", bool, flag="switch")
+    device: str = option("auto", "auto, cpu or cuda[:N]", str)
+    seed: int = option(0, "seed for init and batches", int)
+    eval_every: int = option(100, "steps between validation estimates", int, low=1)
+    eval_batches: int = option(16, "batches per validation estimate", int, low=1)
+    ckpt_every: int = option(100, "steps between checkpoints", int, low=1)
+    progress: bool = option(True, "no progress bar (default: a bar on stderr)", bool, flag="switch")
 
     def validate(self) -> None:
-        for f in fields(self):  # values from TOML or code arrive untyped: "3e-3" is not a learning rate
-            value, default = getattr(self, f.name), getattr(TrainConfig, f.name)
-            kind = type(default) if default is not None else (float if f.name == "omega_lr_mult" else str)
-            if not (value is None and default is None) and not _has_type(value, kind):
-                raise ConfigError(f"training option {f.name} must be of type {kind.__name__}, got {value!r}")
-            if kind is float and value is not None and not math.isfinite(value):  # inf passes every >= 0 check
-                raise ConfigError(f"training option {f.name} must be a finite number, got {value}")
-        checks = [
-            (self.batch_size > 0, "batch_size must be > 0"),
-            (self.context >= 0, "context must be >= 0"),
-            (self.steps >= 0 and self.tokens >= 0 and self.minutes >= 0, "steps/tokens/minutes must be >= 0"),
-            (self.steps or self.tokens or self.minutes, "give a budget: --steps, --tokens or --minutes"),
-            (self.lr > 0 and math.isfinite(self.lr), f"lr must be a positive number, got {self.lr}"),
-            (self.warmup >= 0, "warmup must be >= 0"),
-            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
-            (self.grad_clip >= 0, "grad_clip must be >= 0 (0 disables clipping)"),
-            (self.phase_lr_mult >= 0 and (self.omega_lr_mult is None or self.omega_lr_mult >= 0)
-             and self.shared_lr_mult >= 0 and self.weight_decay >= 0,
-             "phase_lr_mult, omega_lr_mult, shared_lr_mult and weight_decay must be >= 0"),
-            (self.precision in ("bf16", "fp32"), f"precision must be bf16 or fp32, got {self.precision!r}"),
-            (self.eval_every > 0 and self.ckpt_every > 0 and self.eval_batches > 0, "eval/ckpt intervals must be > 0"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(msg)
+        """Every option's type and range (``Option``), then the rules that tie options together."""
+        for f in fields(self):
+            check_option(f, getattr(self, f.name))
+        if not (self.steps or self.tokens or self.minutes):
+            raise ConfigError("give a budget: --steps, --tokens or --minutes")
+
+
+def check_option(f: Field, value: Any) -> None:
+    """``value`` for the training option ``f``, checked against its declaration; one ``ConfigError`` line if not."""
+    opt = option_of(f)
+    if value is None and opt.nullable:
+        return
+    if not _has_type(value, opt.kind):  # values from TOML or code arrive untyped: "3e-3" is not a learning rate
+        raise ConfigError(f"training option {f.name} must be of type {opt.kind.__name__}, got {value!r}")
+    if opt.kind is float and not math.isfinite(value):  # inf passes every >= 0 check
+        raise ConfigError(f"training option {f.name} must be a finite number, got {value}")
+    if not opt.accepts(value):
+        raise ConfigError(f"training option {f.name} must be {opt.range_text()}, got {value!r}")
 
 
 def _has_type(value: Any, kind: type) -> bool:

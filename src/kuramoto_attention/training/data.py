@@ -45,6 +45,8 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from kuramoto_attention.training.config import VALID_SPECS
+
 # name -> (size in bytes, SHA-256 of those bytes). Module-level so tests can monkeypatch it.
 CHECKSUMS: dict[str, tuple[int, str]] = {
     "enwik8": (100_000_000, "2b49720ec4d78c3c9fabaee6e4179a5e997302b3a70029f30f2d582218c024a8"),
@@ -59,7 +61,6 @@ PYCODE_NAMES = ("pypi_python_code.jsonl.xz", "pypi_python_code.jsonl")
 SEPARATOR = b"\x00"
 SPLITS = ("train", "valid", "test")
 STDLIB_SKIP = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__"})
-VALID_SPECS = "enwik8, enwik7, enwik6, pycode, stdlib, text:PATH"
 _CHUNK = 1 << 20
 
 

@@ -18,10 +18,12 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -38,6 +40,7 @@ from kuramoto_attention.models.presets import apply_overrides, build_model, conf
 from kuramoto_attention.training.checkpoint import (
     CKPT,
     OLD,
+    CheckpointSpaceError,
     check_directory,
     find_checkpoint,
     load_model,
@@ -45,18 +48,14 @@ from kuramoto_attention.training.checkpoint import (
     save_checkpoint,
     write_json_atomic,
 )
-from kuramoto_attention.training.config import TrainConfig, train_config_from
+from kuramoto_attention.training.config import RESUMABLE, TrainConfig, train_config_from
 from kuramoto_attention.training.data import Corpus, canonical_spec, corpus_checksum, load_corpus, sample_windows
 from kuramoto_attention.training.memory import check_step_memory
 from kuramoto_attention.training.optim import GradientClip, lr_at, make_optimizer, rounded_norms
-from kuramoto_attention.training.precision import autocast
+from kuramoto_attention.training.precision import autocast, precision_note, resolve_precision
 
 LN2 = math.log(2.0)
 LOCK_FILE = "train.lock"
-# what --resume may change: the budget, and what does not change the computation's meaning (where the data lives,
-# which device, how often to evaluate or save, the progress bar); everything else would no longer be the saved run
-RESUMABLE = frozenset({"steps", "tokens", "minutes", "data_dir", "device", "compile", "progress", "eval_every",
-                       "eval_batches", "ckpt_every"})
 UNRECORDED = frozenset({"data_dir", "progress"})  # not part of what was trained (run.json's "changes" omit them)
 
 
@@ -239,18 +238,83 @@ def _budget_steps(cfg: TrainConfig, world: int) -> int | None:
     return min(candidates) if candidates else None
 
 
+class DiskFull(ConfigError):
+    """No space left while writing a checkpoint: the previous checkpoint is intact (reported as one line)."""
+
+
+@dataclass
+class Session:
+    """One training invocation's state, from the checked inputs to the summary: ``check_inputs`` makes it,
+    ``setup_run`` writes the run's record, ``train_step`` advances it by one optimizer step, ``finish_run`` closes
+    it."""
+
+    run: Run
+    resume: bool
+    rank: int
+    world: int
+    device: torch.device
+    train_data: Any
+    valid_data: Any
+    corpus_name: str
+    corpus_text: str
+    checksum: str | None
+    has_ckpt: bool
+    from_checkpoint: bool
+    total_steps: int | None
+    model: Any = None
+    optimizer: Any = None
+    state: dict[str, Any] = field(default_factory=dict)  # the trainer state a resumed run loads
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    valid_bpc: float = math.nan
+    saved_step: int | None = None  # the step of the checkpoint on disk (None: none yet)
+    finished: bool = False
+    log: "MetricsLog | None" = None
+    step_fn: Any = None
+    bar: Any = None
+    clip: Any = None
+    t_last: float = 0.0
+    tok_last: int = 0
+
+    @property
+    def cfg(self) -> TrainConfig:
+        return self.run.train_cfg
+
+    def done(self) -> bool:
+        return _done(self.cfg, self.step, self.total_steps, self.elapsed)
+
+
 def train(run: Run, resume: bool = False) -> dict[str, Any]:
     """Train ``run``; returns the final summary (also written to run_dir/summary.json).
 
     ``resume``: continue from the run directory's checkpoint (from step 0 when the run never wrote one).
     The summary has ``"nothing_to_do": True`` when a resumed run had already reached its budget.
+    Everything that can be checked without writing (options, device, corpus, the model's build, the step's memory)
+    is checked before the run directory is created; a directory this call created is removed if the call fails
+    before writing the run's record into it.
     """
     rank, world = _distributed()
-    # rank 0 owns the directory (it alone writes there); the other ranks only read the checkpoint
-    with RunLock(run.run_dir) if rank == 0 else contextlib.nullcontext(), StopRequest() as stop:
+    # the handlers first: from here on a signal asks training to stop after a step, and the directory is not made yet
+    with StopRequest() as stop:
         try:
-            return _train(run, resume, rank, world, stop)
-        except KeyboardInterrupt:  # a second Ctrl-C (or one before the handlers): stopped without saving
+            session = check_inputs(run, resume, rank, world)
+            created = rank == 0 and not run.run_dir.exists()
+            # rank 0 owns the directory (it alone writes there); the other ranks only read the checkpoint
+            with RunLock(run.run_dir) if rank == 0 else contextlib.nullcontext(), _removed_if_unused(run.run_dir,
+                                                                                                   created):
+                setup_run(session)
+                while not session.done():
+                    if stop.agreed(world, session.device):  # between steps: every rank stops at the same one
+                        _save(session)
+                        if session.bar is not None:
+                            session.bar.close()
+                        raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {session.step}: "
+                                                  f"checkpoint saved; continue with: "
+                                                  f"{resume_command(run.run_dir, world)}", stop.signum, rank)
+                    train_step(session)
+                return finish_run(session)
+        except KeyboardInterrupt:  # a second Ctrl-C: stopped without saving
             if not (run.run_dir / "run.json").exists():
                 raise TrainingInterrupted("SIGINT before training started: nothing was written", signal.SIGINT,
                                           rank) from None
@@ -259,14 +323,29 @@ def train(run: Run, resume: bool = False) -> dict[str, Any]:
                                       f"{resume_command(run.run_dir, world)}", signal.SIGINT, rank) from None
 
 
-def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -> dict[str, Any]:
+@contextlib.contextmanager
+def _removed_if_unused(run_dir: Path, created: bool) -> Iterator[None]:
+    """Remove ``run_dir`` if this call created it and fails before writing the run's record (a refused run leaves no
+    directory that looks like a run)."""
+    try:
+        yield
+    except BaseException:
+        if created and not (run_dir / "run.json").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def check_inputs(run: Run, resume: bool, rank: int, world: int) -> Session:
+    """Everything checkable before the run directory is written: the device, the precision it resolves to (recorded
+    in ``run.train_cfg``), the corpus and its size, and for a fresh run the model, its optimizer and the step's memory.
+    Seeds torch's generator first, as the run always has: the model's initialisation depends on it."""
     cfg = run.train_cfg
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    has_ckpt = any((run.run_dir / name).exists() for name in (CKPT, OLD))
-    if not resume and rank == 0:
-        _refuse_other_run(run, has_ckpt)
+    if rank == 0:  # said once, with the precision recorded in run.json
+        print(precision_note(cfg.precision, device), flush=True)
+    run.train_cfg = cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))
     corpus: Corpus = load_corpus(cfg.corpus, cfg.data_dir)
     checksum = corpus_checksum(cfg.corpus)
     recorded = run.record.get("corpus_sha256")
@@ -276,132 +355,165 @@ def _train(run: Run, resume: bool, rank: int, world: int, stop: "StopRequest") -
     train_data, valid_data = corpus.splits["train"], corpus.splits["valid"]
     if len(train_data) <= cfg.context + 1 or len(valid_data) <= cfg.context + 1:
         raise ConfigError(f"corpus {corpus.name} is too small for context {cfg.context}; use a shorter --context")
-
+    has_ckpt = any((run.run_dir / name).exists() for name in (CKPT, OLD))
+    s = Session(run, resume, rank, world, device, train_data, valid_data, corpus.name, corpus.describe(), checksum,
+                has_ckpt, from_checkpoint=resume and has_ckpt,  # a resumed run that never saved starts at step 0
+                total_steps=_budget_steps(cfg, world))
     torch.manual_seed(cfg.seed)
-    state: dict[str, Any] = {"step": 0, "tokens": 0, "elapsed": 0.0}
-    from_checkpoint = resume and has_ckpt  # a resumed run that never saved one starts at step 0, as it first did
-    if from_checkpoint:
+    if not s.from_checkpoint:
+        s.model = build_model(run.family, run.model_cfg)
+        _place(s)
+    return s
+
+
+def _place(s: Session) -> None:
+    """The model on its device with its optimizer; then, unless the budget is already spent, the step's memory
+    checked (a step that cannot fit would grow until the machine runs out of memory)."""
+    s.model.to(s.device)
+    s.optimizer = make_optimizer(s.model, s.cfg)
+    if s.from_checkpoint:
+        s.optimizer.load_state_dict(s.state["optimizer"])
+        torch.set_rng_state(s.state["torch_rng"])
+    s.finished = _done(s.cfg, s.step, s.total_steps, s.elapsed)
+    if not s.finished:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", s.world)) if s.device.type == "cpu" else 1
+        check_step_memory(s.model, s.cfg.batch_size, s.cfg.context, s.device, s.cfg.precision, processes=local)
+
+
+def setup_run(s: Session) -> None:
+    """With the run directory locked: refuse another run's directory, load the checkpoint a resumed run continues,
+    write run.json and the start-up lines, open the metrics log, and make the step function and progress bar."""
+    run, cfg = s.run, s.cfg
+    if not s.resume and s.rank == 0:
+        _refuse_other_run(run, s.has_ckpt)
+    if s.from_checkpoint:
         ckpt = find_checkpoint(run.run_dir)
-        model, _ = load_model(ckpt)
-        state = load_state(ckpt)
-    else:
-        model = build_model(run.family, run.model_cfg)
-    model.to(device)
-    optimizer = make_optimizer(model, cfg)
-    if from_checkpoint:
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-    total_steps = _budget_steps(cfg, world)
-    step, tokens, elapsed = state["step"], state["tokens"], state["elapsed"]
-    valid_bpc = state.get("valid_bpc", float("nan"))
-    finished = _done(cfg, step, total_steps, elapsed)
-    if not finished:
-        # before anything is written: a step that cannot fit would grow until the machine runs out of memory
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if device.type == "cpu" else 1
-        check_step_memory(model, cfg.batch_size, cfg.context, device, cfg.precision, processes=local)
-    if rank == 0:
-        if resume and finished:
-            print(f"nothing to do: run finished at step {step} (extend its budget with --steps, --tokens or "
+        s.model, _ = load_model(ckpt)
+        s.state = load_state(ckpt)
+        s.step, s.tokens, s.elapsed = s.state["step"], s.state["tokens"], s.state["elapsed"]
+        s.valid_bpc = s.state.get("valid_bpc", math.nan)
+        s.saved_step = s.step
+        _place(s)
+    if s.rank == 0:
+        if s.resume and s.finished:
+            print(f"nothing to do: run finished at step {s.step} (extend its budget with --steps, --tokens or "
                   "--minutes)", flush=True)
         else:
             run.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(run.run_dir / "run.json", _record(run, model, resume, step, checksum))
-            print(f"corpus: {corpus.describe()}", flush=True)
-            print(f"model: {run.family}, {model.num_params():,} parameters; run dir: {run.run_dir}", flush=True)
-            if resume:
+            write_json_atomic(run.run_dir / "run.json", _record(run, s.model, s.resume, s.step, s.checksum))
+            print(f"corpus: {s.corpus_text}", flush=True)
+            print(f"model: {run.family}, {s.model.num_params():,} parameters; run dir: {run.run_dir}", flush=True)
+            if s.resume:
                 changed = "".join(f"; {k} {old!r} -> {new!r}" for k, (old, new) in run.changes.items())
-                print(f"resuming from step {step}" + (" (no checkpoint yet)" if not from_checkpoint else "")
+                print(f"resuming from step {s.step}" + (" (no checkpoint yet)" if not s.from_checkpoint else "")
                       + changed, flush=True)
-    log = None
-    if rank == 0 and not finished:
-        log = MetricsLog(run.run_dir, state["step"] if from_checkpoint else None)
-        if not from_checkpoint and log.path.exists():
-            log.path.unlink()
+    if s.rank == 0 and not s.finished:
+        s.log = MetricsLog(run.run_dir, s.step if s.from_checkpoint else None)
+        if not s.from_checkpoint and s.log.path.exists():
+            s.log.path.unlink()
+    net: nn.Module = s.model
+    if s.world > 1:
+        net = nn.parallel.DistributedDataParallel(s.model, device_ids=[s.device.index] if s.device.type == "cuda"
+                                                  else None)
+    s.step_fn = torch.compile(net) if cfg.compile else net
+    s.bar = _progress(cfg.progress and s.rank == 0 and not s.finished, s.total_steps, s.step)
+    s.t_last, s.tok_last = s.elapsed, s.tokens
+    s.clip = GradientClip(s.model, cfg.grad_clip, cfg.clip_angles_apart)
+    s.model.train()
 
-    net: nn.Module = model
-    if world > 1:
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    step_fn = torch.compile(net) if cfg.compile else net
-    bar = _progress(cfg.progress and rank == 0 and not finished, total_steps, step)
-    t_last, tok_last = elapsed, tokens
 
-    def save() -> None:
-        if rank == 0:
-            save_checkpoint(run.run_dir, model, model.config_dict(), {
-                "step": step, "tokens": tokens, "elapsed": elapsed, "valid_bpc": valid_bpc,
-                "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-            })
+def train_step(s: Session) -> None:
+    """One optimizer step: the scheduled rate, a batch drawn from (seed, rank, step), forward, a finiteness check
+    every rank agrees on, backward, clipping, the update; then the metrics line, the validation estimate and the
+    checkpoint when they are due."""
+    cfg = s.cfg
+    t0 = time.perf_counter()
+    progress = s.step / s.total_steps if s.total_steps else s.elapsed / (cfg.minutes * 60)
+    lr = lr_at(cfg, progress, s.step)
+    for group in s.optimizer.param_groups:
+        group["lr"] = lr * group["lr_mult"]
+    x, y = sample_windows(s.train_data, cfg.batch_size, cfg.context, batch_generator(cfg.seed, s.rank, s.step))
+    x, y = x.to(s.device, non_blocking=True), y.to(s.device, non_blocking=True)
+    with autocast(s.device, cfg.precision):
+        logits = s.step_fn(x)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    finite = torch.isfinite(loss.detach()).to(torch.float32)
+    if s.world > 1:  # every rank must stop together, or the others hang in backward's all-reduce
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    if not finite.item():  # never saved: the last checkpoint holds the last finite state
+        raise TrainingDiverged(f"loss became non-finite at step {s.step}; nothing was saved after it (the "
+                               f"checkpoint in {s.run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
+    s.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm, part_norms = s.clip()
+    s.optimizer.step()
+    s.step += 1
+    s.tokens += cfg.batch_size * cfg.context * s.world
+    s.elapsed += time.perf_counter() - t0
+    if s.world > 1:  # every rank stops on rank 0's clock, so a minutes budget cannot desynchronise them
+        t = torch.tensor([s.elapsed], dtype=torch.float64, device=s.device)
+        dist.broadcast(t, 0)
+        s.elapsed = t.item()
+    record: dict[str, Any] = {"step": s.step, "tokens": s.tokens, "lr": lr, "loss": loss.item(),
+                              "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item(),
+                              "part_grad_norms": rounded_norms(part_norms)}
+    last = s.done()
+    if s.step % cfg.eval_every == 0 or last:
+        s.valid_bpc = estimate_bpc(s.model, s.valid_data, cfg, cfg.context, s.device)
+        # training throughput: step time only (``elapsed``), not evaluation or checkpointing
+        record.update(valid_bpc=s.valid_bpc, tokens_per_s=(s.tokens - s.tok_last) / max(s.elapsed - s.t_last, 1e-9),
+                      elapsed_s=s.elapsed)
+        s.t_last, s.tok_last = s.elapsed, s.tokens
+    if s.log is not None:
+        s.log.write(record)
+    if s.bar is not None:
+        s.bar.update(1)
+        # before the first estimate there is none: "n/a", not nan
+        val = f"{s.valid_bpc:.3f}" if math.isfinite(s.valid_bpc) else "n/a"
+        s.bar.set_postfix(loss=f"{record['loss']:.3f}", val_bpc=val,
+                          tok_s=f"{s.tokens / max(s.elapsed, 1e-9):.0f}", refresh=False)
+    if s.step % cfg.ckpt_every == 0 or last:
+        _save(s)
 
-    clip_gradients = GradientClip(model, cfg.grad_clip, cfg.clip_angles_apart)
-    model.train()
-    while not _done(cfg, step, total_steps, elapsed):
-        if stop.agreed(world, device):  # between steps: the checkpoint holds a whole step, and every rank stops
-            save()
-            if bar is not None:
-                bar.close()
-            raise TrainingInterrupted(f"{signal.Signals(stop.signum).name} at step {step}: checkpoint saved; "
-                                      f"continue with: {resume_command(run.run_dir, world)}", stop.signum, rank)
-        t0 = time.perf_counter()
-        progress = step / total_steps if total_steps else elapsed / (cfg.minutes * 60)
-        lr = lr_at(cfg, progress, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group["lr_mult"]
-        x, y = sample_windows(train_data, cfg.batch_size, cfg.context, batch_generator(cfg.seed, rank, step))
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast(device, cfg.precision):
-            logits = step_fn(x)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        finite = torch.isfinite(loss.detach()).to(torch.float32)
-        if world > 1:  # every rank must stop together, or the others hang in backward's all-reduce
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        if not finite.item():  # never saved: the last checkpoint holds the last finite state
-            raise TrainingDiverged(f"loss became non-finite at step {step}; nothing was saved after it (the "
-                                   f"checkpoint in {run.run_dir}, if any, is older): lower --lr or enable --grad-clip")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm, part_norms = clip_gradients()
-        optimizer.step()
-        step += 1
-        tokens += cfg.batch_size * cfg.context * world
-        elapsed += time.perf_counter() - t0
-        if world > 1:  # every rank stops on rank 0's clock, so a minutes budget cannot desynchronise them
-            t = torch.tensor([elapsed], dtype=torch.float64, device=device)
-            dist.broadcast(t, 0)
-            elapsed = t.item()
-        record: dict[str, Any] = {"step": step, "tokens": tokens, "lr": lr, "loss": loss.item(),
-                                  "train_bpc": loss.item() / LN2, "grad_norm": grad_norm.item(),
-                                  "part_grad_norms": rounded_norms(part_norms)}
-        last = _done(cfg, step, total_steps, elapsed)
-        if step % cfg.eval_every == 0 or last:
-            valid_bpc = estimate_bpc(model, valid_data, cfg, cfg.context, device)
-            # training throughput: step time only (``elapsed``), not evaluation or checkpointing
-            record.update(valid_bpc=valid_bpc, tokens_per_s=(tokens - tok_last) / max(elapsed - t_last, 1e-9),
-                          elapsed_s=elapsed)
-            t_last, tok_last = elapsed, tokens
-        if log is not None:
-            log.write(record)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", val_bpc=f"{valid_bpc:.3f}",
-                            tok_s=f"{tokens / max(elapsed, 1e-9):.0f}", refresh=False)
-        if step % cfg.ckpt_every == 0 or last:
-            save()
-    if bar is not None:
-        bar.close()
-    summary = {"run_dir": str(run.run_dir), "family": run.family, "params": model.num_params(), "step": step,
-               "tokens": tokens, "elapsed_s": round(elapsed, 1), "valid_bpc_estimate": valid_bpc,
-               "corpus": corpus.name}
+
+def _save(s: Session) -> None:
+    """A checkpoint of the current step (rank 0); a full disk is one line naming the checkpoint still intact."""
+    if s.rank != 0:
+        return
+    try:
+        save_checkpoint(s.run.run_dir, s.model, s.model.config_dict(), {
+            "step": s.step, "tokens": s.tokens, "elapsed": s.elapsed, "valid_bpc": s.valid_bpc,
+            "optimizer": s.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+        })
+    except CheckpointSpaceError:
+        if s.bar is not None:
+            s.bar.close()
+        kept = (f"the checkpoint of step {s.saved_step} is intact" if s.saved_step is not None
+                else "no earlier checkpoint exists (the run restarts from step 0)")
+        raise DiskFull(f"no space left on device writing the checkpoint at step {s.step} in {s.run.run_dir}; {kept}; "
+                       f"free space and run: {resume_command(s.run.run_dir, s.world)}") from None
+    s.saved_step = s.step
+
+
+def finish_run(s: Session) -> dict[str, Any]:
+    """Close the bar, write summary.json (rank 0) and, when distributed, check the replicas and leave the group."""
+    run, world = s.run, s.world
+    if s.bar is not None:
+        s.bar.close()
+    summary = {"run_dir": str(run.run_dir), "family": run.family, "params": s.model.num_params(), "step": s.step,
+               "tokens": s.tokens, "elapsed_s": round(s.elapsed, 1), "valid_bpc_estimate": s.valid_bpc,
+               "corpus": s.corpus_name, "precision": s.cfg.precision}
     if world > 1:  # DDP keeps replicas identical; record each rank's weights checksum to prove it
-        fingerprint = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+        fingerprint = torch.stack([p.detach().double().sum() for p in s.model.parameters()]).sum().reshape(1)
         gathered = [torch.zeros_like(fingerprint) for _ in range(world)]
         dist.all_gather(gathered, fingerprint)
         summary["rank_weight_checksums"] = [g.item() for g in gathered]
-    if rank == 0 and not finished:
+    if s.rank == 0 and not s.finished:
         write_json_atomic(run.run_dir / "summary.json", summary)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
-    return {**summary, "nothing_to_do": True} if finished else summary
+    return {**summary, "nothing_to_do": True} if s.finished else summary
 
 
 def _refuse_other_run(run: Run, has_ckpt: bool) -> None:
@@ -529,8 +641,10 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
-        for sig, handler in self.previous.items():  # a second Ctrl-C interrupts at once
-            signal.signal(sig, handler)
+        # a second Ctrl-C interrupts at once (KeyboardInterrupt; SIGTERM: the default action), whatever handler
+        # the caller had (the CLI's start-up one quits without a word about the run)
+        for sig in self.previous:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
     def agreed(self, world: int, device: torch.device) -> bool:
         """Whether any rank was asked to stop (every rank must stop at the same step, or the others hang)."""
