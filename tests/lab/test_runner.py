@@ -394,20 +394,30 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
 
 
 
+# groups whose plan reads runs that the committed results/ does not hold yet (the sphere's sweeps): each may refuse to
+# plan, with its reason; any other group that refuses fails the test
+NOT_YET_PLANNABLE = frozenset({"lr10m-sphere", "main-sphere"})
+
+
 def test_every_planned_spec_builds():
-    """Each group's specs (on the committed sweeps) give a valid model: e.g. no P ψ(θ) beside another input."""
+    """Each group's specs (on the committed sweeps) give a valid model: e.g. no P ψ(θ) beside another input. A group
+    that cannot plan fails, unless NOT_YET_PLANNABLE names it."""
     import torch
 
+    refused = {}
     for group in (*groups.GROUPS, *groups.FROZEN):
         try:
             specs = groups.plan(group)
-        except ConfigError:  # a group that reads a sweep not run yet
+        except ConfigError as exc:
+            refused[group] = str(exc)
             continue
         for spec in specs:
             family = get_preset(spec.preset)[0]
             cfg = apply_overrides(family, get_preset(spec.preset)[1], spec.model)
             with torch.device("meta"):  # shapes and checks only: no memory, no init cost
                 build_model(family, cfg)
+    unexpected = {g: why for g, why in refused.items() if g not in NOT_YET_PLANNABLE}
+    assert not unexpected, f"groups that no longer plan: {unexpected}"
 
 
 def test_committed_results_match_their_specs():
