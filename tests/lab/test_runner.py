@@ -814,8 +814,8 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     plots = compute.plots()
     assert plots["budget"].stat().st_size > 1000 and plots["compute"].stat().st_size > 1000
     text = summary.budget_section(plots, lambda p: p.name)
-    assert "1.9500 (+0.050)" in text and "at tf-1m's 10M-token FLOPs (6.0M tokens): gap **+0.1000**" in text
-    assert "(at equal tokens +0.0200)" in text and "![budget](budget.png)" in text
+    assert "1.9500 (+0.050)" in text and "| ka-1m-tuned | 10M | 6.0M | **+0.1000** | +0.0200 |" in text
+    assert "![budget](budget.png)" in text
     # every cell carries its training FLOPs, the notes each preset's model FLOPs per token
     assert f"1.9500 (+0.050), {compute.fmt_flops(per * 40_001_536)}" in text
     assert "ka-1m-tuned (gap), training FLOPs" in text
