@@ -47,8 +47,9 @@ from typing import Any
 
 from kuramoto_attention.diagnostics.flops import model_flops
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.layers.kuramoto_attention import AttentionConfig
 from kuramoto_attention.models.config import flat_fields
-from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
+from kuramoto_attention.models.presets import TUNED_SCORE, TUNED_SHARING, apply_overrides, build_model, get_preset
 from lab import protocol
 from lab.protocol import LRS, PROTOCOL, SWEEP, Spec, load_results, run_command
 from lab.records import same_run
@@ -71,7 +72,9 @@ def _pinned_lr(preset: str) -> float:
 
 
 # The confirmed ka-1m variants (group confirm, retired) that kept groups build on, as overrides of ka-1m
-_CLOCK: dict[str, Any] = {"phase_lag": True, "self_coupling": False, "clock": 8, "clock_init": 4.0}
+_CLOCK: dict[str, Any] = TUNED_SCORE  # the tuned score, declared once (models/presets.py)
+# the paper's score: each field of the tuned score at the layer's default
+PAPER_SCORE: dict[str, Any] = {k: getattr(AttentionConfig(), k) for k in TUNED_SCORE}
 # the best 1M variant at 10M tokens outside the paper's score when the later groups were planned
 BEST_VARIANT = "phase-lag-no-self"
 BUDGET_VARIANT = "phase-lag-no-self"  # the variant also trained to 20M (the best confirmed when it ran)
@@ -82,8 +85,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     BEST_VARIANT: {"phase_lag": True, "self_coupling": False},
     "phase-lag-no-self-clock-8-init-4": _CLOCK,
     "phase-lag-no-self-clock-8-init-4-ff-proj-shared": {**_CLOCK, "ff_proj": "shared", "ff_hidden": 312},
-    TUNED_CANDIDATE: {**_CLOCK, "ff_proj": "shared", "shared_gates": True, "dim": 160, "ff_hidden": 350,
-                      "value_gate_input": "ff-proj", "gates_input": "ff-proj"},
+    TUNED_CANDIDATE: {**_CLOCK, **TUNED_SHARING, "dim": 160, "ff_hidden": 350},
 }
 
 
@@ -652,7 +654,7 @@ TUNED_ABLATIONS: dict[str, dict[str, Any]] = {
     "value-projection": ABLATIONS["value-projection"], "no-ff": {"ff": "none"}, "no-gates": ABLATIONS["no-gates"],
     "omega-zero": ABLATIONS["omega-zero"], "ff-angles": {"ff": "angles"},
     "bound-elementwise": ABLATIONS["bound-elementwise"], "per-layer-gates": {"shared_gates": False},
-    "spec-score": {"self_coupling": True, "phase_lag": False, "clock": 0, "clock_init": 0.0},
+    "spec-score": PAPER_SCORE,
 }
 
 def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_group: str = "lr",

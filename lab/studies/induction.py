@@ -32,7 +32,7 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.kuramoto_attention import AttentionConfig
 from kuramoto_attention.models.kuramoto import KuramotoConfig
 from kuramoto_attention.models.lm import ByteLM
-from kuramoto_attention.models.presets import build_model
+from kuramoto_attention.models.presets import TUNED_SCORE, build_model
 from kuramoto_attention.models.transformer import TransformerConfig
 from lab import protocol
 
@@ -53,7 +53,7 @@ class Task:
         return 2 * self.segment - 1  # the model reads all but the last symbol
 
 
-TUNED = {"self_coupling": False, "phase_lag": True}  # ka-1m-tuned's layer
+TUNED = {k: TUNED_SCORE[k] for k in ("self_coupling", "phase_lag")}  # ka-1m-tuned's score, less its clocks
 MODELS: dict[str, dict[str, Any]] = {  # name -> the Kuramoto layer's fields ("tf": the transformer)
     "tf": {},
     "ka": TUNED,

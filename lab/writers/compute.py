@@ -117,6 +117,22 @@ def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
     return [(q["tokens"], q["valid_bpc"]) for q in pts]
 
 
+def valid_slope(r: dict[str, Any] | None, start: int = PROTOCOL["tokens"]) -> float | None:
+    """A run's validation slope per doubling of its tokens, within the run: (its estimate at the end − at ``start``
+    tokens, an evaluation within 5% of it) / log2(end / start); None: no such evaluations (issue 46's measure)."""
+    import math
+
+    pts = valid_points(r) if r else []
+    near = min(pts, key=lambda q: abs(q[0] - start), default=None)
+    if near is None or abs(near[0] - start) > 0.05 * start or pts[-1][0] <= 1.5 * near[0]:
+        return None
+    return (pts[-1][1] - near[1]) / math.log2(pts[-1][0] / near[0])
+
+
+def fmt_slope(r: dict[str, Any] | None) -> str:
+    return "—" if (x := valid_slope(r)) is None else f"{x:+.3f}"
+
+
 def off_rate(r: dict[str, Any]) -> bool:
     """Whether a curve run trained at a rate other than its preset's swept one (group lr40's; budget100's, which
     train at the rate best at 40M)."""

@@ -11,7 +11,7 @@ from typing import Any
 from lab import protocol
 from lab.groups import BUDGET_PRESETS, BUDGETS, STRETCH_BUDGET, all_results, flop_matched, valid_estimate, with_twins
 from lab.protocol import PROTOCOL, load_results
-from lab.writers.common import fmt
+from lab.writers.common import fmt, table
 from lab.writers.compute import COLOURS, REFERENCE, budget_runs, model_note, pyplot, valid_points
 
 
@@ -57,40 +57,6 @@ def anneal_cost(runs: dict[str, dict[str, dict[str, Any]]], preset: str) -> floa
     return near[1] - end[1] if abs(near[0] - end[0]) <= 0.05 * end[0] else None
 
 
-RATE_CLOSES = 0.01  # how much narrower the gap at the best rates must be to count as the rate's
-
-
-def rate_note() -> str:
-    """lr40's runs against budget40's at the swept rate (test BPC, and the validation estimate that chooses), and
-    the gap to tf-1m with each at its best rate on validation: whether the largest budget's gap is a rate chosen at
-    smaller ones."""
-    label = f"{BUDGETS[-1] // 1_000_000}M"
-    swept = {r["preset"]: r for r in with_twins("budget40") if not model_note(r)}
-    lower = sorted((r for r in with_twins("lr40") if r["preset"] in swept),
-                   key=lambda r: (r["preset"], -r["train"]["lr"]))
-    if not lower:
-        return ""
-    parts = [f"{r['preset']} {fmt(r['eval_bpc'])} at {r['train']['lr']:g} against {fmt(w['eval_bpc'])} at "
-             f"{w['train']['lr']:g} (Δ {r['eval_bpc'] - w['eval_bpc']:+.4f}; validation "
-             f"{valid_estimate(r) - valid_estimate(w):+.4f})" for r in lower if (w := swept[r["preset"]])]
-    text = f"Below the swept rate ({label}, group lr40), test BPC: " + "; ".join(parts) + "."
-    best = budget_runs().get(label, {})
-    tried = {r["preset"] for r in lower}
-    if REFERENCE in tried and REFERENCE in best and REFERENCE in swept:
-        gaps = [f"{q} {best[q]['eval_bpc'] - best[REFERENCE]['eval_bpc']:+.4f} (at the swept rates "
-                f"{swept[q]['eval_bpc'] - swept[REFERENCE]['eval_bpc']:+.4f})"
-                for q in BUDGET_PRESETS if q in tried and q != REFERENCE and q in best]
-        if gaps:
-            text += " The gap to tf-1m with each at its best rate on validation: " + "; ".join(gaps) + "."
-        closed = [q for q in BUDGET_PRESETS if q in tried and q != REFERENCE and q in best
-                  and best[q]["eval_bpc"] - best[REFERENCE]["eval_bpc"]
-                  < swept[q]["eval_bpc"] - swept[REFERENCE]["eval_bpc"] - RATE_CLOSES]
-        if gaps and not closed:
-            text += (" A lower rate helps the transformer as much or more: the gap at this budget is not a rate "
-                     "chosen at smaller ones.")
-    return text
-
-
 def fit_runs(budget: int = BUDGETS[-1], runs: dict[str, dict[str, dict[str, Any]]] | None = None
              ) -> list[tuple[str, dict[str, Any]]]:
     """Every Kuramoto run of the budget curve at ``budget`` (and at the largest of BUDGETS, leads40's leads), by
@@ -106,13 +72,67 @@ def _fits(budget: int, runs: dict[str, dict[str, dict[str, Any]]]) -> list[tuple
     return [(name, g) for name, r in fit_runs(budget, runs) if tf is not None and (g := fit_gaps(r, tf))]
 
 
-def _fit_part(name: str, gaps: list[tuple[int, float, float]]) -> str:
-    t, train, valid = gaps[-1]
-    ahead = [g for g in gaps if g[1] < 0]  # the evaluations at which it fit its training bytes better
-    since = (f"ahead of tf-1m's until {ahead[-1][0] / 1e6:.1f}M tokens, behind from then on" if ahead
-             else "behind tf-1m's throughout")
-    return (f"{name} {train:+.3f} in training BPC against {valid:+.3f} in validation BPC at {t / 1e6:.0f}M (its "
-            f"training BPC {since})")
+def _ahead_until(gaps: list[tuple[int, float, float]]) -> str:
+    """The last evaluation at which the run fit its training bytes better than tf-1m ("never": behind throughout)."""
+    ahead = [g for g in gaps if g[1] < 0]
+    return f"{ahead[-1][0] / 1e6:.1f}M" if ahead else "never"
+
+
+def fit_table() -> str:
+    """Each Kuramoto run of the largest budgets against tf-1m at its end: the gap in training BPC beside the gap in
+    validation BPC (equal: it fits its training bytes worse, it does not generalise worse), and until when it was
+    ahead in training BPC."""
+    runs = budget_runs()
+    rows = [[name, f"{budget // 1_000_000}M", f"{gaps[-1][1]:+.3f}", f"{gaps[-1][2]:+.3f}", f"{gaps[-1][0] / 1e6:.0f}M",
+             _ahead_until(gaps)]
+            for budget in (BUDGETS[-1], STRETCH_BUDGET) for name, gaps in _fits(budget, runs)]
+    if not rows:
+        return ""
+    return table(["run", "budget", "training-BPC gap to tf-1m", "validation-BPC gap to tf-1m", "at", "ahead in "
+                  "training BPC until"], rows)
+
+
+def slope_table() -> str:
+    """Per preset of the curve: test BPC per doubling of the budget (10M→40M, 40M→100M, seed 0, own schedules) and the
+    anneal cost (``anneal_cost``: the 40M run's validation estimate at 10M tokens minus the 10M run's at its end)."""
+    runs = budget_runs()
+    label, stretch = f"{BUDGETS[-1] // 1_000_000}M", f"{STRETCH_BUDGET // 1_000_000}M"
+
+    def cell(x: float | None) -> str:
+        return "—" if x is None else f"{x:+.3f}"
+
+    rows = [[q, cell(per_doubling(runs, q, "10M", label)), cell(per_doubling(runs, q, label, stretch)),
+             cell(anneal_cost(runs, q))] for q in BUDGET_PRESETS]
+    if all(c == "—" for r in rows for c in r[1:]):
+        return ""
+    return table(["model", f"test BPC per doubling 10M→{label}", f"per doubling {label}→{stretch}",
+                  f"anneal cost at {PROTOCOL['tokens'] // 1_000_000}M (validation)"], rows)
+
+
+def rate_table() -> str:
+    """lr40's runs against budget40's at the swept rate (test BPC, and the validation estimate that chooses), and each
+    Kuramoto preset's gap to tf-1m with both at their best rate on validation, beside the gap at the swept rates."""
+    label = f"{BUDGETS[-1] // 1_000_000}M"
+    swept = {r["preset"]: r for r in with_twins("budget40") if not model_note(r)}
+    lower = sorted((r for r in with_twins("lr40") if r["preset"] in swept),
+                   key=lambda r: (r["preset"], -r["train"]["lr"]))
+    if not lower:
+        return ""
+    best = budget_runs().get(label, {})
+    tried = {r["preset"] for r in lower}
+
+    def gaps(q: str) -> tuple[str, str]:
+        if q == REFERENCE or REFERENCE not in tried or not {q, REFERENCE} <= best.keys() or REFERENCE not in swept:
+            return "—", "—"
+        return (f"{best[q]['eval_bpc'] - best[REFERENCE]['eval_bpc']:+.4f}",
+                f"{swept[q]['eval_bpc'] - swept[REFERENCE]['eval_bpc']:+.4f}")
+
+    rows = [[r["preset"], f"{r['train']['lr']:g}", fmt(r["eval_bpc"]), f"{w['train']['lr']:g}", fmt(w["eval_bpc"]),
+             f"{r['eval_bpc'] - w['eval_bpc']:+.4f}", f"{valid_estimate(r) - valid_estimate(w):+.4f}",
+             *gaps(r["preset"])]
+            for r in lower if (w := swept[r["preset"]])]
+    return table(["model", "lower lr", f"test BPC at {label}", "swept lr", "test BPC at the swept lr", "Δ",
+                  "Δ validation", "gap to tf-1m at best rates", "gap at swept rates"], rows)
 
 
 def _omega_rate(r: dict[str, Any]) -> float:
@@ -121,104 +141,39 @@ def _omega_rate(r: dict[str, Any]) -> float:
     return t["omega_lr_mult"] if t.get("omega_lr_mult") is not None else t["phase_lr_mult"]
 
 
-def clip_note(results: list[dict[str, Any]]) -> str:
+def _top(shares: dict[str, float], top: int = 3) -> str:
+    return ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])[:top])
+
+
+def clip_table(results: list[dict[str, Any]], least: int = 10) -> str:
     """How rough each run's training was after its warmup (runner.clipping: runs whose log was on the machine that
-    recorded them): the share of its steps whose gradient norm exceeded the clip, the Kuramoto runs by ω's rate beside
-    the transformer's, and whether those rates separate the runs (budgets and rates differ among them: an observation,
-    not a controlled comparison). A run that clips the angles apart is left out: its clip is not one norm."""
-    rows = sorted(((r, c["clipped_steps"] / c["steps"]) for r in results
-                   if (c := r.get("clipping")) and not r["train"].get("clip_angles_apart")), key=lambda x: -x[1])
+    recorded them): ω's rate, the share of steps whose gradient norm exceeded the clip (left out for a run that clips
+    the angles apart: its clip is not one norm), and where the gradient sits (each part's median share of the squared
+    norm over all steps, and at the clipped steps for a run with at least ``least``; angles: the phases and ω)."""
+    rows = []
+    for r in sorted((r for r in results if r.get("clipping")),
+                    key=lambda r: (-r["clipping"]["clipped_steps"] / r["clipping"]["steps"], r["name"])):
+        c, parts = r["clipping"], r["clipping"].get("parts")
+        share = "—" if r["train"].get("clip_angles_apart") else f"{c['clipped_steps'] / c['steps']:.2%}"
+        rows.append([r["name"], r["group"], f"×{_omega_rate(r):g}" if r["family"] == "kuramoto" else "—", share,
+                     f"{c['clipped_steps']} of {c['steps']:,}", _top(parts["all"]) if parts else "—",
+                     _top(parts["clipped"]) if parts and c["clipped_steps"] >= least else "—"])
     if not rows:
         return ""
-    by_rate: dict[float, list[tuple[str, float]]] = {}
-    for r, share in rows:
-        if r["family"] == "kuramoto":
-            by_rate.setdefault(_omega_rate(r), []).append((r["name"], share))
-    parts = [f"with ω at ×{rate:g}, " + ", ".join(f"{name} {share:.2%}" for name, share in named)
-             for rate, named in sorted(by_rate.items(), key=lambda kv: -kv[0])]
-    parts += [f"{r['name']} {share:.2%}" for r, share in rows if r["family"] != "kuramoto"]
-    text = ("Steps whose gradient norm exceeded the clip after the warmup, as a share of each run's steps: "
-            + "; ".join(parts) + ".")
-    if len(by_rate) == 2:
-        slow, fast = by_rate[min(by_rate)], by_rate[max(by_rate)]
-        if max(x for _, x in slow) < min(x for _, x in fast):
-            text += (f" Every run with ω at ×{min(by_rate):g} clipped fewer of its steps than every run with ω at "
-                     f"×{max(by_rate):g}.")
-    return text
-
-
-def spike_note(results: list[dict[str, Any]], least: int = 10, top: int = 3) -> str:
-    """Which parts of the model the gradient is in, for every run whose log kept each part's norm (runner.clipping):
-    the ``top`` parts by median share of the squared norm over all steps after the warmup, and, for a run with at
-    least ``least`` steps above the clip, at those steps (a part whose share jumps there is where the spikes are)."""
-    parts, ranked_any = [], False
-    for r in sorted(results, key=lambda x: (x["group"], x["name"])):
-        c = r.get("clipping")
-        if not c or "parts" not in c:
-            continue
-        shares = c["parts"]
-        overall = ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares["all"].items(), key=lambda kv: -kv[1])[:top])
-        above = f"{c['clipped_steps']} of {c['steps']:,} steps above the clip" if c["clipped_steps"] else \
-            "no step above the clip"
-        text = f"{r['name']} ({above}): {overall}"
-        if c["clipped_steps"] >= least:
-            ranked_any = True
-            text += "; at the clipped steps " + ", ".join(
-                f"{k} {v:.0%}" for k, v in sorted(shares["clipped"].items(), key=lambda kv: -kv[1])[:top])
-        parts.append(text)
-    if not parts:
-        return ""
-    names = {k for r in results if (c := r.get("clipping")) and "parts" in c for k in c["parts"]["all"]}
-    gloss = "; shared_ff_proj: the shared P" if "shared_ff_proj" in names else ""
-    return ("Where the gradient sits after the warmup (each part's median share of the squared norm over all steps"
-            + (f", and at the steps above the clip for a run with at least {least}" if ranked_any else "")
-            + f"; angles: the phases and ω together{gloss}): " + "; ".join(parts) + ".")
+    return table(["run", "group", "ω lr", "steps above the clip", "count", "gradient share, all steps",
+                  "gradient share, clipped steps"], rows)
 
 
 def fit_note() -> str:
-    """Why the gap grows with the budget, in the runs' own numbers: each Kuramoto model's gap to tf-1m in training
-    BPC beside its gap in validation BPC at the end of the largest budgets (equal: the model fits its training bytes
-    worse, it does not generalise worse) and where along the run it falls behind, the test BPC each model gains per
-    doubling of the budget, and what the same tokens lose to a rate not yet decayed (``anneal_cost``)."""
-    runs = budget_runs()
-    label = f"{BUDGETS[-1] // 1_000_000}M"
-    fits, stretch = _fits(BUDGETS[-1], runs), _fits(STRETCH_BUDGET, runs)
-    if not fits and not stretch:
-        return ""
-    sentences = []
-    if fits:
-        sentences.append(f"Why the gap grows, from the {label} runs' curves (the mean training BPC since the previous "
-                         "evaluation, and the validation estimate, each against tf-1m's at the same token count): "
-                         + "; ".join(_fit_part(name, gaps) for name, gaps in fits) + ".")
-    if stretch:
-        sentences.append(f"At {STRETCH_BUDGET // 1_000_000}M (group budget100, each at the rate best at {label}; "
-                         "training and validation BPC against tf-1m's as above): "
-                         + "; ".join(_fit_part(name, gaps) for name, gaps in stretch) + ".")
-    text = " ".join(sentences)
-    if all(0 < 0.8 * valid <= train <= 1.25 * valid for _, gaps in fits + stretch for _, train, valid in gaps[-1:]):
-        text += (" Each fits the bytes it trains on worse by about as much as it predicts unseen ones worse: the "
-                 "widening gap is slower learning, not memorisation, and not worse generalisation.")
-    for lo, hi in (("10M", label), (label, f"{STRETCH_BUDGET // 1_000_000}M")):
-        slopes = {q: x for q in BUDGET_PRESETS if (x := per_doubling(runs, q, lo, hi)) is not None}
-        if slopes:
-            text += (f" Test BPC per doubling of the budget from {lo} to {hi}: "
-                     + ", ".join(f"{q} {x:+.3f}" for q, x in slopes.items()) + ".")
-    costs = {q: c for q in BUDGET_PRESETS if (c := anneal_cost(runs, q)) is not None}
-    if REFERENCE in costs and len(costs) > 1:
-        ten = f"{PROTOCOL['tokens'] / 1e6:.0f}M"
-        text += (f" Where the rate stands: {ten} tokens into its {label} schedule at its swept rate (the rate still "
-                 f"near its peak) each model's validation estimate is above its {ten} schedule's end (the rate "
-                 "decayed) by " + ", ".join(f"{q} {c:+.3f}" for q, c in costs.items()) + ".")
-        if all(c > costs[REFERENCE] for q, c in costs.items() if q != REFERENCE):
-            text += (" The Kuramoto models lose more to a high rate and gain more from its decay (lr40 asks "
-                     f"whether lower rates at {label} close the gap).")
-    if lower := rate_note():
-        text += " " + lower
-    results = all_results()
-    for note in (clip_note(results), spike_note(results)):
-        if note:
-            text += " " + note
-    return text
+    """The notebook's tables on why the gap grows: the fit, the slopes and anneal costs, the lower rates, the clip."""
+    parts = [(f"The gap at the end of the largest budgets ({BUDGETS[-1] // 1_000_000}M; "
+              f"{STRETCH_BUDGET // 1_000_000}M: budget100, each at the rate best at {BUDGETS[-1] // 1_000_000}M), "
+              "in training BPC (mean since the previous evaluation) and in validation BPC:", fit_table()),
+             ("Test BPC per doubling of the budget (seed 0, own schedules), and the anneal cost (validation, the "
+              "largest budget's run at the protocol's tokens minus the protocol run's end):", slope_table()),
+             ("Below the swept rate (group lr40), test BPC:", rate_table()),
+             ("The gradient clip after the warmup, and where the gradient sits:", clip_table(all_results()))]
+    return "\n\n".join(f"{caption}\n\n{body}" for caption, body in parts if body)
 
 
 def fit_plot(out: Path) -> Path | None:

@@ -93,4 +93,4 @@ def summary_line() -> str | None:
                      + f" ({_at_10m(ten, key)})")
     tokens = max(res["tokens"].values()) / 1e6
     return (f"- After {tokens:.0f}M tokens (group {GROUP}, seed 0, `python -m lab gap {GROUP}`), bits per byte against "
-            f"tf-1m: " + "; ".join(parts) + ".")
+            "tf-1m, per model:\n" + "\n".join(f"- {part}." for part in parts))

@@ -34,7 +34,15 @@ from lab.groups import (
 from lab.protocol import PROTOCOL, load_results, run_command
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
-from lab.writers.compute import budget_runs, flops_per_token, fmt_flops, fmt_per_token, training_flops, valid_points
+from lab.writers.compute import (
+    budget_runs,
+    flops_per_token,
+    fmt_flops,
+    fmt_per_token,
+    fmt_slope,
+    training_flops,
+    valid_points,
+)
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
 SEEDS_GROUP, RETIRED_GROUP, RATE_GROUP = "leads-seeds", "leads-retired", "lr40"
@@ -333,7 +341,7 @@ def _budget_row(best: dict[str, Any] | None, flop: dict[str, Any] | None, tf: di
     at = "—" if best is None else fmt(best["eval_bpc"]) + (
         f" ({_delta(best, _bpc(ref))}, lr {best['train']['lr']:g})" if ref else f" (lr {best['train']['lr']:g})")
     eq = "—" if flop is None else fmt(flop["eval_bpc"]) + (f" ({_delta(flop, _bpc(flops_ref))})" if flops_ref else "")
-    return [at, eq, " / ".join(_delta(r, _bpc(tf)) for r in (best, flop))]
+    return [at, eq, " / ".join(_delta(r, _bpc(tf)) for r in (best, flop)), fmt_slope(best)]
 
 
 def _long_plan() -> str:
@@ -365,8 +373,8 @@ def summary_section() -> str:
                      f"{fmt(r['eval_bpc'])} ({_delta(r, _bpc(seed0))})" if r else "not run",
                      *_seeds_cells(_seed_vals(name, r), mean), *_budget_cells(key, long, tf, ref, flops_ref)])
     b, p, widths = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M", widths_phrase().strip()
-    return (f"Each lead is a field of {PRESET}'s own code path or a training setting (the notebook says what each "
-            f"answers): screened at the protocol (seed 0, Δ against {PRESET}'s seed 0; seeds "
+    return (f"Each lead is a field of {PRESET}'s own code path or a training setting: screened at the protocol "
+            f"(seed 0, Δ against {PRESET}'s seed 0; seeds "
             f"{', '.join(map(str, LEAD_SEEDS))} too where it beat main-tuned's mean), then at {b} tokens (every lead "
             f"that beat it, and every lead whose reason is the budget; its best rate on validation, Δ against "
             f"{PRESET}'s best there) and at tf-1m's {b}-token training FLOPs (once it beat {PRESET}'s best at {b} on "
@@ -374,5 +382,6 @@ def summary_section() -> str:
             f"to tf-1m at {b} tokens, at its best rate."
             + ("" if long else f" At {b}: {_long_plan()}.") + "\n\n"
             + table(["lead", "change", f"{p}, seed 0 (Δ)", f"{p} over seeds (n)", "Δ of means vs main-tuned",
-                     f"{b} tokens (Δ)", f"tf-1m's {b} FLOPs (Δ)", "gap to tf-1m, equal tokens / FLOPs"], body)
+                     f"{b} tokens (Δ)", f"tf-1m's {b} FLOPs (Δ)", "gap to tf-1m, equal tokens / FLOPs",
+                     f"validation slope per doubling {p}→{b}"], body)
             + (f"\n\n{widths}" if widths else ""))

@@ -322,10 +322,10 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| 1.9300 ({1.93 - 1.95:+.4f}, lr 0.004) | 1.9700 ({1.97 - 2.0:+.4f}) | {1.93 - 1.9:+.4f} / " \
            f"{1.97 - 1.9:+.4f} |" in leads.summary_section()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])  # the target needs tf-1m at 10M
-    note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
-    assert f"ka-1m-tuned-{first}-40m {1.93 - 1.9:+.3f} at equal tokens, at equal FLOPs {1.97 - 1.9:+.3f}, at 10M " \
-           f"{2.10 - 2.13:+.3f}" in note
-    assert "-flops-tf-40m +" not in note  # the equal-FLOP run is its lead's other half, not a model of its own
+    note = summary.target_table(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
+    assert cells(note, f"ka-1m-tuned-{first}-40m")[1:4] == [f"{1.93 - 1.9:+.3f}", f"{1.97 - 1.9:+.3f}",
+                                                             f"{2.10 - 2.13:+.3f}"]
+    assert "-flops-tf-40m |" not in note  # the equal-FLOP run is its lead's other half, not a model of its own
 
 
 def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
@@ -452,6 +452,9 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
         page.index("**The sphere S³ ⊂ R⁴**")
     assert "planned, not run yet: `python -m lab run main-sphere" in page
     assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
+    # issue 46's sections before their runs exist
+    assert cells(page, "scaled-step")[2] == "not yet run" and cells(page, "pycode40")[3] == "not yet run"
+    assert cells(page, "capacity")[3] == "not yet run"
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)
     summary_path, notebook = results_md.write_report(in_tmp)
@@ -588,22 +591,20 @@ def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
     assert "its 3M sweep (2 rates so far) is best at lr 0.004: valid 2.6000, against ka-1m's 2.5000" in line
 
 
-def test_issue_26_target_is_judged_from_the_40m_runs(in_tmp):
-    """Met only by a model within +0.02 of tf-1m at 40M tokens, within +0.03 at equal FLOPs and no worse than at 10M;
-    every gap it prints is the fabricated runs' difference."""
-    assert "not judged yet" in summary.target_note({}, {})
+def test_issue_26_targets_gaps_are_the_40m_runs_differences(in_tmp):
+    """Each gap the target's table gives is the fabricated runs' difference (the judgement is a person's)."""
+    assert "not yet run" in summary.target_table({}, {})
     tf = {"10M": run("main", "tf-1m-seed0", "tf-1m", 2.10), "40M": run("budget40", "tf-1m-40m", "tf-1m", 1.90,
                                                                      tokens=40_000_000)}
     near = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.915, tokens=40_000_000)
     runs = {"10M": {"tf-1m": tf["10M"], "ka-1m-tuned": run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12)},
             "40M": {"tf-1m": tf["40M"], "ka-1m-tuned": near}}
-    note = summary.target_note(runs, {})
-    assert "**not met**" in note and "+0.015 at equal tokens, at equal FLOPs not run, at 10M +0.020" in note
+    assert cells(summary.target_table(runs, {}), "ka-1m-tuned")[1:4] == ["+0.015", "not run", "+0.020"]
     flops = {"ka-1m-tuned-flops-tf-40m": run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 1.925,
                                              tokens=24_000_000)}
-    assert "met by ka-1m-tuned;" in summary.target_note(runs, flops)
-    runs["10M"]["ka-1m-tuned"] = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.11)  # 10M gap +0.010
-    assert "**not met**" in summary.target_note(runs, flops)  # the gap grew from 10M to 40M
+    assert cells(summary.target_table(runs, flops), "ka-1m-tuned")[2] == "+0.025"
+    runs["10M"]["ka-1m-tuned"] = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.11)
+    assert cells(summary.target_table(runs, flops), "ka-1m-tuned")[3] == "+0.010"
 
 
 def _along(r: dict, points: list[tuple[int, float, float]]) -> dict:
@@ -636,13 +637,14 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     write_results(in_tmp, [tf, ka, tf10, ka10])
     flat = [x for point in fit.fit_gaps(ka, tf) for x in point]
     assert flat == pytest.approx([5_000_000, -0.05, -0.05, 10_000_000, 0.08, 0.08, b, 0.12, 0.12])
-    note = fit.fit_note()
-    assert "ka-1m-tuned +0.120 in training BPC against +0.120 in validation BPC at 40M" in note
-    assert "ahead of tf-1m's until 5.0M tokens, behind from then on" in note and "slower learning" in note
-    # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2
-    assert "tf-1m -0.115, ka-1m-tuned -0.060" in note
-    # 10M tokens into the 40M schedule against the 10M schedule's end: 2.30 - 2.18 and 2.38 - 2.20
-    assert "by tf-1m +0.120, ka-1m-tuned +0.180" in note and "lose more to a high rate" in note
+    assert cells(fit.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "40M", "+0.120", "+0.120", "40M", "5.0M"]
+    # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2; anneal cost: 10M tokens into the 40M schedule against
+    # the 10M schedule's end, 2.30 - 2.18 and 2.38 - 2.20
+    slopes = fit.slope_table()
+    assert cells(slopes, "tf-1m")[1:] == ["-0.115", "—", "+0.120"]
+    assert cells(slopes, "ka-1m-tuned")[1:] == ["-0.060", "—", "+0.180"]
+    # within the 40M run, from its 10M evaluation: (2.07 - 2.38) / 2
+    assert compute.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and compute.valid_slope(ka10) is None
     assert fit.fit_plot(in_tmp / "fit.png") is not None
 
 
@@ -654,21 +656,17 @@ def test_fit_note_reads_the_stretch_budget(in_tmp):
     ka = _along(run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b, train=clip),
                 [(50_000_000, 1.90, 2.00), (b, 1.70, 1.92)])
     write_results(in_tmp, [tf, ka])
-    note = fit.fit_note()
-    assert note.startswith("At 100M (group budget100, each at the rate best at 40M; training and validation BPC "
-                           "against tf-1m's as above): ka-1m-tuned +0.200 in training BPC against +0.120 in validation "
-                           "BPC at 100M (its training BPC behind tf-1m's throughout).")
-    assert "slower learning" not in note  # +0.200 against +0.120 is not "about as much"
-    assert "from 40M to 100M" not in note  # no 40M points to measure from
+    assert cells(fit.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "100M", "+0.200", "+0.120", "100M", "never"]
+    assert fit.slope_table() == ""  # no 40M points to measure from
+    assert fit.clip_table(groups.all_results()) == ""  # no run kept its clipping
     write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
                            run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=40_000_000)])
     per = math.log2(b / 40_000_000)
-    assert f"from 40M to 100M: tf-1m {(1.77 - 1.90) / per:+.3f}, ka-1m-tuned {(1.95 - 2.00) / per:+.3f}." \
-        in fit.fit_note()
-    assert "exceeded the clip" not in note  # no run kept its clipping
+    assert cells(fit.slope_table(), "tf-1m")[2] == f"{(1.77 - 1.90) / per:+.3f}"
+    assert cells(fit.slope_table(), "ka-1m-tuned")[2] == f"{(1.95 - 2.00) / per:+.3f}"
 
 
-def test_clip_note_sets_the_runs_by_omegas_rate_beside_the_transformer(in_tmp):
+def test_clip_table_gives_each_runs_clipped_share_and_omegas_rate(in_tmp):
     def rough(group, name, preset, clipped, **train):
         r = run(group, name, preset, 2.0, **train)
         return {**r, "train": {**r["train"], **train}, "clipping": {"clip": 1.0, "steps": 1000,
@@ -678,15 +676,15 @@ def test_clip_note_sets_the_runs_by_omegas_rate_beside_the_transformer(in_tmp):
             rough("leads", "ka-b", "ka-1m-tuned", 2, phase_lr_mult=20.0, omega_lr_mult=1.0),
             rough("budget100", "tf-1m-100m", "tf-1m", 0), rough("leads", "ka-c", "ka-1m-tuned", 74),
             rough("leads", "ka-apart", "ka-1m-tuned", 500, clip_angles_apart=True)]  # not one norm: left out
-    note = fit.clip_note(rows)
-    assert note.startswith("Steps whose gradient norm exceeded the clip after the warmup, as a share of each run's "
-                           "steps: with ω at ×20, ka-c 7.40%, ka-a 2.00%; with ω at ×1, ka-b 0.20%; tf-1m-100m 0.00%.")
-    assert note.endswith("Every run with ω at ×1 clipped fewer of its steps than every run with ω at ×20.")
-    rows[1]["clipping"]["clipped_steps"] = 30  # the rates no longer separate the runs
-    assert "Every run" not in fit.clip_note(rows) and fit.clip_note([run("leads", "x", "ka-1m", 2.0)]) == ""
+    text = fit.clip_table(rows)
+    assert [cells(text, n)[2:5] for n in ("ka-c", "ka-a", "ka-b", "tf-1m-100m")] == [
+        ["×20", "7.40%", "74 of 1,000"], ["×20", "2.00%", "20 of 1,000"], ["×1", "0.20%", "2 of 1,000"],
+        ["—", "0.00%", "0 of 1,000"]]
+    assert cells(text, "ka-apart")[3] == "—"  # its clip is not one norm
+    assert fit.clip_table([run("leads", "x", "ka-1m", 2.0)]) == ""
 
 
-def test_spike_note_names_the_parts_the_gradient_is_in(in_tmp):
+def test_clip_table_names_the_parts_the_gradient_is_in(in_tmp):
     spikes = {"clip": 1.0, "steps": 2000, "clipped_steps": 40,
               "parts": {"clipped": {"ff": 0.5, "attn": 0.3, "angles": 0.1, "prototypes": 0.05},
                         "all": {"ff": 0.2, "attn": 0.4, "angles": 0.2, "prototypes": 0.1}}}
@@ -695,23 +693,19 @@ def test_spike_note_names_the_parts_the_gradient_is_in(in_tmp):
             {**run("leads40", "ka-c", "ka-1m-tuned", 2.0), "clipping": {**spikes, "clipped_steps": 0}},
             run("leads40", "ka-d", "ka-1m", 2.1),
             {**run("leads40", "ka-e", "ka-1m", 2.1), "clipping": {"clip": 1.0, "steps": 9, "clipped_steps": 0}}]
-    assert fit.spike_note(rows) == (
-        "Where the gradient sits after the warmup (each part's median share of the squared norm over all steps, and at "
-        "the steps above the clip for a run with at least 10; angles: the phases and ω together): "
-        "ka-a (3 of 2,000 steps above the clip): attn 40%, ff 20%, angles 20%; "
-        "ka-b (40 of 2,000 steps above the clip): attn 40%, ff 20%, angles 20%; at the clipped steps ff 50%, attn 30%, "
-        "angles 10%; ka-c (no step above the clip): attn 40%, ff 20%, angles 20%.")
-    assert "at the steps above the clip" not in fit.spike_note(rows[1:])  # none has enough clipped steps to rank
-    assert fit.spike_note(rows[3:]) == ""  # no run's log kept its parts' norms
+    text = fit.clip_table(rows)
+    assert cells(text, "ka-b")[4:] == ["40 of 2,000", "attn 40%, ff 20%, angles 20%", "ff 50%, attn 30%, angles 10%"]
+    assert cells(text, "ka-a")[4:] == ["3 of 2,000", "attn 40%, ff 20%, angles 20%", "—"]  # too few to rank
+    assert cells(text, "ka-e")[5:] == ["—", "—"]  # its log kept no part's norm
 
 
-def test_fit_note_is_silent_without_the_largest_budget(in_tmp):
+def test_fit_tables_are_empty_without_the_largest_budget(in_tmp):
     write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
     assert fit.fit_note() == "" and fit.fit_plot(in_tmp / "fit.png") is None
 
 
-def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
-    assert fit.rate_note() == ""
+def test_rate_table_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
+    assert fit.rate_table() == ""
     b = 40_000_000
     rows = [{**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b), "final_valid_estimate": 1.91},
             {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b), "final_valid_estimate": 2.04},
@@ -719,13 +713,10 @@ def test_rate_note_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
             {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b),
              "final_valid_estimate": 1.97}]
     write_results(in_tmp, rows)
-    note = fit.rate_note()
-    assert "ka-1m-tuned 1.9500 at 0.002 against 2.0300 at 0.004 (Δ -0.0800; validation -0.0700)" in note
-    assert "tf-1m 1.8700 at 0.004 against 1.8800 at 0.008 (Δ -0.0100" in note
-    assert "each at its best rate on validation: ka-1m-tuned +0.0800 (at the swept rates +0.1500)" in note
-    assert "not a rate chosen at smaller ones" not in note  # the gap narrowed by 0.07: the rate's
-    write_results(in_tmp, [{**rows[2], "eval_bpc": 1.80}])  # the transformer gains more from the lower rate
-    assert "A lower rate helps the transformer as much or more" in fit.rate_note()
+    text = fit.rate_table()
+    assert cells(text, "ka-1m-tuned")[1:] == ["0.002", "1.9500", "0.004", "2.0300", "-0.0800", "-0.0700", "+0.0800",
+                                             "+0.1500"]
+    assert cells(text, "tf-1m")[1:7] == ["0.004", "1.8700", "0.008", "1.8800", "-0.0100", "-0.0100"]
 
 
 def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
@@ -789,6 +780,15 @@ def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
     lead_run["curve"] = [{"tokens": 0, "valid_bpc": 8.0}, {"tokens": b40, "valid_bpc": 2.0}]
     write_results(in_tmp, [lead_run])
     assert "| — / — / — / -0.040 |" in leads.section()
+
+
+def cells(text: str, first: str) -> list[str]:
+    """The cells of the table row of ``text`` whose first cell is ``first`` (AssertionError: no such row)."""
+    for line in text.splitlines():
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and parts[0] == first:
+            return parts
+    raise AssertionError(f"no row {first!r}")
 
 
 def _row(name: str, cells: str, text: str) -> bool:
@@ -868,13 +868,13 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     # the summary's row: the lead at its best rate on validation, against the preset's best
     assert f"| 1.9800 ({1.98 - 2.00:+.4f}, lr 0.002) | — | {1.98 - 1.85:+.4f} / — |" in leads.summary_section()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])
-    note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
-    assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs not run, at 10M {2.17 - 2.13:+.3f}" in note
+    note = summary.target_table(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
+    assert cells(note, spec.name)[1:4] == [f"{1.98 - 1.85:+.3f}", "not run", f"{2.17 - 2.13:+.3f}"]
     # its run at tf-1m's FLOPs trained at the swept rate: paired with both 40M runs, the rate named where it differs
     write_results(in_tmp, [run("leads40", f"{name}-flops-tf-40m", "ka-1m-tuned", 2.05, tokens=24_330_240)])
-    note = summary.target_note(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
-    assert f"{spec.name} {1.98 - 1.85:+.3f} at equal tokens, at equal FLOPs {2.05 - 1.85:+.3f} (at lr 0.004)" in note
-    assert f"{name}-40m {2.01 - 1.85:+.3f} at equal tokens, at equal FLOPs {2.05 - 1.85:+.3f}, at 10M" in note
+    note = summary.target_table(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
+    assert cells(note, spec.name)[1:3] == [f"{1.98 - 1.85:+.3f}", f"{2.05 - 1.85:+.3f} (at lr 0.004)"]
+    assert cells(note, f"{name}-40m")[1:3] == [f"{2.01 - 1.85:+.3f}", f"{2.05 - 1.85:+.3f}"]
     assert {"budget40", "lr40"} <= groups.reads("leads40")  # planned after the runs that choose its rate
 
 

@@ -394,20 +394,30 @@ def test_stale_results_are_detected(in_tmp, capsys, monkeypatch):
 
 
 
+# groups whose plan reads runs that the committed results/ does not hold yet (the sphere's sweeps): each may refuse to
+# plan, with its reason; any other group that refuses fails the test
+NOT_YET_PLANNABLE = frozenset({"lr10m-sphere", "main-sphere"})
+
+
 def test_every_planned_spec_builds():
-    """Each group's specs (on the committed sweeps) give a valid model: e.g. no P ψ(θ) beside another input."""
+    """Each group's specs (on the committed sweeps) give a valid model: e.g. no P ψ(θ) beside another input. A group
+    that cannot plan fails, unless NOT_YET_PLANNABLE names it."""
     import torch
 
+    refused = {}
     for group in (*groups.GROUPS, *groups.FROZEN):
         try:
             specs = groups.plan(group)
-        except ConfigError:  # a group that reads a sweep not run yet
+        except ConfigError as exc:
+            refused[group] = str(exc)
             continue
         for spec in specs:
             family = get_preset(spec.preset)[0]
             cfg = apply_overrides(family, get_preset(spec.preset)[1], spec.model)
             with torch.device("meta"):  # shapes and checks only: no memory, no init cost
                 build_model(family, cfg)
+    unexpected = {g: why for g, why in refused.items() if g not in NOT_YET_PLANNABLE}
+    assert not unexpected, f"groups that no longer plan: {unexpected}"
 
 
 def test_committed_results_match_their_specs():
@@ -804,8 +814,8 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     plots = compute.plots()
     assert plots["budget"].stat().st_size > 1000 and plots["compute"].stat().st_size > 1000
     text = summary.budget_section(plots, lambda p: p.name)
-    assert "1.9500 (+0.050)" in text and "at tf-1m's 10M-token FLOPs (6.0M tokens): gap **+0.1000**" in text
-    assert "(at equal tokens +0.0200)" in text and "![budget](budget.png)" in text
+    assert "1.9500 (+0.050)" in text and "| ka-1m-tuned | 10M | 6.0M | **+0.1000** | +0.0200 |" in text
+    assert "![budget](budget.png)" in text
     # every cell carries its training FLOPs, the notes each preset's model FLOPs per token
     assert f"1.9500 (+0.050), {compute.fmt_flops(per * 40_001_536)}" in text
     assert "ka-1m-tuned (gap), training FLOPs" in text
