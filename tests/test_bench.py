@@ -355,3 +355,21 @@ def test_equal_flop_gap_is_read_from_the_lab_results(tmp_path) -> None:
         (tmp_path / f"{name}.json").write_text(json.dumps({"eval_bpc": bpc, "tokens": tokens}))
     tuned = next(t for t in bench.equal_flops_targets(tmp_path) if "ka-1m-tuned" in t["name"])
     assert tuned["value"] == pytest.approx(0.02) and tuned["status"] == "PASS" and tuned["threshold"] == 0.03
+
+
+def test_every_headline_preset_is_a_target_with_its_geometry_threshold(quick: dict[str, Any]) -> None:
+    """The full plan judges each headline preset against the transformer of its size; the torus at 0.95, the vector
+    geometries at 0.90 (a quick run's measurements relabelled as another preset's are judged by that preset's)."""
+    plan = bench.make_plan(Namespace(quick=False, compile=None, repeats=None, mem_cap_gib=None))
+    assert set(plan.pairs) == set(bench.HEADLINE_PAIRS) and plan.extra_pairs == ()
+    assert {bench.efficiency_key(ka) for ka, _ in bench.HEADLINE_PAIRS if "su2" in ka or "sphere" in ka} == {
+        "efficiency_vector"}
+    res = copy.deepcopy(quick["res"])
+    for preset, threshold in (("ka-su2-1m-tuned", 0.90), ("ka-sphere-1m", 0.90), ("ka-1m-tuned", 0.95)):
+        res["plan"]["pairs"] = [[preset, "tf-tiny"]]
+        for r in res["training"]:
+            r["pair"] = f"{preset} vs tf-tiny"
+        name = f"kernel efficiency {preset}/tf-tiny (achieved FLOP/s), eager fp32"
+        (target,) = [t for t in bench.evaluate_targets(res) if t["name"] == name]
+        assert target["threshold"] == threshold
+        assert target["status"] == _expected_status(target["value"], threshold, ">=")
