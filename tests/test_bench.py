@@ -373,3 +373,17 @@ def test_every_headline_preset_is_a_target_with_its_geometry_threshold(quick: di
         (target,) = [t for t in bench.evaluate_targets(res) if t["name"] == name]
         assert target["threshold"] == threshold
         assert target["status"] == _expected_status(target["value"], threshold, ">=")
+
+
+def test_step_memory_is_measured_and_judged_from_its_rows(quick: dict[str, Any]) -> None:
+    """The whole training step's peak memory of the plan's pair is measured, shown, and judged as their ratio."""
+    res = quick["res"]
+    a, b = res["step_memory"]
+    assert (a["preset"], b["preset"], a["batch"], a["T"]) == tuple(res["plan"]["step_memory"])
+    assert a["peak_bytes"] > 0 and b["peak_bytes"] > 0
+    (target,) = [t for t in res["targets"] if t["name"].startswith("peak training-step memory")]
+    assert target["value"] == pytest.approx(a["peak_bytes"] / b["peak_bytes"]) and target["threshold"] == 1.5
+    assert "**One whole training step**" in quick["md"]
+    full = bench.make_plan(Namespace(quick=False, compile=None, repeats=None, mem_cap_gib=None))
+    assert full.step_memory == ("ka-su2-1m-tuned", "ka-1m", 4, 4096)
+    assert {"ka-su2-1m", "ka-su2-1m-tuned"} <= set(full.generation_presets)
