@@ -99,8 +99,8 @@ def test_throughput_targets_state_the_flop_parity_and_extra_pairs_are_not_judged
     res["training"] += [{**r, "pair": "ka-extra vs tf-tiny"} for r in res["training"]]
     assert bench.evaluate_targets(res) == quick["res"]["targets"]
     full = bench.make_plan(Namespace(quick=False, repeats=None, mem_cap_gib=None, compile=None))
-    assert full.extra_pairs == bench.EXTRA_PAIRS and full.all_pairs()[2] == ("ka-1m-tuned", "tf-1m")
-    assert ("ka-su2-1m", "tf-1m") in full.all_pairs()
+    assert full.pairs == bench.HEADLINE_PAIRS and full.extra_pairs == ()  # every headline preset is judged
+    assert ("ka-su2-1m", "tf-1m") in full.pairs and ("ka-1m-tuned", "tf-1m") in full.pairs
     assert ("ka-1m", "tf-1m") in full.pairs and ("ka-5m", "tf-5m") in full.pairs
 
 
@@ -355,3 +355,35 @@ def test_equal_flop_gap_is_read_from_the_lab_results(tmp_path) -> None:
         (tmp_path / f"{name}.json").write_text(json.dumps({"eval_bpc": bpc, "tokens": tokens}))
     tuned = next(t for t in bench.equal_flops_targets(tmp_path) if "ka-1m-tuned" in t["name"])
     assert tuned["value"] == pytest.approx(0.02) and tuned["status"] == "PASS" and tuned["threshold"] == 0.03
+
+
+def test_every_headline_preset_is_a_target_with_its_geometry_threshold(quick: dict[str, Any]) -> None:
+    """The full plan judges each headline preset against the transformer of its size; the torus at 0.95, the vector
+    geometries at 0.90 (a quick run's measurements relabelled as another preset's are judged by that preset's)."""
+    plan = bench.make_plan(Namespace(quick=False, compile=None, repeats=None, mem_cap_gib=None))
+    assert set(plan.pairs) == set(bench.HEADLINE_PAIRS) and plan.extra_pairs == ()
+    assert {bench.efficiency_key(ka) for ka, _ in bench.HEADLINE_PAIRS if "su2" in ka or "sphere" in ka} == {
+        "efficiency_vector"}
+    res = copy.deepcopy(quick["res"])
+    for preset, threshold in (("ka-su2-1m-tuned", 0.90), ("ka-sphere-1m", 0.90), ("ka-1m-tuned", 0.95)):
+        res["plan"]["pairs"] = [[preset, "tf-tiny"]]
+        for r in res["training"]:
+            r["pair"] = f"{preset} vs tf-tiny"
+        name = f"kernel efficiency {preset}/tf-tiny (achieved FLOP/s), eager fp32"
+        (target,) = [t for t in bench.evaluate_targets(res) if t["name"] == name]
+        assert target["threshold"] == threshold
+        assert target["status"] == _expected_status(target["value"], threshold, ">=")
+
+
+def test_step_memory_is_measured_and_judged_from_its_rows(quick: dict[str, Any]) -> None:
+    """The whole training step's peak memory of the plan's pair is measured, shown, and judged as their ratio."""
+    res = quick["res"]
+    a, b = res["step_memory"]
+    assert (a["preset"], b["preset"], a["batch"], a["T"]) == tuple(res["plan"]["step_memory"])
+    assert a["peak_bytes"] > 0 and b["peak_bytes"] > 0
+    (target,) = [t for t in res["targets"] if t["name"].startswith("peak training-step memory")]
+    assert target["value"] == pytest.approx(a["peak_bytes"] / b["peak_bytes"]) and target["threshold"] == 1.5
+    assert "**One whole training step**" in quick["md"]
+    full = bench.make_plan(Namespace(quick=False, compile=None, repeats=None, mem_cap_gib=None))
+    assert full.step_memory == ("ka-su2-1m-tuned", "ka-1m", 4, 4096)
+    assert {"ka-su2-1m", "ka-su2-1m-tuned"} <= set(full.generation_presets)
