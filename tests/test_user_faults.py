@@ -235,3 +235,38 @@ def test_cli_module_import_stays_light():
     done = subprocess.run([sys.executable, "-c", "import sys, kuramoto_attention, kuramoto_attention.cli; "
                            "assert 'torch' not in sys.modules"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------------------------------- loading, lab
+def test_from_pretrained_on_a_missing_path_a_run_dir_and_a_damaged_file(tmp_path, corpus):
+    from kuramoto_attention.errors import ConfigError
+    from kuramoto_attention.models.kuramoto import KuramotoLM
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        KuramotoLM.from_pretrained(str(tmp_path / "nothing"))
+    run_dir = tmp_path / "run"
+    assert main(train_argv(corpus, run_dir, steps=1)) == 0
+    with pytest.raises(ConfigError, match="checkpoint"):
+        KuramotoLM.from_pretrained(str(run_dir))
+    weights = run_dir / "checkpoint" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ConfigError, match="damaged"):
+        KuramotoLM.from_pretrained(str(run_dir / "checkpoint"))
+
+
+def test_a_model_field_of_the_wrong_type_reads_an_int(capsys):
+    assert main(["train", "--preset", "ka-tiny", "--steps", "1", "--model", "heads=x"]) == 2
+    assert "an int" in one_error_line(capsys, "heads")
+
+
+@pytest.mark.parametrize("text", ["{not json", "{}"])
+def test_lab_report_names_a_corrupt_result_file(text, tmp_path, monkeypatch):
+    from kuramoto_attention.errors import ConfigError
+    from lab import protocol
+
+    folder = tmp_path / "results" / "main"
+    folder.mkdir(parents=True)
+    (folder / "bad.json").write_text(text)
+    with protocol.at_root(tmp_path / "results"), pytest.raises(ConfigError, match="bad.json") as info:
+        protocol.load_results("main")
+    assert "\n" not in str(info.value)
