@@ -267,6 +267,18 @@ def test_lab_report_names_a_corrupt_result_file(text, tmp_path, monkeypatch):
     folder = tmp_path / "results" / "main"
     folder.mkdir(parents=True)
     (folder / "bad.json").write_text(text)
-    with protocol.at_root(tmp_path / "results"), pytest.raises(ConfigError, match="bad.json") as info:
+    with protocol.at_root(tmp_path / "results"), pytest.raises(ConfigError, match=r"bad\.json") as info:
         protocol.load_results("main")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("group", ["su2", "sphere"])
+def test_a_zero_state_on_a_vector_group_is_refused(group):
+    from kuramoto_attention import KuramotoAttention
+
+    layer = KuramotoAttention(dim=8, heads=2, group=group)
+    x = torch.nn.functional.normalize(torch.randn(1, 3, 8, 4), dim=-1)
+    assert torch.isfinite(layer(x)).all()
+    x[0, 1, 2] = 0.0
+    with pytest.raises(ValueError, match="zero vector"):
+        layer(x)
