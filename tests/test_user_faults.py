@@ -282,3 +282,11 @@ def test_a_zero_state_on_a_vector_group_is_refused(group):
     x[0, 1, 2] = 0.0
     with pytest.raises(ValueError, match="zero vector"):
         layer(x)
+
+
+def test_lab_run_of_an_unknown_group_is_one_line(capsys):
+    from lab.cli import main as lab_main
+
+    assert lab_main(["run", "NONEXISTENT", "--dry-run"]) == 2
+    err = one_error_line(capsys, "NONEXISTENT")
+    assert "order:" not in err
