@@ -290,3 +290,13 @@ def test_lab_run_of_an_unknown_group_is_one_line(capsys):
     assert lab_main(["run", "NONEXISTENT", "--dry-run"]) == 2
     err = one_error_line(capsys, "NONEXISTENT")
     assert "order:" not in err
+
+
+def test_the_reports_smoothed_curve_is_the_weighted_mean_so_far():
+    from kuramoto_attention.diagnostics.report import _ema, _table
+
+    values = [10.0, 4.0, 3.0, 2.5, 2.0]
+    for t, smooth in enumerate(_ema(values, alpha=0.1)):
+        weights = [0.9 ** (t - s) for s in range(t + 1)]
+        assert smooth == pytest.approx(sum(w * v for w, v in zip(weights, values, strict=False)) / sum(weights))
+    assert "overflow-x:auto" in _table(["a"], [[1]])
