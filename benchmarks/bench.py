@@ -42,7 +42,7 @@ from kuramoto_attention.models.transformer import SelfAttention
 from kuramoto_attention.training.allocator import minor_faults
 from kuramoto_attention.training.config import TrainConfig
 from kuramoto_attention.training.optim import GradientClip, make_optimizer
-from kuramoto_attention.training.precision import autocast
+from kuramoto_attention.training.precision import autocast, resolve_precision
 
 MIB, GIB = 2**20, 2**30
 LATEST = Path("results") / "bench.json"  # the full run BENCHMARKS.md shows
@@ -318,7 +318,8 @@ def bench_profile(plan: Plan, top: int = 12) -> dict[str, list[dict[str, Any]]]:
     for name in plan.pairs[0]:
         _log(f"profile {name}")
         torch.manual_seed(0)
-        step = _train_step(build_model(*get_preset(name)).train(), TrainConfig().precision, compiled=False)
+        precision = resolve_precision(TrainConfig().precision, torch.device("cpu"))
+        step = _train_step(build_model(*get_preset(name)).train(), precision, compiled=False)
         for _ in range(plan.warmup):
             step(x, y)
         with quiet_profiler(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -854,7 +855,8 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     res: dict[str, Any] = {"command": _command(args), "quick": bool(args.quick), "json_path": str(json_path),
                            "machine": machine, "plan": asdict(plan),
                            "default_mode": {"mode": "compile" if default.compile else "eager",
-                                            "precision": default.precision}}
+                                            # what `auto` resolves to on this machine's CPU, where the bench runs
+                                            "precision": resolve_precision(default.precision, torch.device("cpu"))}}
     _log("matmul peak")
     res["matmul_peak"] = matmul_peak(plan.matmul_n, plan.repeats)
     res["training"] = bench_training(plan)

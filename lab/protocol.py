@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.training.config import TrainConfig
 
 TRAIN_DEFAULTS = asdict(TrainConfig())
@@ -95,7 +96,20 @@ def note_read(group: str) -> None:
 def load_results(group: str) -> list[dict[str, Any]]:
     note_read(group)
     folder = RESULTS / group
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+    return [_result(p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+def _result(path: Path) -> dict[str, Any]:
+    """One result file, or one line naming it when it is not a result (corrupt JSON, or no group and name)."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} is not a readable result ({exc}); restore it from git or delete it and rerun "
+                          "its group") from None
+    if not isinstance(result, dict) or not {"group", "name"} <= set(result):
+        raise ConfigError(f"{path} is not a result (no group and name); restore it from git or delete it and rerun "
+                          "its group")
+    return result
 
 
 def run_command(group: str) -> str:

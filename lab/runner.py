@@ -37,7 +37,7 @@ from kuramoto_attention.training.data import load_corpus
 from kuramoto_attention.training.evaluate import evaluate_bpc
 from kuramoto_attention.training.train import load_run, prepare_run, train
 from lab import protocol
-from lab.groups import all_results, flops_per_token, order, plan
+from lab.groups import FROZEN, GROUPS, all_results, flops_per_token, order, plan
 from lab.protocol import Spec, load_results
 from lab.records import _config_diffs, mismatch, run_dir_of, same_run, same_training
 
@@ -254,6 +254,8 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
     try:
         specs = plan(group)
     except ConfigError as exc:
+        if group not in (*GROUPS, *FROZEN):  # nothing to describe: the one line names the groups
+            raise
         raise ConfigError(f"{exc}; {describe(group)}") from None
     print(f"[{group}] {describe(group)}", flush=True)
     if only:
@@ -294,7 +296,8 @@ def run_group(group: str, data_dir: str | None, only: list[str] | None = None, r
     print(f"[{group}] {planned}, {len(todo) - evaluate} to train"
           + (f" and {evaluate} to evaluate from another group's training" if evaluate else "")
           + f" under {results} and {runs}"
-          + (" (dry run: nothing trained)" if dry_run else ""), flush=True)
+          + (" (dry run: nothing trained; the durations above are those of training it from scratch)"
+             if dry_run else ""), flush=True)
     if dry_run:
         for spec, trained in todo:
             print(f"[{group}] {spec.name}: " + (f"would evaluate {_trained_name(trained)}'s checkpoint on "

@@ -235,3 +235,68 @@ def test_cli_module_import_stays_light():
     done = subprocess.run([sys.executable, "-c", "import sys, kuramoto_attention, kuramoto_attention.cli; "
                            "assert 'torch' not in sys.modules"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------------------------------- loading, lab
+def test_from_pretrained_on_a_missing_path_a_run_dir_and_a_damaged_file(tmp_path, corpus):
+    from kuramoto_attention.errors import ConfigError
+    from kuramoto_attention.models.kuramoto import KuramotoLM
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        KuramotoLM.from_pretrained(str(tmp_path / "nothing"))
+    run_dir = tmp_path / "run"
+    assert main(train_argv(corpus, run_dir, steps=1)) == 0
+    with pytest.raises(ConfigError, match="checkpoint"):
+        KuramotoLM.from_pretrained(str(run_dir))
+    weights = run_dir / "checkpoint" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ConfigError, match="damaged"):
+        KuramotoLM.from_pretrained(str(run_dir / "checkpoint"))
+
+
+def test_a_model_field_of_the_wrong_type_reads_an_int(capsys):
+    assert main(["train", "--preset", "ka-tiny", "--steps", "1", "--model", "heads=x"]) == 2
+    assert "an int" in one_error_line(capsys, "heads")
+
+
+@pytest.mark.parametrize("text", ["{not json", "{}"])
+def test_lab_report_names_a_corrupt_result_file(text, tmp_path, monkeypatch):
+    from kuramoto_attention.errors import ConfigError
+    from lab import protocol
+
+    folder = tmp_path / "results" / "main"
+    folder.mkdir(parents=True)
+    (folder / "bad.json").write_text(text)
+    with protocol.at_root(tmp_path / "results"), pytest.raises(ConfigError, match=r"bad\.json") as info:
+        protocol.load_results("main")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("group", ["su2", "sphere"])
+def test_a_zero_state_on_a_vector_group_is_refused(group):
+    from kuramoto_attention import KuramotoAttention
+
+    layer = KuramotoAttention(dim=8, heads=2, group=group)
+    x = torch.nn.functional.normalize(torch.randn(1, 3, 8, 4), dim=-1)
+    assert torch.isfinite(layer(x)).all()
+    x[0, 1, 2] = 0.0
+    with pytest.raises(ValueError, match="zero vector"):
+        layer(x)
+
+
+def test_lab_run_of_an_unknown_group_is_one_line(capsys):
+    from lab.cli import main as lab_main
+
+    assert lab_main(["run", "NONEXISTENT", "--dry-run"]) == 2
+    err = one_error_line(capsys, "NONEXISTENT")
+    assert "order:" not in err
+
+
+def test_the_reports_smoothed_curve_is_the_weighted_mean_so_far():
+    from kuramoto_attention.diagnostics.report import _ema, _table
+
+    values = [10.0, 4.0, 3.0, 2.5, 2.0]
+    for t, smooth in enumerate(_ema(values, alpha=0.1)):
+        weights = [0.9 ** (t - s) for s in range(t + 1)]
+        assert smooth == pytest.approx(sum(w * v for w, v in zip(weights, values, strict=False)) / sum(weights))
+    assert "overflow-x:auto" in _table(["a"], [[1]])

@@ -108,10 +108,12 @@ def fig_curves(records: list[dict[str, Any]]) -> Figure:
 
 
 def _ema(values: list[float], alpha: float = 0.1) -> list[float]:
-    out, acc = [], values[0]
-    for v in values:
+    """Exponential moving average with bias correction: at step t the weighted mean of the values so far, weights
+    ∝ (1 − α)^(t − s), so a short run's curve follows its values instead of lagging behind its first one."""
+    out, acc = [], 0.0
+    for t, v in enumerate(values, start=1):
         acc = (1 - alpha) * acc + alpha * v
-        out.append(acc)
+        out.append(acc / (1 - (1 - alpha) ** t))
     return out
 
 
@@ -294,7 +296,8 @@ def _fmt(x: Any) -> str:
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    # wide tables (one column per layer and measure) scroll inside the page instead of being cut off
+    return f"<div style=\"overflow-x:auto\"><table><tr>{head}</tr>{body}</table></div>"
 
 
 def _layer_table(d: Diagnostics) -> str:

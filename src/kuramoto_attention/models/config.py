@@ -115,7 +115,9 @@ def _coerce(key: str, value: Any, like: Any) -> Any:
             return value.lower() in ("true", "1")
         out = type(like)(value)
     except ValueError:
-        raise ConfigError(f"field {key!r} expects a {type(like).__name__}, got {value!r}") from None
+        kind = type(like).__name__
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise ConfigError(f"field {key!r} expects {article} {kind}, got {value!r}") from None
     if isinstance(out, float) and not math.isfinite(out):
         raise ConfigError(f"field {key!r} must be finite, got {value!r}")
     return out

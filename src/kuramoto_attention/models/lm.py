@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin, constants, hf_hub_download
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
@@ -86,6 +87,28 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         # checkpoint of the other family by it (the mixin keeps a config.json written here)
         (Path(save_directory) / constants.CONFIG_NAME).write_text(json.dumps(self.config_dict(), sort_keys=True,
                                                                               indent=2))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *args: Any, **kwargs: Any) -> "ByteLM":
+        """The mixin's ``from_pretrained``, with a local path checked first: a missing path, a run directory
+        instead of its ``checkpoint/`` and a damaged weights file are one ``ConfigError`` line each (not a Hub
+        repo-id error)."""
+        path = Path(pretrained_model_name_or_path)
+        # a Hub repo id is "owner/name": a path is one that exists or is spelt as a path
+        local = path.exists() or str(pretrained_model_name_or_path).startswith((".", "/", "~"))
+        if local:
+            if not path.exists():
+                raise ConfigError(f"{path} does not exist: give a directory written by save_pretrained (a run's "
+                                  "checkpoint/) or a Hub repo id")
+            if path.is_dir() and not (path / constants.CONFIG_NAME).exists():
+                hint = (f"; it is a run directory: load {path / 'checkpoint'}" if (path / "checkpoint").is_dir()
+                        else "")
+                raise ConfigError(f"{path} has no {constants.CONFIG_NAME}: not a save_pretrained directory{hint}")
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except SafetensorError as exc:
+            what = str(exc).splitlines()[0]
+            raise ConfigError(f"damaged weights in {pretrained_model_name_or_path}: {what}") from None
 
     @classmethod
     def _from_pretrained(

@@ -103,6 +103,13 @@ class VectorGeometry(Geometry):
     fused_move: Callable[[Parts, Parts], Parts] | None = None
     fused_step: Callable[[Parts, Parts, Tensor, Tensor], Parts] | None = None
 
+    def check_state(self, x: Tensor, oscillators: int) -> None:
+        """The shape check, and no zero vector: a zero oscillator has no direction, and normalising it gives NaN."""
+        super().check_state(x, oscillators)
+        if x.numel() and not torch.compiler.is_compiling() and bool((x.detach().norm(dim=-1) == 0).any()):
+            raise ValueError(f"the {self.state_name} hold a zero vector, which has no direction on the group (its "
+                             "normalisation would be NaN at every later position): give unit vectors")
+
     def state_shape(self, oscillators: int) -> tuple[int, ...]:
         return (oscillators, self.components)
 
