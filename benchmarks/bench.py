@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kuramoto_attention.cli import run_main
+from kuramoto_attention.cli import OneLineParser, run_main
 from kuramoto_attention.diagnostics.flops import model_flops
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
@@ -101,7 +101,7 @@ class Plan:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m benchmarks",
         description="throughput, memory, generation and FLOP/s: ka vs tf; writes BENCHMARKS.md")
     p.add_argument("--quick", action="store_true", help="CI smoke run: tiny presets and sizes, no compile")

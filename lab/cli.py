@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kuramoto_attention.cli import run_main
+from kuramoto_attention.cli import OneLineParser, run_main
 from kuramoto_attention.errors import ConfigError
 from lab import protocol
 from lab.groups import DYNAMICS_GROUPS, FROZEN, GROUPS
@@ -26,7 +26,7 @@ from lab.runner import run_group
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m lab", description="the replication lab: run groups, write RESULTS.md")
+    p = OneLineParser(prog="python -m lab", description="the replication lab: run groups, write RESULTS.md")
     p.add_argument("action", choices=["run", "report", "replicate", "dynamics", "gap", "probe", "probe40",
                                       "induction"],
                    help="run GROUP; report: RESULTS.md and the notebook from results/; replicate: every protocol "

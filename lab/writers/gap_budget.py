@@ -9,7 +9,7 @@ from typing import Any
 
 from lab import protocol
 from lab.groups import BUDGETS
-from lab.studies.gap import GAP_VARIANT, RECALL_NAMES
+from lab.studies.gap import RECALL_NAMES
 
 GROUP = "budget40"
 COPYING = 1  # the recall class "seen, copying predicts the byte" (studies/gap.py ``recall_classes``)
@@ -47,30 +47,6 @@ def by_position_text(res: dict[str, Any], col: str) -> str:
             f"{far['from']}–{far['to'] - 1}")
 
 
-def _at_10m(ten: dict[str, Any] | None, key: str) -> str:
-    """The 10M study's figures for the 40M study's ``key`` ("tuned": its variant; "ka": ka-1m; "su2": none), named
-    honestly."""
-    if key == "su2":
-        return "the 10M study has no SU(2) model"
-    if ten is None:
-        return "no 10M study yet: `python -m lab gap`"
-    col = "variant" if key == "tuned" else "ka"
-    if col not in ten:
-        return "no ka-1m-tuned column in the 10M study (`python -m lab gap` measures it)"
-    if key == "tuned":
-        who = ("ka-1m-tuned" if ten.get("variant_name") == GAP_VARIANT
-               else f"its variant {ten.get('variant_name')}, not ka-1m-tuned")
-    else:
-        who = "ka-1m" + (" on ψ(θ) itself, before P ψ(θ)" if ten.get("ka_ff_proj") in (None, "none") else "")
-    copy = _copying(ten, col)
-    recall = (f", {copy:+.3f} on the bytes copying predicts" if copy is not None
-              else "; its recall classes not measured (the study predates that breakdown)")
-    seeds = ", ".join(map(str, ten.get("seeds", [])))
-    where = by_position_text(ten, col if col == "variant" else "ka")
-    return (f"at 10M (gap.json, seeds {seeds}, {who}): pooled {ten[col] - ten['tf']:+.3f}"
-            + (f", {where}" if where else "") + recall)
-
-
 def summary_line() -> str | None:
     """RESULTS.md's line on the 40M study: each Kuramoto model's pooled gap and its gap on the bytes copying predicts,
     beside the 10M study's; None where neither study exists (the summary says what to run)."""
@@ -78,8 +54,6 @@ def summary_line() -> str | None:
         return (f"- After {BUDGETS[-1] // 1_000_000}M tokens: not measured yet (`python -m lab gap {GROUP}`)."
                 if (protocol.RESULTS / "gap.json").exists() else None)
     res = json.loads(_path("json").read_text())
-    ten_path = protocol.RESULTS / "gap.json"
-    ten = json.loads(ten_path.read_text()) if ten_path.exists() else None
     parts = []
     for key in ("tuned", "su2", "ka"):
         if key not in res.get("runs", {}):
@@ -89,8 +63,7 @@ def summary_line() -> str | None:
         where = by_position_text(res, key)
         parts.append(f"{preset} pooled gap {res[key] - res['tf']:+.3f}"
                      + (f", {where}" if where else "")
-                     + (f', {copy:+.3f} on the class "{RECALL_NAMES[COPYING]}"' if copy is not None else "")
-                     + f" ({_at_10m(ten, key)})")
+                     + (f', {copy:+.3f} on the class "{RECALL_NAMES[COPYING]}"' if copy is not None else ""))
     tokens = max(res["tokens"].values()) / 1e6
     return (f"- After {tokens:.0f}M tokens (group {GROUP}, seed 0, `python -m lab gap {GROUP}`), bits per byte against "
             "tf-1m, per model:\n" + "\n".join(f"- {part}." for part in parts))

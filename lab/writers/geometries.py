@@ -286,20 +286,7 @@ def _early(study: Study) -> str:
         others = ", ".join(f"{r['preset']}'s {fmt(r['eval_bpc'])}" for r in torus)
         text += (f"; its 3M sweep ({len(sweep)} rates so far) is best at lr {best['train']['lr']:g}: valid "
                  f"{fmt(best['eval_bpc'])}, against {others}")
-    return text + _best_variant(study) + _sync_clause(study)
-
-
-def _sync_clause(study: Study) -> str:
-    """One trained run's synchronisation (its main group's first row, else its second stage's) beside budget40's
-    torus model's, from dynamics.json: local order and attention on the bound, first → last layer."""
-    rows = _dynamics_rows()
-    own = next((r for g in (study.main, study.second) for r in rows if r["group"] == g), None)
-    ref = next((r for r in rows if r["group"] == "budget40"), None)
-    if not (own and ref):
-        return ""
-    return (f"; synchronisation (first → last layer) of {own['run']}: local |G| {_arrow(own['local_order'])}, "
-            f"attention increments on the bound {_pct(own.get('attn_saturation'))}, against {ref['run']}'s "
-            f"{_arrow(ref['local_order'])} and {_pct(ref.get('attn_saturation'))} (the notebook has the full table)")
+    return text + _best_variant(study)
 
 
 def summary_line(study: Study) -> str:
@@ -324,4 +311,4 @@ def summary_line(study: Study) -> str:
     return (f"{lead}, group {study.main}): test BPC {value}{gap}"
             + (f"; {', '.join(deltas)} (means)" if deltas else "")
             + f"; {flops_per_token(study.preset) / flops_per_token(REFERENCE):.2f}× {REFERENCE}'s model FLOPs per "
-              "token" + _best_variant(study) + _sync_clause(study) + ".")
+              "token" + _best_variant(study) + ".")

@@ -354,34 +354,28 @@ def _long_plan() -> str:
 
 
 def summary_section() -> str:
-    """RESULTS.md's part on the leads: one row a lead, its score at 10M (seed 0, and over seeds once it has them),
-    at 40M and at tf-1m's 40M-token FLOPs, beside the preset's own; else the plan."""
+    """RESULTS.md's part on the leads: the preset and every lead run at 40M, at 10M (seed 0) and at 40M with its gaps
+    and slope; the leads screened at 10M only are named (the notebook has all of them)."""
     rows = _lead_rows()
     if not any(r for *_, r in rows):
         return (f"Planned ({', '.join(n.removeprefix(PRESET + '-') for n, _, _ in rows)}): "
-                f"{not_run(GROUP, 'not run yet')}." + widths_phrase())
-    seed0, base = _base()
-    mean = statistics.mean(r["eval_bpc"] for r in base) if base else None
+                f"{not_run(GROUP, 'not run yet')}.")
+    seed0, _ = _base()
     tf, ref, flops_ref = budget_best("tf-1m", BUDGETS[-1]), budget_best(PRESET, BUDGETS[-1]), _flops_ref()
     long = with_twins(LONG_GROUP)
     body = [[f"{PRESET} (the preset)", "—", fmt(seed0["eval_bpc"]) if seed0 else "—",
-             f"{mean_sd([r['eval_bpc'] for r in base])} ({len(base)})" if base else "—", "—",
              *_budget_row(ref, flops_ref, tf, None, None)]]
+    screened = []
     for name, lead, r in rows:
         key = name.removeprefix(f"{PRESET}-")
+        cells = _budget_cells(key, long, tf, ref, flops_ref)
+        if cells[0] == "—":
+            screened.append(key)
+            continue
         body.append([key, overrides(r) if r else lead.change(),
-                     f"{fmt(r['eval_bpc'])} ({_delta(r, _bpc(seed0))})" if r else "not run",
-                     *_seeds_cells(_seed_vals(name, r), mean), *_budget_cells(key, long, tf, ref, flops_ref)])
-    b, p, widths = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M", widths_phrase().strip()
-    return (f"Each lead is a field of {PRESET}'s own code path or a training setting: screened at the protocol "
-            f"(seed 0, Δ against {PRESET}'s seed 0; seeds "
-            f"{', '.join(map(str, LEAD_SEEDS))} too where it beat main-tuned's mean), then at {b} tokens (every lead "
-            f"that beat it, and every lead whose reason is the budget; its best rate on validation, Δ against "
-            f"{PRESET}'s best there) and at tf-1m's {b}-token training FLOPs (once it beat {PRESET}'s best at {b} on "
-            f"validation; Δ against {PRESET}'s own run at those FLOPs). Test BPC, seed 0 unless counted; the gap is "
-            f"to tf-1m at {b} tokens, at its best rate."
-            + ("" if long else f" At {b}: {_long_plan()}.") + "\n\n"
-            + table(["lead", "change", f"{p}, seed 0 (Δ)", f"{p} over seeds (n)", "Δ of means vs main-tuned",
-                     f"{b} tokens (Δ)", f"tf-1m's {b} FLOPs (Δ)", "gap to tf-1m, equal tokens / FLOPs",
-                     f"validation slope per doubling {p}→{b}"], body)
-            + (f"\n\n{widths}" if widths else ""))
+                     f"{fmt(r['eval_bpc'])} ({_delta(r, _bpc(seed0))})" if r else "not run", *cells])
+    b, p = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M"
+    return (table(["lead", "change", f"{p}, seed 0 (Δ)", f"{b} tokens (Δ)", f"tf-1m's {b} FLOPs (Δ)",
+                   "gap to tf-1m, equal tokens / FLOPs", f"validation slope per doubling {p}→{b}"], body)
+            + (f"\n\nScreened at {p} only: {', '.join(screened)}." if screened else "")
+            + ("" if long else f" At {b}: {_long_plan()}."))

@@ -21,7 +21,6 @@ from lab.groups import (
     STRETCH_BUDGET,
     TUNED_ABLATIONS,
     TUNED_FRESH_SEEDS,
-    flop_matched,
     with_twins,
 )
 from lab.protocol import PROTOCOL, load_results
@@ -149,27 +148,20 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
                  "FLOPs, its gap not growing from 10M (the table below has each model's three gaps).")
     slopes = fit.slope_table()
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
-    return (text + "\n\n" + " ".join(notes) + "\n\n" + eq_table + "\n\n" + target_table(runs, flops)
+    return (text + "\n\n" + "\n\n".join(notes) + "\n\n" + eq_table + "\n\n" + target_table(runs, flops)
             + (f"\n\n{slopes}" if slopes else "") + ("\n\n" + " ".join(imgs) if imgs else ""))
 
 
 def target_table(runs: dict[str, dict[str, dict[str, Any]]], flops: dict[str, dict[str, Any]]) -> str:
-    """Issue 26's target, as data: every Kuramoto model trained to 40M tokens (the curve's presets and leads40's
-    leads), its gap to tf-1m at equal tokens, at tf-1m's 40M-token FLOPs and at 10M, and its validation slope per
+    """Issue 26's target, as data: every Kuramoto preset trained to 40M tokens (the leads have their own table),
+    its gap to tf-1m at equal tokens, at tf-1m's 40M-token FLOPs and at 10M, and its validation slope per
     doubling from 10M to 40M within the run."""
     label = f"{BUDGETS[-1] // 1_000_000}M"
     tf40, tf10 = runs.get(label, {}).get("tf-1m"), runs.get("10M", {}).get("tf-1m")
     if tf40 is None or tf10 is None:
         return "Issue 26's target (40M tokens): not yet run (tf-1m's 10M and 40M runs are needed)."
-    tens = {r["name"]: r for r in load_results("leads")}
     models = [(p, r, runs["10M"].get(p), flops.get(f"{p}-flops-tf-{label.lower()}"))
-              for p, r in runs[label].items() if p != "tf-1m"]
-    long = {r["name"]: r for r in load_results("leads40")}
-    # a lead's 40M runs (…-40m, and …-40m-lr-X at the preset's better rate there) pair with its 10M screen and its
-    # run at tf-1m's FLOPs (at the swept rate: the gap names the rate where they differ)
-    models += [(name, r, tens.get(lead), long.get(f"{lead}-flops-tf-{label.lower()}"))
-               for name, r in long.items() if not flop_matched(name)
-               for lead in (re.fullmatch(rf"(.+)-{label.lower()}(-lr-[^-]+)?", name).group(1),)]
+              for p, r in runs[label].items() if p != "tf-1m"]  # the presets; the leads have their own table
     rows = []
     for name, r, ten, eq in sorted(models, key=lambda m: m[1]["eval_bpc"]):
         other_rate = "" if eq is None or eq["train"]["lr"] == r["train"]["lr"] else f" (at lr {eq['train']['lr']:g})"
@@ -209,6 +201,8 @@ def fixes_section() -> str:
 def probes46_section() -> str:
     """Issue 46's probes of the pair: capacity (enwik6's training split, scored on it, 20M tokens) and pycode40 (the
     pair on Python code to 40M tokens, fresh data)."""
+    if not any(with_twins(g) for g in ("capacity", "pycode40")):
+        return "Not yet run: `python -m lab run capacity`, `python -m lab run pycode40`."
     rows = []
     for group, what in (("capacity", "enwik6 training split, 20M tokens (BPC on the training bytes)"),
                         ("pycode40", "pycode to 40M tokens (test BPB)")):

@@ -137,8 +137,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if stride is not None and stride > context:
         raise ConfigError(f"--stride {stride} is longer than the context ({context}); use --stride {context} or less")
     precision = resolve_precision(args.precision, device)
-    if not args.json:
-        print(precision_note(args.precision, device), file=sys.stderr)
+    note = precision_note(args.precision, device)
+    if note and not args.json:
+        print(note, file=sys.stderr)
     with torch.inference_mode():
         result = evaluate_bpc(model, corpus.splits[args.split], context, stride=stride, batch_size=args.batch_size,
                               device=device, precision=precision, max_bytes=args.max_bytes,
@@ -174,7 +175,9 @@ def cmd_sample(args: argparse.Namespace) -> None:
     model.eval()
     prompt = torch.tensor([list(prompt_bytes)], dtype=torch.long, device=device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    print(precision_note(args.precision, device), file=sys.stderr)
+    note = precision_note(args.precision, device)
+    if note:
+        print(note, file=sys.stderr)
     with autocast(device, args.precision):
         out = model.generate(prompt, args.length, temperature=args.temperature, top_k=args.top_k, generator=gen,
                              compile=args.compile)
@@ -215,8 +218,20 @@ def cmd_export(args: argparse.Namespace) -> None:
           f"{result.architecture}; {load}")
 
 
+class UsageError(Exception):
+    """A command line argparse refuses (an unknown flag, an invalid choice, a missing argument)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one ``error:`` line (``run_main``), not usage plus error;
+    its subcommand parsers are of the same class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kuramoto", description=DESCRIPTION)
+    parser = OneLineParser(prog="kuramoto", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("params", help="parameter count, depth, width and heads of every preset")
@@ -348,7 +363,11 @@ def run_main(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None)
     """Parse and run ``args.func``; a user mistake ends with one ``error:`` line and exit status 2 (also the lab's
     and the benchmark's entry points)."""
     with quit_on_signal():
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         try:
             args.malloc = keep_freed_memory()  # the process's setting: the CLI's (allocator.py), not the library's
             args.func(args)

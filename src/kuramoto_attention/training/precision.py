@@ -52,9 +52,9 @@ def resolve_precision(precision: str, device: torch.device, flags: Iterable[str]
     return "bf16" if native_bf16(device, flags) else "fp32"
 
 
-def precision_note(requested: str, device: torch.device, flags: Iterable[str] | None = None) -> str:
+def precision_note(requested: str, device: torch.device, flags: Iterable[str] | None = None) -> str | None:
     """The one line a command prints about its precision: the choice ``auto`` made, or that an explicit bf16 runs
-    emulated (and slower) on a CPU without bf16 instructions."""
+    emulated (and slower) on a CPU without bf16 instructions; None for an explicit choice with nothing to add."""
     resolved = resolve_precision(requested, device, flags)
     where = "this GPU" if device.type == "cuda" else f"this {device.type.upper()}"
     if requested == "auto":
@@ -63,7 +63,7 @@ def precision_note(requested: str, device: torch.device, flags: Iterable[str] | 
     if resolved == "bf16" and not native_bf16(device, flags):
         return (f"precision: bf16 on {where} without native bf16: emulated, several times slower than "
                 "--precision fp32")
-    return f"precision: {resolved}"
+    return None
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

@@ -344,7 +344,7 @@ def check_inputs(run: Run, resume: bool, rank: int, world: int) -> Session:
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     if rank == 0:  # said once, with the precision recorded in run.json
-        print(precision_note(cfg.precision, device), flush=True)
+        print(precision_note(cfg.precision, device) or f"precision: {cfg.precision}", flush=True)
     run.train_cfg = cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))
     corpus: Corpus = load_corpus(cfg.corpus, cfg.data_dir)
     checksum = corpus_checksum(cfg.corpus)
