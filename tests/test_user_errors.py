@@ -1,6 +1,7 @@
 """What a new user hit (issue 24): mistakes that crashed, runs that corrupted each other, loads that gave random
 weights. Each test reproduces one item; every user mistake must end in one ``error:`` line and exit status 2."""
 
+import argparse
 import json
 import os
 import shutil
@@ -340,7 +341,7 @@ def _options(parser):
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for name in ("params", "train", "eval", "sample", "data"):
         for action in sub.choices[name]._actions:
-            if action.dest != "help":
+            if action.dest != "help" and action.help != argparse.SUPPRESS:  # a retired option's flag is not listed
                 yield name, action
 
 
