@@ -343,8 +343,7 @@ def check_inputs(run: Run, resume: bool, rank: int, world: int) -> Session:
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if rank == 0:  # said once, with the precision recorded in run.json
-        print(precision_note(cfg.precision, device) or f"precision: {cfg.precision}", flush=True)
+    note = precision_note(cfg.precision, device) or f"precision: {resolve_precision(cfg.precision, device)}"
     run.train_cfg = cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))
     corpus: Corpus = load_corpus(cfg.corpus, cfg.data_dir)
     checksum = corpus_checksum(cfg.corpus)
@@ -363,6 +362,8 @@ def check_inputs(run: Run, resume: bool, rank: int, world: int) -> Session:
     if not s.from_checkpoint:
         s.model = build_model(run.family, run.model_cfg)
         _place(s)
+    if rank == 0:  # said once, with the precision recorded in run.json; after the checks (a refused run says one line)
+        print(note, flush=True)
     return s
 
 
