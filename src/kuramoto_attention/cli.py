@@ -115,8 +115,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     # under torchrun every rank returns the summary; one line per run, not per process
     if summary.get("nothing_to_do") or int(os.environ.get("RANK", "0")) != 0:
         return
-    print(f"done: {summary['step']} steps, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
-          f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {run.train_cfg.eval_batches} batches; "
+    steps, batches = summary["step"], run.train_cfg.eval_batches
+    print(f"done: {steps} step{'s' * (steps != 1)}, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
+          f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {batches} batch{'es' * (batches != 1)}; "
           f"full split: kuramoto eval {run.run_dir} --split valid)")
     print(f"run dir: {run.run_dir}")
 
