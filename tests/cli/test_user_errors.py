@@ -21,7 +21,7 @@ from kuramoto_attention.cli import build_parser, main
 from kuramoto_attention.training.checkpoint import load_state
 
 TINY = ["--context", "16", "--batch-size", "4", "--precision", "fp32", "--no-progress", "--eval-batches", "2"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
