@@ -311,3 +311,9 @@ def test_the_reports_smoothed_curve_is_the_weighted_mean_so_far():
         weights = [0.9 ** (t - s) for s in range(t + 1)]
         assert smooth == pytest.approx(sum(w * v for w, v in zip(weights, values, strict=False)) / sum(weights))
     assert "overflow-x:auto" in _table(["a"], [[1]])
+
+
+def test_the_closing_line_counts_one_step_and_one_batch_in_the_singular(tmp_path, corpus, capsys):
+    assert main(train_argv(corpus, tmp_path / "run", "--eval-batches", "1", steps=1)) == 0
+    out = capsys.readouterr().out
+    assert "done: 1 step, " in out and "(estimate on 1 batch; " in out
