@@ -170,7 +170,7 @@ def _train_parts(model: nn.Module, precision: str, compiled: bool) -> tuple[Batc
     then (clip, AdamW)."""
     net = torch.compile(model) if compiled else model
     cfg, device = TrainConfig(), torch.device("cpu")
-    opt, clip = make_optimizer(model, cfg), GradientClip(model, cfg.grad_clip, cfg.clip_angles_apart)
+    opt, clip = make_optimizer(model, cfg), GradientClip(model, cfg.grad_clip)
 
     def forward_backward(x: torch.Tensor, y: torch.Tensor) -> None:
         with autocast(device, precision):

@@ -31,9 +31,9 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
   main-unprojected, ablation-unprojected, pycode-unprojected, lr-unprojected
                                    on ψ(θ) itself, the default until confirm measured P ψ(θ) better (ka-1m only)
-The screening rounds (screen, screen2 ... screen6), confirm, the wrap(θ) groups and leads-retired are retired
-(retired.py): their fields left the library, their results stay and are reported, and the commit that runs them is
-named there.
+The screening rounds (screen, screen2 ... screen6), confirm, the wrap(θ) groups, leads-retired, leads-retired-optim
+and fixes40-retired are retired (retired.py): their fields left the library, their results stay and are reported, and
+the commit that runs them is named there.
 Every group run before main-unprojected's successor (budget, lr10m, warmup10m and the frozen ones) ran ka-1m on the
 unprojected feed-forward at lr-unprojected's rate: ``plan`` pins its ka-1m runs to it (``UNPROJECTED``).
 """
@@ -234,18 +234,8 @@ LEADS: dict[str, Lead] = {
     # clipping), and omega-lr-1 alone was better there than at the preset's best
     "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
                                   {"omega_lr_mult": 1.0}, at_budget=True, at_swept_rate=True),
-    # one gradient norm for weights and angles: ω's gradient grows with the position it rotates by, so its spikes
-    # could set the clip and shrink every weight's step with them (the clip cut 19% of ka-1m-tuned-100m's steps in
-    # its first 40M tokens, 0.7% of tf-1m-100m's, almost none of either's later: their logged norms). Each set
-    # clipped by its own norm. It lost at 10M, and its own log (the angles' norm apart) says why: at its steps above the
-    # clip the angles held a median 9% of the squared norm (19% over all steps). The spikes are the weights'
-    "clip-angles-apart": Lead(train={"clip_angles_apart": True}),
-    # the shared P (one 2k → k map that every layer's feed-forward, value gate and metric gates read) holds about half
-    # the gradient's squared norm with 5% of the weights (the runs' clipping). Adam steps each weight by about lr
-    # whatever its gradient, and a step of P's moves all four layers' inputs at once: the shared weights at a
-    # quarter of the rate. It lost at 10M (slower in the schedule's second half), with no step clipped after the
-    # warmup and P still half the gradient
-    "shared-lr-0.25": Lead(train={"shared_lr_mult": 0.25}),
+    # (Two leads on the optimiser lost their screens and were dropped, group leads-retired-optim: the angles' gradient
+    # clipped by its own norm, and the shared weights at a quarter of the rate.)
     # Is it the Kuramoto step itself that scales worse? The ablation value-projection (the increment A · W_v φ(x), a
     # transformer's value read on the torus, instead of the coupling Σ_u A_{t,u} sin(θ_u − θ_t)) with its 205k weights
     # paid for by feed-forward units (350 -> 243 per layer), everything else ka-1m-tuned's. At 10M tokens the
@@ -546,12 +536,10 @@ class Fix:
 FIXES: dict[str, Fix] = {
     # A free step length: trained, every increment of ka-1m-tuned sits on the norm bound, so every token moves by r
     # per sub-layer whatever its coupling says, and no gradient reaches a step's length. The learned s of the norm
-    # bound (ω at the base rate, which is smooth); a radius per coordinate; the scaled step (a learned step size per
-    # oscillator times the raw increment, clipped only far away). Each predicts a steeper slope and bound
-    # saturation well below 100%
+    # bound (ω at the base rate, which is smooth); a radius per coordinate. Each predicts a steeper slope and bound
+    # saturation well below 100% (a third, the scaled step, lost at 40M: group fixes40-retired)
     "bound-scale-learned-omega-lr-1": Fix(model={"bound_scale": "learned"}, train={"omega_lr_mult": 1.0}),
     "bound-elementwise": Fix(model={"bound": "elementwise"}),
-    "scaled-step": Fix(model={"bound": "scaled"}),
     # Successor coupling: consensus with a retrieved context records where it is, not what followed it (FSN's
     # diagnosis); half the heads read the state after each attended token. Predicts a steeper slope, most of it on
     # bytes that copying an earlier context predicts

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
-from kuramoto_attention.training.config import TrainConfig
+from kuramoto_attention.training.config import RETIRED_OPTIONS, TrainConfig
 
-TRAIN_DEFAULTS = asdict(TrainConfig())
+# today's training defaults, and the retired options' old ones (what a record that has them ran with, when not varied)
+TRAIN_DEFAULTS = {**asdict(TrainConfig()), **{k: default for k, (default, _) in RETIRED_OPTIONS.items()}}
 
 # Where the lab reads and writes: the repository's results/ and runs/experiments/ unless ``use_root`` (``--out DIR``)
 # points them at a folder of the user's own. Read them as ``protocol.RESULTS`` (not imported by name), so that one

@@ -14,7 +14,7 @@ from kuramoto_attention.models.presets import FAMILIES, apply_overrides, get_pre
 from kuramoto_attention.training.config import train_config_from
 from lab import protocol
 from lab.protocol import TRAIN_DEFAULTS, Spec
-from lab.retired import RETIRED_FIELDS, retired_settings, without_retired
+from lab.retired import RETIRED_FIELDS, retired_options, retired_settings, without_retired
 
 # where a run's data came from and how it reported progress: not part of what was trained
 _NOT_SETTINGS = ("data_dir", "progress", "device", "family")
@@ -37,7 +37,7 @@ RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "phase_lag": False, "c
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
     """How recorded model and training configs (a run.json's or a result's) differ from the spec's.
     A field the record lacks was added later: it counts at ``RECORDED_BEFORE`` or the config's default. A retired
-    field the record has counts only away from its default (retired.py)."""
+    field or training option the record has counts only away from its default (retired.py)."""
     expected = dict(zip(("model", "train"), expected_configs(spec), strict=True))
     expected["model"] = {k: v for k, v in expected["model"].items() if k not in RETIRED_FIELDS}
     model = flat_record(model)
@@ -47,7 +47,8 @@ def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) 
             for part, recorded in (("model", model), ("train", train_cfg))
             for k, v in expected[part].items()
             if k not in _NOT_SETTINGS and recorded.get(k, defaults[part][k]) != v] \
-        + [f"model {s} (retired)" for s in retired_settings({k: v for k, v in model.items() if k in RETIRED_FIELDS})]
+        + [f"model {s} (retired)" for s in retired_settings({k: v for k, v in model.items() if k in RETIRED_FIELDS})] \
+        + [f"train {s} (retired)" for s in retired_options(train_cfg)]
 
 
 def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:

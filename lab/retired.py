@@ -1,4 +1,5 @@
-"""The lab's retired groups (issue 23, point 5): research dead ends whose model fields the library no longer has.
+"""The lab's retired groups (issue 23, point 5): research dead ends whose model fields (or training options) the
+library no longer has.
 
 Their runs are not planned or runnable here any more, but nothing measured is lost: their results/GROUP/*.json stay,
 the lab notebook reports them (and RESULTS.md cites them), another group's planned run that one of them made
@@ -12,12 +13,15 @@ from typing import Any
 from kuramoto_attention.models.config import RETIRED as RETIRED_AT_DEFAULTS
 from kuramoto_attention.models.config import RETIRED_AT
 from kuramoto_attention.models.config import RETIRED_VALUES as LIBRARY_RETIRED_VALUES
+from kuramoto_attention.training.config import RETIRED_OPTIONS
 
 # The model fields removed from the library, at the default every run not about them trained with (a record carries
 # them at these values unless it was made to vary them), and the values removed from fields it keeps: the library's
 # own record of them (``models/config.py``), so that both read one list
 RETIRED_FIELDS: dict[str, Any] = RETIRED_AT_DEFAULTS
 RETIRED_VALUES: dict[str, tuple[Any, ...]] = LIBRARY_RETIRED_VALUES
+# the training options removed, at the value every run not about them trained with
+RETIRED_TRAIN: dict[str, Any] = {k: default for k, (default, _) in RETIRED_OPTIONS.items()}
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,25 @@ RETIRED: dict[str, Retired] = {
     "leads-retired": Retired("issue 26's structural leads worse than ka-1m-tuned at the protocol: lag_from_state "
                              "(the phase lag also read from the token's state, β_t = β + W_β u_t)", "4c98f00",
                              "python -m lab run leads --only ka-1m-tuned-lag-from-state"),
+    # clip-angles-apart: ω's gradient grows with the position it rotates by, so its spikes could have set the clip and
+    # shrunk every weight's step; its own log says they did not: at its steps above the clip the angles held a median
+    # 9% of the squared norm (19% over all steps). The spikes are the weights'. shared-lr-0.25: the shared P holds
+    # about half the gradient's squared norm with 5% of the weights, and a step of P's moves all four layers' inputs
+    # at once; at a quarter of the rate it was slower in the schedule's second half, with P still half the gradient
+    "leads-retired-optim": Retired("issue 26's leads on the optimiser worse than ka-1m-tuned at the protocol: "
+                                   "clip_angles_apart (the angles' gradient clipped by its own norm, apart from the "
+                                   "weights') and shared_lr_mult=0.25 (the weights several layers share, the shared "
+                                   "gates and P, at a quarter of the rate)", "25e20b6",
+                                   "python -m lab run leads --only ka-1m-tuned-clip-angles-apart "
+                                   "--only ka-1m-tuned-shared-lr-0.25"),
+    # issue 46's fixes that lost at 40M tokens: each run stays in the fixes table, marked. The scaled step (after the
+    # normalised transformer's per-dimension "eigen learning rates") let a step's length follow its increment's
+    "fixes40-retired": Retired("issue 46's fixes worse than ka-1m-tuned's best at 40M tokens: the scaled step "
+                               "(bound='scaled': a learned step size per oscillator times the increment, clipped "
+                               "only far away)", "25e20b6", "python -m lab run fixes40 --only scaled-step-40m"),
 }
+# the retired groups whose runs a kept table still lists, marked (writers/leads.py, writers/summary.py)
+RETIRED_LEADS, RETIRED_FIXES = ("leads-retired", "leads-retired-optim"), ("fixes40-retired",)
 
 
 def rerun_command(group: str) -> str:
@@ -62,6 +84,11 @@ def retired_settings(model: dict[str, Any]) -> list[str]:
     """The retired fields and values a recorded model config (or a run's overrides) uses, as "field=value"."""
     return ([f"{k}={v!r}" for k, v in model.items() if k in RETIRED_FIELDS and v != RETIRED_FIELDS[k]]
             + [f"{k}={v!r}" for k, v in model.items() if v in RETIRED_VALUES.get(k, ())])
+
+
+def retired_options(train: dict[str, Any]) -> list[str]:
+    """The retired training options a recorded training config uses away from their old default, as "option=value"."""
+    return [f"{k}={v!r}" for k, v in train.items() if k in RETIRED_TRAIN and v != RETIRED_TRAIN[k]]
 
 
 def without_retired(model: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""What tests/test_su2.py and tests/test_sphere.py both check, written once. Each check takes the group's name, a layer
-or the calling file's state factory (``states(*shape, dtype=...)``: unit quaternions, unit vectors of R^D) and, where
-the geometry enters, its formula as a function; the file keeps the test that calls it."""
+"""What tests/layers/groups/test_su2.py and test_sphere.py both check, written once. Each check takes the group's
+name, a layer or the calling file's state factory (``states(*shape, dtype=...)``: unit quaternions, unit vectors of
+R^D) and, where the geometry enters, its formula as a function; the file keeps the test that calls it."""
 
 import itertools
 import math

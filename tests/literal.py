@@ -123,7 +123,7 @@ def literal_step(layer: KuramotoAttention, x: Tensor) -> tuple[Tensor, Tensor, T
             return naive.bound_norm(w, radius)
         if kind == "elementwise":
             return naive.bound_elementwise(w, radius)
-        return bound(w)  # the bounds outside the paper: bound.py's formulas (tests/test_bound_scale.py)
+        return bound(w)  # the bounds outside the paper: bound.py's formulas (tests/layers/test_bound_scale.py)
 
     if group == "torus":
         return x + bounded(v * inc), inc, attn

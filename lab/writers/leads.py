@@ -32,6 +32,7 @@ from lab.groups import (
     with_twins,
 )
 from lab.protocol import PROTOCOL, load_results, run_command
+from lab.retired import RETIRED_LEADS
 from lab.writers import gap_budget
 from lab.writers.common import fmt, label, mean_sd, not_run, overrides, seed_runs, table
 from lab.writers.compute import (
@@ -45,7 +46,7 @@ from lab.writers.compute import (
 )
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
-SEEDS_GROUP, RETIRED_GROUP, RATE_GROUP = "leads-seeds", "leads-retired", "lr40"
+SEEDS_GROUP, RATE_GROUP = "leads-seeds", "lr40"
 WIDTHS_GROUP, FLOPS_GROUP = "leads-flops", "flops"  # the cheaper widths, and the preset at the same FLOPs
 FLOPS_REF = f"{PRESET}-flops-tf-{PROTOCOL['tokens'] // 1_000_000}m"  # the preset at tf-1m's 10M-token FLOPs
 
@@ -62,7 +63,8 @@ def _lead_rows() -> list[tuple[str, Lead, dict[str, Any] | None]]:
     leads' (their fields left the library: their recorded change, marked)."""
     done = {r["name"]: r for r in with_twins(GROUP)}
     return ([(f"{PRESET}-{k}", lead, done.get(f"{PRESET}-{k}")) for k, lead in LEADS.items()]
-            + [(f"{r['name']} (retired)", Lead(r.get("model_overrides", {})), r) for r in load_results(RETIRED_GROUP)])
+            + [(f"{r['name']} (retired)", Lead(r.get("model_overrides", {})), r) for g in RETIRED_LEADS
+               for r in load_results(g)])
 
 
 def _seed_vals(name: str, r: dict[str, Any] | None) -> list[float]:

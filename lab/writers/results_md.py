@@ -19,7 +19,7 @@ from kuramoto_attention.models.presets import get_preset
 from lab import protocol
 from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, best_lr, with_twins
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
-from lab.retired import RETIRED, rerun_command, retired_settings
+from lab.retired import RETIRED, rerun_command, retired_options, retired_settings
 from lab.writers import compute, fit, gap_budget, geometries, leads, size, summary
 from lab.writers.common import (
     TRAINING_VARIANTS,
@@ -456,7 +456,7 @@ def retired_section() -> str:
     body = []
     for group, ret in RETIRED.items():
         rows = load_results(group)
-        used = sorted({s for r in rows for s in retired_settings(r["model"])})
+        used = sorted({s for r in rows for s in retired_settings(r["model"]) + retired_options(r["train"])})
         body.append([group, ret.what, str(len(rows)), ", ".join(used) or "—", f"`{ret.commit}`",
                      f"`{ret.rerun(group)}`"])
     return ("Their model fields left the library (issue 23: research dead ends retired), so they are no longer "

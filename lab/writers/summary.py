@@ -24,9 +24,10 @@ from lab.groups import (
     with_twins,
 )
 from lab.protocol import PROTOCOL, load_results
+from lab.retired import RETIRED_FIXES
 from lab.studies import induction
 from lab.writers import compute, fit, gap_budget, geometries, leads, size
-from lab.writers.common import fmt, mean_sd, seed_runs, table
+from lab.writers.common import fmt, mean_sd, overrides, seed_runs, table
 from lab.writers.scaling import PAPER_BY_SIZE
 
 PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's enwik8 test BPC at 1M (means)
@@ -180,11 +181,13 @@ def fixes_section() -> str:
     its gap at tf-1m's 40M-token FLOPs (fixes40-flops, for a fix that beat its preset on validation)."""
     done = {r["name"]: r for g in ("fixes40", "fixes40-flops") for r in with_twins(g)}
     tf = groups.budget_best("tf-1m", groups.FIX_BUDGET)
+    fixes = [(name, fix.preset, ", ".join(f"{k}={v}" for k, v in {**fix.model, **fix.train}.items()),
+              done.get(f"{name}-40m"), done.get(f"{name}-flops-tf-40m")) for name, fix in groups.FIXES.items()]
+    fixes += [(f"{r['name'].removesuffix('-40m')} (retired)", r["preset"], overrides(r), r, None)  # marked, as run
+              for g in RETIRED_FIXES for r in load_results(g)]
     rows = []
-    for name, fix in groups.FIXES.items():
-        r, eq = done.get(f"{name}-40m"), done.get(f"{name}-flops-tf-40m")
-        base = groups.budget_best(fix.preset, groups.FIX_BUDGET)
-        change = ", ".join(f"{k}={v}" for k, v in {**fix.model, **fix.train}.items())
+    for name, preset, change, r, eq in fixes:
+        base = groups.budget_best(preset, groups.FIX_BUDGET)
         rows.append([name, change, fmt(r["eval_bpc"]) if r else "not yet run",
                      f"{r['eval_bpc'] - base['eval_bpc']:+.4f}" if r and base else "—",
                      f"{r['eval_bpc'] - tf['eval_bpc']:+.4f}" if r and tf else "—",

@@ -20,8 +20,9 @@ from typing import Any
 # answer at once, and the start-up signal handlers (``quit_on_signal``) are in place before the heavy imports.
 from kuramoto_attention.diagnostics import report
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import retired_error
 from kuramoto_attention.training.allocator import keep_freed_memory
-from kuramoto_attention.training.config import RESUMABLE, TrainConfig, option_of
+from kuramoto_attention.training.config import RESUMABLE, RETIRED_OPTIONS, TrainConfig, option_of
 
 _PRECISION = next(option_of(f) for f in fields(TrainConfig) if f.name == "precision")  # one declaration for all
 PRECISIONS, PRECISION_HELP = _PRECISION.choices, f"{_PRECISION.help} (default auto)"
@@ -74,6 +75,20 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
             continue
         text = opt.help if "default" in opt.help else f"{opt.help} (default {default})"
         p.add_argument("--" + f.name.replace("_", "-"), type=opt.kind, choices=opt.choices, help=text)
+    for name, (default, _) in RETIRED_OPTIONS.items():  # not listed; given, one line naming the commit that has it
+        p.add_argument("--" + name.replace("_", "-"), dest=name, action=RetiredFlag, help=argparse.SUPPRESS,
+                       nargs=0 if isinstance(default, bool) else None, type=None if isinstance(default, bool) else
+                       type(default))
+
+
+class RetiredFlag(argparse.Action):
+    """A retired training option's flag (``training.config.RETIRED_OPTIONS``): refused with the commit that has it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        default, commit = RETIRED_OPTIONS[self.dest]
+        value = not default if values == [] else values
+        raise UsageError(str(retired_error(f"training option {self.dest}", value, commit, "run")))
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -100,8 +115,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     # under torchrun every rank returns the summary; one line per run, not per process
     if summary.get("nothing_to_do") or int(os.environ.get("RANK", "0")) != 0:
         return
-    print(f"done: {summary['step']} steps, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
-          f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {run.train_cfg.eval_batches} batches; "
+    steps, batches = summary["step"], run.train_cfg.eval_batches
+    print(f"done: {steps} step{'s' * (steps != 1)}, {summary['tokens']:,} tokens in {summary['elapsed_s']:.0f} s; "
+          f"valid BPC {summary['valid_bpc_estimate']:.4f} (estimate on {batches} batch{'es' * (batches != 1)}; "
           f"full split: kuramoto eval {run.run_dir} --split valid)")
     print(f"run dir: {run.run_dir}")
 

@@ -234,7 +234,7 @@ def saturation(increment: Tensor, bound: Bound) -> float:
     norm: per token, ‖y‖ ≥ 0.95 r over its whole increment (n·tangent); elementwise: per coordinate,
     |y_j| ≥ 0.95 r_j. A saturated increment means the layer wanted a larger step than the bound allows.
     """
-    norm = bound.norm()  # the norm bound's radius, or the scaled step's clip
+    norm = bound.norm()  # the norm bound's radius (None: elementwise)
     if norm is not None:
         r = norm.log_radius.exp().to(increment.dtype)
         return (increment.norm(dim=-1) >= SATURATION_LEVEL * r).float().mean().item()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from kuramoto_attention.training.config import TrainConfig
+from kuramoto_attention.training.config import TrainConfig, without_retired_options
 from kuramoto_attention.training.optim import make_optimizer as make_byte_lm_optimizer
 
 
@@ -30,9 +30,9 @@ def _byte_lm(model: nn.Module) -> nn.Module:
 
 def optimizer_groups(model: nn.Module, **options: Any) -> list[dict[str, Any]]:
     """AdamW parameter groups (``params``, ``weight_decay``, ``lr``, ``lr_mult``) of ``model``;
-    ``options``: ``TrainConfig`` fields (``lr``, ``weight_decay``, ``phase_lr_mult``, ``omega_lr_mult``,
-    ``shared_lr_mult``), the training defaults otherwise."""
-    cfg = replace(TrainConfig(), **options)
+    ``options``: ``TrainConfig`` fields (``lr``, ``weight_decay``, ``phase_lr_mult``, ``omega_lr_mult``), the
+    training defaults otherwise."""
+    cfg = replace(TrainConfig(), **without_retired_options(options))
     groups = make_byte_lm_optimizer(_byte_lm(model), cfg).param_groups
     return [{"params": g["params"], "weight_decay": g["weight_decay"], "lr": cfg.lr * g["lr_mult"],
              "lr_mult": g["lr_mult"]} for g in groups]
@@ -40,5 +40,5 @@ def optimizer_groups(model: nn.Module, **options: Any) -> list[dict[str, Any]]:
 
 def make_optimizer(model: nn.Module, **options: Any) -> torch.optim.AdamW:
     """AdamW over ``optimizer_groups(model, **options)`` with the training's betas."""
-    cfg = replace(TrainConfig(), **options)
+    cfg = replace(TrainConfig(), **without_retired_options(options))
     return torch.optim.AdamW(optimizer_groups(model, **options), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))

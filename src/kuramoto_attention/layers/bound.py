@@ -3,12 +3,11 @@
     norm         r · tanh(‖x‖/s) · x/‖x‖        one learned r; the norm over a token's whole increment; s = 1 (the
                                                  paper's reading) or learned (``bound_scale``)
     elementwise  r ⊙ tanh(x / r)                 one learned r per coordinate
-    scaled       clip(α ⊙ x)                     a learned step size α per oscillator (small at init), the norm bound
-                                                 at a fixed, distant radius only as a safety clip
 
-With s = 1 a trained increment sits far past the tanh's knee, so every token moves by r whatever its coupling says;
-``scaled`` (after the normalised transformer's per-dimension "eigen learning rates") lets a step's length follow its
-increment's. Radius, scale and step size are stored as logs (positive).
+With s = 1 a trained increment sits far past the tanh's knee, so every token moves by r whatever its coupling says; a
+learned s lets a step's length follow its increment's. Radius and scale are stored as logs (positive). (A third kind,
+the scaled step of a learned size per oscillator, lost at 40M tokens and was retired: models/config.py names the
+commit that has it.)
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ from torch import Tensor, nn
 
 from kuramoto_attention.ops.torus import bound_elementwise, norm_factor
 
-BoundKind = Literal["norm", "elementwise", "scaled"]
+BoundKind = Literal["norm", "elementwise"]
 BoundScale = Literal["one", "learned"]
-CLIP_FACTOR = 3.0  # the scaled step's safety clip, in units of the radius it is given (distant: trained r is 4-10)
 
 
 @dataclass(frozen=True)
@@ -57,49 +55,32 @@ class Manifold(Protocol):
 class Bound(nn.Module):
     """One bound of a layer, for increments ``width`` = n·tangent wide (n oscillators of ``tangent`` coordinates)."""
 
-    def __init__(self, width: int, kind: BoundKind = "norm", radius_init: float = 10.0, scale: BoundScale = "one",
-                 step_init: float = 0.25, tangent: int = 1) -> None:
+    def __init__(self, width: int, kind: BoundKind = "norm", radius_init: float = 10.0,
+                 scale: BoundScale = "one") -> None:
         super().__init__()
-        if kind not in ("norm", "elementwise", "scaled"):
-            raise ValueError(f"bound must be 'norm', 'elementwise' or 'scaled', got {kind!r}")
+        if kind not in ("norm", "elementwise"):
+            raise ValueError(f"bound must be 'norm' or 'elementwise', got {kind!r}")
         if scale not in ("one", "learned") or (scale == "learned" and kind != "norm"):
             raise ValueError(f"bound_scale must be 'one', or 'learned' with the norm bound, got {scale!r} "
                              f"with bound={kind!r}")
-        self.kind, self.tangent = kind, tangent
-        log_radius = torch.full((width if kind == "elementwise" else 1,), math.log(radius_init))
-        if kind == "scaled":  # the clip's radius is fixed: a safety net, not a step length
-            self.register_buffer("log_radius", log_radius)
-        else:
-            self.log_radius = nn.Parameter(log_radius)
+        self.kind = kind
+        self.log_radius = nn.Parameter(torch.full((width if kind == "elementwise" else 1,), math.log(radius_init)))
         self.log_scale = nn.Parameter(torch.full((1,), math.log(radius_init))) if scale == "learned" else None
-        # one step size per oscillator, shared by its tangent coordinates (a rotation of them commutes with it)
-        self.log_step = nn.Parameter(torch.full((width // tangent,), math.log(step_init))) if kind == "scaled" else None
 
     @property
     def radius(self) -> Tensor:
         return self.log_radius.exp()
 
     def norm(self) -> NormBound | None:
-        """The norm bound's parameters (the norm bound and the scaled step's clip), or None (elementwise)."""
+        """The norm bound's parameters, or None (elementwise)."""
         if self.kind == "elementwise":
             return None
-        if self.kind == "scaled":  # R·tanh(‖y‖/R)·y/‖y‖: gain 1 inside R
-            clip = self.log_radius + math.log(CLIP_FACTOR)
-            return NormBound(clip, clip)
         return NormBound(self.log_radius, self.log_scale)
-
-    def scaled(self, x: Tensor) -> Tensor:
-        """α ⊙ x for the scaled step (x itself otherwise): (..., n·tangent)."""
-        if self.log_step is None:
-            return x
-        step = self.log_step.exp().to(x.dtype)
-        return x * (step if self.tangent == 1 else step.repeat_interleave(self.tangent))
 
     def forward(self, x: Tensor) -> Tensor:
         """bound(x), (..., n·tangent)."""
         if self.kind == "elementwise":
             return bound_elementwise(x, self.radius.to(x.dtype))
-        x = self.scaled(x)
         norm = self.norm()
         assert norm is not None
         return x * norm.factor(torch.linalg.vecdot(x, x).unsqueeze(-1))
@@ -109,23 +90,21 @@ class Bound(nn.Module):
         norm = self.norm()
         if norm is None:
             return geometry.move(x, self(step))
-        return geometry.norm_move(x, self.scaled(step), norm)
+        return geometry.norm_move(x, step, norm)
 
     def gated_move(self, geometry: Manifold, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor,
                    extras: nn.Module | None = None) -> Tensor:
         """The attention's move: x moved by bound(v ⊙ increment(G)); value (B, T, n)."""
         norm = self.norm()
-        if norm is not None and self.kind == "norm":
+        if norm is not None:
             return geometry.norm_step(x, lifted, mean, value, norm, extras)
         inc = geometry.increment(x, lifted, mean, extras)
         return self.move(geometry, x, geometry.tangent_gate(value.to(inc.dtype)) * inc)
 
     def drive(self, x: Tensor) -> Tensor:
-        """The tanh's argument for increment x (..., k): ‖x‖/s per token for the norm bound (..., ), ‖α ⊙ x‖/R for the
-        scaled step's clip, |x_j|/r_j per coordinate (..., k) for the elementwise one. Past about 2 the step's length
-        no longer follows x, and the gradient reaching x's length vanishes (sech² of it)."""
+        """The tanh's argument for increment x (..., k): ‖x‖/s per token for the norm bound (..., ), |x_j|/r_j per
+        coordinate (..., k) for the elementwise one. Past about 2 the step's length no longer follows x, and the
+        gradient reaching x's length vanishes (sech² of it)."""
         if self.kind == "elementwise":
             return x.abs() / self.radius.to(x.dtype)
-        if self.kind == "scaled":
-            return self.scaled(x).norm(dim=-1) / (CLIP_FACTOR * self.radius.to(x.dtype))
         return x.norm(dim=-1) / (1.0 if self.log_scale is None else self.log_scale.exp().to(x.dtype))

@@ -51,10 +51,9 @@ class AttentionConfig:
     # "circular": A averages the states themselves (the Kuramoto step); "projection": values W_v φ(x) (ablation)
     value: Literal["circular", "projection"] = "circular"
     # "norm": r·tanh(‖x‖/s)·x/‖x‖ over a token's increment, one learned r; "elementwise": r ⊙ tanh(x/r), r per
-    # coordinate; "scaled": a learned step size per oscillator times x, clipped far away (bound.py)
-    bound: Literal["norm", "elementwise", "scaled"] = "norm"
+    # coordinate (bound.py)
+    bound: Literal["norm", "elementwise"] = "norm"
     bound_scale: Literal["one", "learned"] = "one"  # s in the norm bound: 1, or learned from s = r
-    step_init: float = 0.25  # the scaled step's size α at init (every oscillator)
     tau: Literal["learned", "fixed"] = "learned"  # the temperature τ per head (log-parametrised) or fixed at tau_init
     tau_init: float = 1.0
     radius_init: float = 10.0  # r at init
@@ -78,10 +77,9 @@ class AttentionConfig:
             (self.group in GEOMETRIES, f"group must be one of {tuple(GEOMETRIES)}"),
             (self.omega in ("learned", "log", "zero"), "omega must be 'learned', 'log' or 'zero'"),
             (self.value in ("circular", "projection"), "value must be 'circular' or 'projection'"),
-            (self.bound in ("norm", "elementwise", "scaled"), "bound must be 'norm', 'elementwise' or 'scaled'"),
+            (self.bound in ("norm", "elementwise"), "bound must be 'norm' or 'elementwise'"),
             (self.bound_scale == "one" or (self.bound_scale == "learned" and self.bound == "norm"),
              "bound_scale must be 'one', or 'learned' with bound='norm'"),
-            (_finite(self.step_init) and self.step_init > 0, "step_init must be a finite number > 0"),
             (self.tau in ("learned", "fixed"), "tau must be 'learned' or 'fixed'"),
             (_finite(self.tau_init) and self.tau_init > 0, "tau_init must be a finite number > 0"),
             (_finite(self.radius_init) and self.radius_init > 0, "radius_init must be a finite number > 0"),
@@ -183,7 +181,7 @@ class KuramotoAttention(nn.Module):
         nn.init.normal_(self.value_gate.weight, std=0.02)
         nn.init.constant_(self.value_gate.bias, cfg.value_init)
         self.value_proj = nn.Linear(lift_dim, dim * geo.tangent, bias=False) if cfg.value == "projection" else None
-        self.bound = Bound(dim * geo.tangent, cfg.bound, cfg.radius_init, cfg.bound_scale, cfg.step_init, geo.tangent)
+        self.bound = Bound(dim * geo.tangent, cfg.bound, cfg.radius_init, cfg.bound_scale)
 
     # ----------------------------------------------------------------- parts
     @property

@@ -13,19 +13,25 @@ from typing import Any
 from kuramoto_attention.errors import ConfigError
 
 # Fields deleted from the library: most when it was reorganised (issue 23), then each lead of issue 26 that its screen
-# dropped. What they did is in RESULTS.md's notebook, and the runs that used them can be repeated at the commit named
-# (RETIRED_AT, or the field's own in RETIRED_SINCE). A saved config holding one at its old default loads (the model is
-# the same); any other value is refused with the commit to check out.
+# dropped and each fix of issue 46 that lost at 40M tokens. What they did is in RESULTS.md's notebook, and the runs
+# that used them can be repeated at the commit named (RETIRED_AT, or the field's own in RETIRED_SINCE). A saved config
+# holding one at its old default loads (the model is the same); any other value is refused with the commit to check
+# out. (The retired training options are training/config.py's RETIRED_OPTIONS.)
 RETIRED_AT = "7d67ce1"
 RETIRED: dict[str, Any] = {
     "phase_lag_spread": 0.0, "content_lag": False, "coupling_lag": False, "value_lag": False,
     "clock_log_weight": False, "step_gate": False, "fp32_attention": False, "ff_wrap": False,
     "ff_output": "increment", "ff_proj_dim": 0, "readout_gain": "none", "readout_gain_init": 1.0,
     "readout_harmonics": 1, "readout_tied": False, "embed_spread": 1.0,
-    "lag_from_state": False,
+    "lag_from_state": False, "step_init": 0.25,
 }
-RETIRED_SINCE: dict[str, str] = {"lag_from_state": "4c98f00"}  # the lead worse at 10M tokens (+0.014 on seed 0)
-RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none"), "ff_proj": ("layer",)}
+# a field's (or a retired value's, as "field=value") own last commit, where it is not RETIRED_AT
+RETIRED_SINCE: dict[str, str] = {
+    "lag_from_state": "4c98f00",  # the lead worse at 10M tokens (+0.014 on seed 0)
+    # issue 46's scaled step (a learned step size per oscillator, clipped far away): +0.0665 at 40M tokens
+    "bound='scaled'": "25e20b6", "step_init": "25e20b6",
+}
+RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none", "scaled"), "ff_proj": ("layer",)}
 RENAMED = {"attn_radius_init": "radius_init"}  # the flat layout's name -> today's
 
 
@@ -81,8 +87,13 @@ def check_retired(key: str, value: Any) -> bool:
 
 
 def _retired(key: str, value: Any) -> ConfigError:
-    commit = RETIRED_SINCE.get(key, RETIRED_AT)
-    return ConfigError(f"{key}={value!r} was retired after commit {commit}; to load or rerun this model, "
+    commit = RETIRED_SINCE.get(f"{key}={value!r}", RETIRED_SINCE.get(key, RETIRED_AT))
+    return retired_error(key, value, commit)
+
+
+def retired_error(what: str, value: Any, commit: str, thing: str = "model") -> ConfigError:
+    """The one line a retired field, value or training option gets: the commit that still has it."""
+    return ConfigError(f"{what}={value!r} was retired after commit {commit}; to load or rerun this {thing}, "
                        f"`git checkout {commit}` (RESULTS.md's notebook has its results)")
 
 
@@ -97,7 +108,7 @@ def apply_overrides(family: str, cfg: Any, overrides: dict[str, Any]) -> Any:
                 continue
             names = sorted(k for k in paths if "." not in k)
             raise ConfigError(f"{family} model has no field {key!r}; fields: {', '.join(names)}")
-        check_retired(key, value)
+        check_retired(paths[key].rsplit(".", 1)[-1], value)  # by its own name, however addressed
         values[paths[key]] = _coerce(key, value, _get(cfg, paths[key]))
     try:
         return _rebuild(cfg, values)

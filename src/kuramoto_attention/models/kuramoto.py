@@ -100,8 +100,7 @@ class PhaseFeedForward(nn.Module):
         dim_in = shared_proj.out_features if shared_proj is not None else lift_dim if cfg.ff == "lift" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, cfg.dim * geometry.tangent)
         att = cfg.attention
-        self.bound = Bound(cfg.dim * geometry.tangent, att.bound, cfg.ff_radius_init, att.bound_scale, att.step_init,
-                           geometry.tangent)
+        self.bound = Bound(cfg.dim * geometry.tangent, att.bound, cfg.ff_radius_init, att.bound_scale)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.bound.move(self.geometry, x, self.update(x))
@@ -190,10 +189,6 @@ class KuramotoLM(ByteLM):
 
     def omega_parameter_names(self) -> set[str]:
         return self._names(self.drift_parameters())
-
-    def shared_parameter_names(self) -> set[str]:
-        shared = [m for m in (self.shared_gates, self.shared_ff_proj) if m is not None]
-        return self._names([p for m in shared for p in m.parameters()])
 
     def _names(self, params: list[nn.Parameter]) -> set[str]:
         ids = {id(p) for p in params}

@@ -63,11 +63,6 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
         """The angles that are drift rates (``omega_lr_mult``, when set, is theirs): a subset of the phase names."""
         return set()
 
-    def shared_parameter_names(self) -> set[str]:
-        """Names of the weights several layers apply (``shared_lr_mult`` is theirs): one step of theirs moves every
-        layer that reads them."""
-        return set()
-
     def forward(self, idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         if idx.dtype != torch.long or idx.dim() != 2:
             raise ValueError(f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")

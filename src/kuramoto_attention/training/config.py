@@ -11,6 +11,15 @@ from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
+from kuramoto_attention.models.config import retired_error
+
+# Options deleted from the library, each when its screen dropped it (issue 26's leads), at the value every run not
+# about it trained with, and the last commit that has it. A saved run holding one at that value loads (it trained the
+# same); any other value, and any value given as an option, is refused with the commit to check out.
+RETIRED_OPTIONS: dict[str, tuple[Any, str]] = {
+    "shared_lr_mult": (1.0, "25e20b6"),  # the shared weights at their own rate: +0.0105 at 10M tokens
+    "clip_angles_apart": (False, "25e20b6"),  # the angles' gradient clipped by its own norm: +0.0187 at 10M tokens
+}
 
 BUDGET = "; give at least one of --steps, --tokens, --minutes"
 VALID_SPECS = "enwik8, enwik7, enwik6, pycode, stdlib, text:PATH"  # the corpora data.load_corpus reads
@@ -86,20 +95,12 @@ class TrainConfig:
                                   float, low=0)
     omega_lr_mult: float | None = option(None, "learning-rate multiplier for ω alone (default: --phase-lr-mult)",
                                          float, low=0, nullable=True)
-    # the weights several layers share (KuramotoLM's shared gates and P): Adam moves each weight by about lr whatever
-    # its gradient, and a shared weight's step moves every layer that reads it at once
-    shared_lr_mult: float = option(1.0, "learning-rate multiplier for the weights several layers share (shared "
-                                        "gates and P)", float, low=0)
     min_lr_ratio: float = option(0.1, "final lr as a fraction of the peak", float, low=0, high=1)
     warmup: int = option(100, "linear warmup steps", int, low=0)
     weight_decay: float = option(0.1, "AdamW weight decay (matrices only)", float, low=0)
     beta1: float = option(0.9, "AdamW's first-moment decay", float, low=0, high=1, high_open=True)
     beta2: float = option(0.95, "AdamW's second-moment decay", float, low=0, high=1, high_open=True)
     grad_clip: float = option(1.0, "gradient-norm clip (0: off)", float, low=0)
-    # clip the angles' gradient (phases, ω) by its own norm, not inside one norm with the weights': a large angle
-    # gradient then cannot shrink the weights' step
-    clip_angles_apart: bool = option(False, "clip the angles' gradient (phases, ω) by its own norm, apart from the "
-                                            "weights' (default: one norm for all)", bool, flag="switch")
     # auto: bf16 where the device runs it natively, fp32 elsewhere (precision.resolve_precision); a run records the
     # precision it resolved to
     precision: str = option("auto", "auto (bf16 where the device runs it natively, else fp32), bf16 (autocast) or "
@@ -139,8 +140,21 @@ def _has_type(value: Any, kind: type) -> bool:
     return isinstance(value, kind) or (kind is float and isinstance(value, int))
 
 
-def train_config_from(overrides: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
+def without_retired_options(options: dict[str, Any], saved: bool = False) -> dict[str, Any]:
+    """``options`` less the retired ones: a saved run's (``saved``) at their old default are dropped (the run trained
+    as every run does now); any other, or one asked for, is one ConfigError line naming the commit that has it."""
+    for key in set(options) & set(RETIRED_OPTIONS):
+        default, commit = RETIRED_OPTIONS[key]
+        if not saved or options[key] != default:
+            raise retired_error(f"training option {key}", options[key], commit, "run")
+    return {k: v for k, v in options.items() if k not in RETIRED_OPTIONS}
+
+
+def train_config_from(overrides: dict[str, Any], base: TrainConfig | None = None, saved: bool = False) -> TrainConfig:
+    """A ``TrainConfig`` from options by name, checked; ``saved``: a run's recorded options (retired ones at their
+    old default are dropped)."""
     base = base or TrainConfig()
+    overrides = without_retired_options(overrides, saved)
     known = {f.name for f in fields(base)}
     unknown = set(overrides) - known
     if unknown:

@@ -39,17 +39,14 @@ def gradient_parts(model: ByteLM) -> dict[str, list[nn.Parameter]]:
 
 
 class GradientClip:
-    """Clip the gradients to norm ``max_norm`` (0: no clip): all in one norm, or (``apart``) the weights and the
-    angles (phases, ω) each by their own. The parameters are split once, not at every step; a call returns the whole
-    norm before clipping, and each part's (``gradient_parts``), also before clipping: which weights a spike is in."""
+    """Clip the gradients to norm ``max_norm`` (0: no clip), all in one norm. The parameters are split into parts
+    once, not at every step; a call returns the whole norm before clipping, and each part's (``gradient_parts``),
+    also before clipping: which weights a spike is in."""
 
-    def __init__(self, model: ByteLM, max_norm: float, apart: bool) -> None:
+    def __init__(self, model: ByteLM, max_norm: float) -> None:
         self.clip = max_norm if max_norm > 0 else float("inf")
         self.params = list(model.parameters())  # model order: the one norm sums as it always has
         self.parts = gradient_parts(model)
-        angles = self.parts.get("angles")
-        self.apart = [[p for k, ps in self.parts.items() if k != "angles" for p in ps], angles] \
-            if apart and angles else None
 
     def __call__(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # each gradient's norm once: the parts' norms and the clip's are all made of them
@@ -60,11 +57,9 @@ class GradientClip:
             return torch.linalg.vector_norm(torch.stack(found)) if found else torch.zeros(())
 
         parts = {k: norm(ps) for k, ps in self.parts.items() if any(id(p) in each for p in ps)}
-        sets = self.apart if self.apart is not None else [self.params]
-        totals = [norm(ps) for ps in sets]
-        for ps, total in zip(sets, totals, strict=True):
-            nn.utils.clip_grads_with_norm_(ps, self.clip, total)
-        return (totals[0] if len(totals) == 1 else torch.stack(totals).norm()), parts
+        total = norm(self.params)
+        nn.utils.clip_grads_with_norm_(self.params, self.clip, total)
+        return total, parts
 
 
 def rounded_norms(norms: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -74,27 +69,21 @@ def rounded_norms(norms: dict[str, torch.Tensor]) -> dict[str, float]:
 
 
 def make_optimizer(model: ByteLM, cfg: TrainConfig) -> torch.optim.AdamW:
-    """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier; the weights
-    several layers share at ``shared_lr_mult`` (their own groups, after the others, only when it is not 1)."""
+    """Weight decay on matrices only; phases (embedding phases, ω) never decayed, own lr multiplier."""
     # the groups come from the modules themselves (each says which of its parameters are angles), not from names
     no_decay, phases, rates = model.no_weight_decay(), model.phase_parameter_names(), model.omega_parameter_names()
-    shared = model.shared_parameter_names() if cfg.shared_lr_mult != 1.0 else set()
-    groups: dict[str, list[nn.Parameter]] = {k: [] for k in ("decay", "no_decay", "phase", "omega", "shared_decay",
-                                                               "shared_no_decay")}
+    groups: dict[str, list[nn.Parameter]] = {k: [] for k in ("decay", "no_decay", "phase", "omega")}
     for name, p in model.named_parameters():
         if name in phases:
             groups["omega" if name in rates else "phase"].append(p)
         else:
-            kind = "decay" if p.dim() >= 2 and name not in no_decay else "no_decay"
-            groups["shared_" + kind if name in shared else kind].append(p)
+            groups["decay" if p.dim() >= 2 and name not in no_decay else "no_decay"].append(p)
     param_groups = [  # this order: a checkpoint's optimizer state is matched to its groups by position
         {"params": groups["decay"], "weight_decay": cfg.weight_decay, "lr_mult": 1.0},
         {"params": groups["no_decay"], "weight_decay": 0.0, "lr_mult": 1.0},
         {"params": groups["phase"], "weight_decay": 0.0, "lr_mult": cfg.phase_lr_mult},
         {"params": groups["omega"], "weight_decay": 0.0,
          "lr_mult": cfg.phase_lr_mult if cfg.omega_lr_mult is None else cfg.omega_lr_mult},
-        {"params": groups["shared_decay"], "weight_decay": cfg.weight_decay, "lr_mult": cfg.shared_lr_mult},
-        {"params": groups["shared_no_decay"], "weight_decay": 0.0, "lr_mult": cfg.shared_lr_mult},
     ]
     param_groups = [g for g in param_groups if g["params"]]
     return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))

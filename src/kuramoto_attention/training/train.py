@@ -48,7 +48,7 @@ from kuramoto_attention.training.checkpoint import (
     save_checkpoint,
     write_json_atomic,
 )
-from kuramoto_attention.training.config import RESUMABLE, TrainConfig, train_config_from
+from kuramoto_attention.training.config import RESUMABLE, TrainConfig, train_config_from, without_retired_options
 from kuramoto_attention.training.data import Corpus, canonical_spec, corpus_checksum, load_corpus, sample_windows
 from kuramoto_attention.training.memory import check_step_memory
 from kuramoto_attention.training.optim import GradientClip, lr_at, make_optimizer, rounded_norms
@@ -181,8 +181,8 @@ def load_run(run_dir: str | Path, train_overrides: dict[str, Any]) -> Run:
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(f"{run_dir / 'run.json'} is corrupt; start a new run") from None
     family, model_cfg = config_from_dict(saved["model"])
-    before = train_config_from(saved["train"])
-    train_cfg = train_config_from({**saved["train"], **train_overrides})
+    before = train_config_from(saved["train"], saved=True)
+    train_cfg = train_config_from({**without_retired_options(saved["train"], saved=True), **train_overrides})
     changes = {k: [getattr(before, k), v] for k, v in train_overrides.items() if getattr(before, k) != v}
     fixed = [f"{k} ({old!r} -> {new!r})" for k, (old, new) in changes.items() if k not in RESUMABLE]
     if fixed:
@@ -343,8 +343,7 @@ def check_inputs(run: Run, resume: bool, rank: int, world: int) -> Session:
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if rank == 0:  # said once, with the precision recorded in run.json
-        print(precision_note(cfg.precision, device) or f"precision: {cfg.precision}", flush=True)
+    note = precision_note(cfg.precision, device) or f"precision: {resolve_precision(cfg.precision, device)}"
     run.train_cfg = cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))
     corpus: Corpus = load_corpus(cfg.corpus, cfg.data_dir)
     checksum = corpus_checksum(cfg.corpus)
@@ -363,6 +362,8 @@ def check_inputs(run: Run, resume: bool, rank: int, world: int) -> Session:
     if not s.from_checkpoint:
         s.model = build_model(run.family, run.model_cfg)
         _place(s)
+    if rank == 0:  # said once, with the precision recorded in run.json; after the checks (a refused run says one line)
+        print(note, flush=True)
     return s
 
 
@@ -418,7 +419,7 @@ def setup_run(s: Session) -> None:
     s.step_fn = torch.compile(net) if cfg.compile else net
     s.bar = _progress(cfg.progress and s.rank == 0 and not s.finished, s.total_steps, s.step)
     s.t_last, s.tok_last = s.elapsed, s.tokens
-    s.clip = GradientClip(s.model, cfg.grad_clip, cfg.clip_angles_apart)
+    s.clip = GradientClip(s.model, cfg.grad_clip)
     s.model.train()
 
 

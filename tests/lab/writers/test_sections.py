@@ -442,7 +442,7 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert "planned, not run yet: `python -m lab run main-sphere" in page
     assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
     # issue 46's sections before their runs exist
-    assert cells(page, "scaled-step")[2] == "not yet run"
+    assert cells(page, "successor-2")[2] == "not yet run"
     assert "Not yet run: `python -m lab run capacity`, `python -m lab run pycode40`." in page
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)

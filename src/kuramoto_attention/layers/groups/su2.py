@@ -100,7 +100,8 @@ class SU2(VectorGeometry):
 
     def exp_move(self, x: Parts, w: Parts) -> Parts:
         """q exp(w). The product of unit quaternions is a unit quaternion: the division only undoes rounding
-        (tests/test_su2.py checks it stays at that level), so that many layers in low precision never drift off S³."""
+        (tests/layers/groups/test_su2.py checks it stays at that level), so that many layers in low precision never
+        drift off S³."""
         new = mul(x, exp_parts(w))
         norm = torch.sqrt(dot(new, new))
         return tuple(c / norm for c in new)

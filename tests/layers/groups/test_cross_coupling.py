@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from conftest import assert_paths_agree, random_phases
-from test_layer import gates_of
+from literal import literal_gates
 
 from kuramoto_attention.diagnostics.flops import model_flops
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
@@ -44,7 +44,7 @@ def test_scores_are_the_formula_written_out():
     layer = make_layer(phase_lag=True, cross_score=True)
     theta = random_phases(B, T, K)
     _, attn = layer.coupling(theta)
-    gq, gk = gates_of(layer, theta)
+    gq, gk = literal_gates(layer, theta)
     c = layer.extras.query_mix.matrix()
     omega, lag, tau = layer.omega.view(H, D), layer.extras.lag.view(H, D), layer.log_tau.exp()
     s = torch.full((B, H, T, T), float("-inf"), dtype=theta.dtype)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from kuramoto_attention.cli import main
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.training.checkpoint import load_model
 from kuramoto_attention.training.config import TrainConfig
 from kuramoto_attention.training.evaluate import evaluate_bpc, window_plan
@@ -286,34 +288,36 @@ def test_optimizer_groups_phases_and_omega():
     assert {g["lr_mult"] for g in same if any(p is model.blocks[1].attn.omega for p in g["params"])} == {5.0}
 
 
-def test_the_weights_layers_share_get_their_own_rate_in_groups_after_the_others():
-    """shared_lr_mult: the shared gates and P step at their own rate, decayed as before; at 1 the groups are exactly
-    the usual four (a checkpoint's optimizer state matches its groups by position)."""
-    from kuramoto_attention.models.presets import build_model, get_preset
-    from kuramoto_attention.training.optim import make_optimizer
+def test_the_retired_training_options_name_the_commit_that_has_them(tmp_path, corpus, capsys):
+    """shared_lr_mult and clip_angles_apart lost their screens and left the library: asked for as a flag, in a
+    config file or by a caller, each is one line naming the commit to check out; a saved run holding one at its old
+    default (every run of the years they existed) resumes as before."""
+    from kuramoto_attention.training.config import train_config_from, without_retired_options
 
-    model = build_model(*get_preset("ka-1m-tuned"))
-    gates = model.shared_gates.proj
-    shared = {id(p) for p in (model.shared_ff_proj.weight, gates.weight, gates.bias)}
-    assert model.shared_parameter_names() == {"shared_ff_proj.weight", "shared_gates.proj.weight",
-                                              "shared_gates.proj.bias"}
-    usual = make_optimizer(model, TrainConfig(steps=1)).param_groups
-    assert [g["lr_mult"] for g in usual] == [1.0, 1.0, 20.0, 20.0]
-    groups = make_optimizer(model, TrainConfig(steps=1, shared_lr_mult=0.25)).param_groups
+    line = r"training option {}=.* was retired after commit 25e20b6; to load or rerun this run, `git checkout 25e20b6`"
+    for flags, name in ((["--shared-lr-mult", "0.25"], "shared_lr_mult"),
+                        (["--clip-angles-apart"], "clip_angles_apart")):
+        assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "1", "--run-dir",
+                     str(tmp_path / "x"), *flags, *TINY]) == 2
+        err = capsys.readouterr().err.strip()
+        assert re.fullmatch("error: " + line.format(name) + r".*", err) and "\n" not in err, err
+        assert not (tmp_path / "x").exists()
+    config = tmp_path / "c.toml"
+    config.write_text("[train]\nshared_lr_mult = 0.5\nsteps = 1\n")
+    assert main(["train", "--config", str(config), "--corpus", corpus, "--run-dir", str(tmp_path / "y"), *TINY]) == 2
+    assert re.search(line.format("shared_lr_mult"), capsys.readouterr().err)
+    for options in ({"steps": 1, "shared_lr_mult": 1.0}, {"steps": 1, "clip_angles_apart": True}):
+        with pytest.raises(ConfigError, match=line.format(".*")):  # asked for: refused even at the old default
+            train_config_from(options)
+    assert train_config_from({"steps": 1, "shared_lr_mult": 1.0, "clip_angles_apart": False}, saved=True) == \
+        train_config_from({"steps": 1})
+    with pytest.raises(ConfigError, match=line.format("clip_angles_apart")):  # a saved run that used it
+        without_retired_options({"clip_angles_apart": True}, saved=True)
 
-    def others(gs: list[dict]) -> list[list[int]]:
-        return [[id(p) for p in g["params"] if id(p) not in shared] for g in gs]
 
-    assert others(groups[:4]) == others(usual) and not any(id(p) in shared for g in groups[:4] for p in g["params"])
-    assert [(g["lr_mult"], g["weight_decay"], len(g["params"])) for g in groups[4:]] == [(0.25, 0.1, 2), (0.25, 0.0, 1)]
-    with pytest.raises(ValueError, match="shared_lr_mult"):
-        TrainConfig(steps=1, shared_lr_mult=-1.0).validate()
-
-
-def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
-    """One norm: every gradient shrinks by the same factor, so a large angle gradient shrinks the weights' too.
-    Apart: the weights and the angles are each brought to the clip by their own norm. Either way the whole norm
-    before clipping is returned, and each part's (the angles together; a transformer has none)."""
+def test_clipping_brings_the_whole_norm_to_the_clip_and_reports_each_part():
+    """One norm: every gradient shrinks by the same factor. The whole norm before clipping is returned, and each
+    part's (the angles together; a transformer has none)."""
     from kuramoto_attention import KuramotoConfig, KuramotoLM, TransformerConfig, TransformerLM
     from kuramoto_attention.training.optim import GradientClip
 
@@ -335,37 +339,33 @@ def test_clipping_the_angles_apart_gives_each_set_its_own_norm():
                                 if (n in names) == is_angle]).norm())
 
     w, a = fill()
-    whole, parts = GradientClip(model, 1.0, apart=False)()
+    whole, parts = GradientClip(model, 1.0)()
     assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(parts["angles"]) == pytest.approx(a)
     assert float(torch.stack(list(parts.values())).norm()) == pytest.approx(float(whole))  # the parts make the whole
     assert set(parts) == {"angles", "blocks.0.attn", "blocks.0.ff", "blocks.1.attn", "blocks.1.ff", "prototypes"}
     scale = 1.0 / (w**2 + a**2) ** 0.5
     assert norm_of(False) == pytest.approx(w * scale, rel=1e-5) and norm_of(True) == pytest.approx(a * scale, rel=1e-5)
     fill()
-    whole, parts = GradientClip(model, 1.0, apart=True)()
-    assert float(whole) == pytest.approx((w**2 + a**2) ** 0.5) and float(parts["angles"]) == pytest.approx(a)
-    assert norm_of(False) == pytest.approx(1.0, rel=1e-5) and norm_of(True) == pytest.approx(1.0, rel=1e-5)
-    fill()
-    GradientClip(model, 0.0, apart=True)()  # 0: no clip
+    GradientClip(model, 0.0)()  # 0: no clip
     assert norm_of(False) == pytest.approx(w) and norm_of(True) == pytest.approx(a)
     tf = TransformerLM(TransformerConfig(dim=8, depth=1, heads=2, ff_hidden=8))
     for p in tf.parameters():
         p.grad = torch.ones_like(p)
-    whole, parts = GradientClip(tf, 1.0, apart=True)()
+    whole, parts = GradientClip(tf, 1.0)()
     assert "angles" not in parts and float(whole) == pytest.approx(sum(p.numel() for p in tf.parameters()) ** 0.5)
     assert {"tok_embedding", "blocks.0.attn", "blocks.0.ff", "norm"} <= set(parts)
 
 
-def test_training_logs_each_parts_gradient_norm_with_the_angles_clipped_apart(tmp_path, corpus):
+def test_training_logs_each_parts_gradient_norm(tmp_path, corpus):
     run = tmp_path / "run"
     assert main(["train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "3", "--eval-every", "3",
-                 "--grad-clip", "0.01", "--clip-angles-apart", "--run-dir", str(run), *TINY]) == 0
+                 "--grad-clip", "0.01", "--run-dir", str(run), *TINY]) == 0
     rows = metrics(run)
     for r in rows:  # the parts' norms (4 digits) make up the whole norm before clipping
         parts = r["part_grad_norms"]
         assert parts["angles"] > 0
         assert sum(v**2 for v in parts.values()) ** 0.5 == pytest.approx(r["grad_norm"], rel=1e-3)
-    assert json.loads((run / "run.json").read_text())["train"]["clip_angles_apart"] is True
+    assert "clip_angles_apart" not in json.loads((run / "run.json").read_text())["train"]
 
 
 def test_diverging_loss_is_one_line_and_saves_nothing(tmp_path, corpus, capsys):

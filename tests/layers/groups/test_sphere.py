@@ -1,5 +1,5 @@
 """Kuramoto attention on the sphere S^{D−1} (issue 25's stretch goal): its mathematics in float64, as
-tests/test_su2.py checks SU(2)'s."""
+tests/layers/groups/test_su2.py checks SU(2)'s."""
 
 import itertools
 import math
@@ -408,8 +408,8 @@ def test_model_flops_count_the_ambient_widths():
                                     {"ff_proj": "shared", "value_gate_input": "ff-proj", "gates_input": "ff-proj",
                                      "clock": 3, "self_coupling": False}])
 def test_model_flops_count_what_a_forward_pass_multiplies(fields, monkeypatch):
-    """The analytic count against hooks on a real forward pass (as tests/test_bench.py checks the torus and SU(2)):
-    every nn.Linear weight times its calls, and the query/key and value widths the attention is asked for."""
+    """The analytic count against hooks on a real forward pass (as tests/benchmarks/test_bench.py checks the torus and
+    SU(2)): every nn.Linear weight times its calls, and the query/key and value widths the attention is asked for."""
     from kuramoto_attention.ops import attention
 
     family, cfg = get_preset("ka-tiny")

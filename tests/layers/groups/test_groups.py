@@ -101,31 +101,53 @@ def test_the_geometry_handed_in_must_be_the_configs():
 
 
 # --------------------------------------------------------------------------- what a user may hand the layer
-def test_non_finite_states_are_refused_with_a_clear_error():
-    layer = KuramotoAttention(8, 2)
-    for bad in (float("nan"), float("inf")):
-        theta = random_phases(2, 5, 8, dtype=torch.float32)
-        theta[1, 3, 2] = bad
+def _states(group: str, B: int, T: int, n: int = 8) -> torch.Tensor:
+    """Valid float32 states of ``group``: phases on the torus, unit 4-vectors on SU(2) and the sphere."""
+    if group == "torus":
+        return random_phases(B, T, n, dtype=torch.float32)
+    return F.normalize(torch.randn(B, T, n, 4), dim=-1)
+
+
+GROUPS = ["torus", "su2", "sphere"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_non_finite_states_are_refused_with_a_clear_error(group):
+    """A NaN or ±inf at one position would reach every later one (0 × NaN in the masked average) and, on the fused
+    path, earlier ones too: refused where the state enters, on every path."""
+    layer = KuramotoAttention(8, 2, group=group)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        x = _states(group, 2, 5)
+        x[1, 3, 2] = bad
         for call in (layer, lambda x: layer(x, path="reference"), layer.coupling):
             with pytest.raises(ValueError, match="NaN or inf"):
-                call(theta)
-    su2 = KuramotoAttention(4, 2, group="su2")
-    with pytest.raises(ValueError, match="NaN or inf"):
-        su2(torch.full((1, 3, 4, 4), float("nan")))
+                call(x)
 
 
-def test_a_state_of_another_dtype_is_refused_not_cast_deep_inside():
-    layer = KuramotoAttention(8, 2)
+@pytest.mark.parametrize("group", GROUPS)
+def test_a_state_of_another_dtype_is_refused_not_cast_deep_inside(group):
+    layer = KuramotoAttention(8, 2, group=group)
     with pytest.raises(ValueError, match=r"torch.float16.*torch.float32"):
-        layer(random_phases(1, 4, 8).half())
+        layer(_states(group, 1, 4).half())
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast runs a float32 layer on float32 states
-        assert layer(random_phases(1, 4, 8, dtype=torch.float32)).dtype == torch.float32
+        assert layer(_states(group, 1, 4)).dtype == torch.float32
 
 
-@pytest.mark.parametrize("shape", [(2, 0, 8), (0, 5, 8)])
-def test_an_empty_batch_or_sequence_gives_an_empty_output(shape):
-    layer = KuramotoAttention(8, 2)
-    x = torch.rand(*shape)
-    assert layer(x).shape == shape
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("B,T", [(2, 0), (0, 5)])
+def test_an_empty_batch_or_sequence_gives_an_empty_output(group, B, T):
+    layer = KuramotoAttention(8, 2, group=group)
+    x = _states(group, B, T)
+    for path in ("fused", "reference"):
+        assert layer(x, path=path).shape == x.shape
     new, attn = layer(x, return_attention=True)
-    assert new.shape == shape and attn.shape == (shape[0], 2, shape[1], shape[1])
+    assert new.shape == x.shape and attn.shape == (B, 2, T, T)
+
+
+@pytest.mark.parametrize("preset", ["ka-tiny", "ka-su2-1m", "ka-sphere-1m", "tf-tiny"])
+def test_a_model_given_an_empty_batch_or_sequence_gives_empty_logits(preset):
+    from kuramoto_attention.models.presets import build_model, get_preset
+
+    model = build_model(*get_preset(preset))
+    for shape in ((2, 0), (0, 5)):
+        assert model(torch.zeros(*shape, dtype=torch.long)).shape == (*shape, 256)

@@ -4,6 +4,7 @@ import pytest
 import torch
 from conftest import assert_paths_agree, random_phases
 
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.bound import Bound
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
 from kuramoto_attention.models.config import apply_overrides
@@ -75,47 +76,16 @@ def test_drive_is_the_tanh_argument(kind, scale):
     torch.testing.assert_close(bound(x), want, rtol=0, atol=1e-12)
 
 
-# --------------------------------------------------------------------------- the scaled step (bound="scaled")
-def test_scaled_step_is_a_learned_step_size_times_the_increment_clipped_far_away():
-    """bound(x) = R·tanh(‖α ⊙ x‖/R)·(α ⊙ x)/‖α ⊙ x‖, α per oscillator (shared by its tangent coordinates) from
-    step_init, R = 3 r fixed (a buffer, not trained): linear in x well inside R, so the step's length is the
-    increment's."""
-    bound = Bound(6, "scaled", radius_init=2.0, step_init=0.25, tangent=3).double()
-    assert bound.log_step.shape == (2,) and torch.allclose(bound.log_step.exp(), torch.full((2,), 0.25).double())
-    assert "log_radius" not in dict(bound.named_parameters()) and "log_radius" in bound.state_dict()
-    with torch.no_grad():
-        bound.log_step.copy_(torch.tensor([0.1, -0.4], dtype=torch.float64))
-    x = torch.randn(5, 6, dtype=torch.float64) * 7
-    alpha = bound.log_step.exp().repeat_interleave(3)
-    y = alpha * x
-    n = y.norm(dim=-1, keepdim=True)
-    clip = 3 * bound.radius  # R = 3 r: 6
-    torch.testing.assert_close(bound(x), clip * torch.tanh(n / clip) * y / n, rtol=0, atol=1e-12)
-    small = torch.full((1, 6), 0.1, dtype=torch.float64)
-    torch.testing.assert_close(bound(small), alpha * small, rtol=1e-3, atol=0)
-    lengths = bound(torch.tensor([[0.5, 0, 0, 0, 0, 0], [1.0, 0, 0, 0, 0, 0]], dtype=torch.float64)).norm(dim=-1)
-    assert (lengths[1] / lengths[0]).item() == pytest.approx(2.0, rel=0.02)  # no saturation: the length follows x
-
-
-@pytest.mark.parametrize("group", ["torus", "su2"])
-def test_layer_with_the_scaled_step_fused_equals_reference(group):
-    layer = KuramotoAttention(8, 2, group=group, bound="scaled").double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    x = random_phases(2, 7, 8) if group == "torus" else torch.nn.functional.normalize(
-        torch.randn(2, 7, 8, 4, dtype=torch.float64), dim=-1)
-    assert_paths_agree(layer, x)
-    out = layer(x.requires_grad_())
-    (grad,) = torch.autograd.grad(out.sum(), layer.bound.log_step)
-    assert grad.abs().sum() > 0
-
-
-def test_model_gives_both_steps_a_size_and_trains():
+# --------------------------------------------------------------------------- the scaled step, retired
+def test_the_retired_scaled_step_names_the_commit_that_has_it():
+    """bound="scaled" (and its step_init) lost at 40M tokens and left the library: asking for it, or loading a model
+    saved with it, is one ConfigError line naming the commit to check out; a saved config's step_init at its old
+    default loads (every model saved since it existed records it)."""
     family, cfg = get_preset("ka-tiny")
-    model = build_model(family, apply_overrides(family, cfg, {"bound": "scaled", "step_init": 0.5}))
-    assert all(b.attn.bound.log_step is not None and b.ff.bound.log_step is not None for b in model.blocks)
-    assert model.num_params() == build_model(family, cfg).num_params() + 2 * cfg.depth * (cfg.dim - 1)
-    model(torch.randint(0, 256, (2, 8))).sum().backward()
-    with pytest.raises(ValueError, match="step_init must be a finite number > 0"):
-        KuramotoAttention(8, 2, bound="scaled", step_init=0.0)
+    for fields in ({"bound": "scaled"}, {"step_init": 0.5}, {"attention.bound": "scaled"}):
+        with pytest.raises(ConfigError, match=r"^.* was retired after commit 25e20b6; to load or rerun this model, "
+                                              r"`git checkout 25e20b6`"):
+            apply_overrides(family, cfg, fields)
+    assert apply_overrides(family, cfg, {"step_init": 0.25}) == cfg
+    with pytest.raises(ValueError, match="bound must be 'norm' or 'elementwise'"):
+        Bound(6, "scaled")

@@ -1,4 +1,5 @@
-"""Kuramoto attention on SU(2) (issue 25): its mathematics in float64, as tests/test_layer.py checks the torus's."""
+"""Kuramoto attention on SU(2) (issue 25): its mathematics in float64, as tests/layers/test_layer.py checks the
+torus's."""
 
 import itertools
 import math

@@ -56,7 +56,8 @@ def test_auto_precision_is_bf16_only_where_it_is_native():
     assert resolve_precision("fp32", cpu, SAPPHIRE) == "fp32"
     assert not native_bf16(torch.device("meta"), SAPPHIRE)
     assert "emulated" in precision_note("bf16", cpu, AVX2)
-    assert "emulated" not in precision_note("bf16", cpu, SAPPHIRE)
+    assert precision_note("bf16", cpu, SAPPHIRE) is None  # explicit and native: nothing to add
+    assert precision_note("fp32", cpu, AVX2) is None
     assert "fp32" in precision_note("auto", cpu, AVX2)
     assert TrainConfig().precision == "auto"
     for command in ("train", "eval", "sample"):
@@ -108,18 +109,27 @@ def test_every_option_is_declared_once_and_the_flags_follow():
 @pytest.mark.parametrize("extra,needle", [
     (["--corpus", "nosuchcorpus"], "nosuchcorpus"),
     (["--corpus", "text:/nonexistent/file.txt"], "file.txt"),
+    (["--corpus", "text:{empty}"], "too small"),
+    (["--corpus", "text:{folder}"], "not a file"),
     (["--context", "100000"], "too small"),
     (["--device", "cuda:99"] if torch.cuda.is_available() else ["--device", "cuda"], "cuda"),
     (["--model", "group=su2", "--model", "phase_lag=true"], "phase_lag"),
+    (["--model", "group=su2", "--model", "harmonics=2"], "harmonics"),
+    (["--model", "group=su2", "--model", "omega=log"], "omega"),
 ])
 def test_a_failed_train_leaves_no_run_directory(extra, needle, tmp_path, corpus, capsys):
+    """Every check before the directory is made, and the error the only line: nothing on stdout before it (the
+    precision chosen is said once the run is sure to start)."""
     run_dir = tmp_path / "runs" / "mine"
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "folder").mkdir()
+    extra = [a.format(empty=tmp_path / "empty.txt", folder=tmp_path / "folder") for a in extra]
     argv = train_argv(corpus, run_dir, *extra)
     if extra[0] == "--corpus":  # the last --corpus wins in argparse
         argv = [a for a in argv if a != f"text:{corpus}"]
         argv.remove("--corpus")
     assert main(argv) == 2
-    capsys.readouterr()
+    assert capsys.readouterr().out == ""
     assert not run_dir.exists()
 
 
@@ -159,9 +169,9 @@ def test_the_weights_file_has_the_mode_of_the_others(tmp_path, corpus):
 
 # ------------------------------------------------------------------------------------------------- start-up
 def test_help_parses_before_torch_is_imported():
-    code = ("import sys\nfrom kuramoto_attention.cli import build_parser\n"
+    code = ("import sys\nfrom kuramoto_attention.cli import UsageError, build_parser\n"
             "for argv in (['--help'], ['train', '--help'], ['nosuchcommand']):\n"
-            "    try:\n        build_parser().parse_args(argv)\n    except SystemExit:\n        pass\n"
+            "    try:\n        build_parser().parse_args(argv)\n    except (SystemExit, UsageError):\n        pass\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -217,9 +227,10 @@ def test_sample_takes_a_precision(tmp_path, corpus, capsys):
     run_dir = tmp_path / "run"
     assert main(train_argv(corpus, run_dir, steps=1)) == 0
     capsys.readouterr()
-    for precision in ("bf16", "fp32"):
+    for precision in ("auto", "bf16", "fp32"):  # auto says its choice; an explicit one only that it is emulated
         assert main(["sample", str(run_dir), "--length", "8", "--precision", precision]) == 0
-        assert "precision:" in capsys.readouterr().err
+        note = precision_note(precision, torch.device("cpu"))
+        assert capsys.readouterr().err == (f"{note}\n" if note else "")
 
 
 def test_the_progress_bar_says_no_estimate_before_the_first(tmp_path, corpus, capfd):
@@ -300,3 +311,9 @@ def test_the_reports_smoothed_curve_is_the_weighted_mean_so_far():
         weights = [0.9 ** (t - s) for s in range(t + 1)]
         assert smooth == pytest.approx(sum(w * v for w, v in zip(weights, values, strict=False)) / sum(weights))
     assert "overflow-x:auto" in _table(["a"], [[1]])
+
+
+def test_the_closing_line_counts_one_step_and_one_batch_in_the_singular(tmp_path, corpus, capsys):
+    assert main(train_argv(corpus, tmp_path / "run", "--eval-batches", "1", steps=1)) == 0
+    out = capsys.readouterr().out
+    assert "done: 1 step, " in out and "(estimate on 1 batch; " in out

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, Trainer, TrainingArguments, defau
 
 import kuramoto_attention.hf  # noqa: F401
 from kuramoto_attention import build_model, get_preset
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.hf import (
     KuramotoByteTokenizer,
     KuramotoForCausalLM,
@@ -71,12 +72,12 @@ def test_trainer_fine_tunes_and_the_saved_model_round_trips(exported, tmp_path):
 
 
 def test_optimizer_groups_are_the_training_groups_at_their_rates():
-    """Every parameter once; the angles (phases, ω, clocks) never decayed and at the phase multiplier, the shared
-    weights at theirs, the rest at the base rate with decay on matrices only."""
+    """Every parameter once; the angles (phases, ω, clocks) never decayed and at the phase multiplier, the rest at
+    the base rate with decay on matrices only; a retired option is the one line naming its commit."""
     family, cfg = get_preset("ka-1m-tuned")
     model = KuramotoForCausalLM(KuramotoLMConfig(kuramoto=build_model(family, cfg).config_dict()))
     inner, base = model.model, 1e-3
-    groups = optimizer_groups(model, lr=base, shared_lr_mult=0.5)
+    groups = optimizer_groups(model, lr=base)
     names = {id(p): n.removeprefix("model.") for n, p in model.named_parameters()}
     grouped = [names[id(p)] for g in groups for p in g["params"]]
     assert sorted(grouped) == sorted(names.values())
@@ -84,10 +85,10 @@ def test_optimizer_groups_are_the_training_groups_at_their_rates():
         members = {names[id(p)] for p in group["params"]}
         if members <= inner.phase_parameter_names():
             assert group["weight_decay"] == 0.0 and group["lr"] == pytest.approx(base * TrainConfig.phase_lr_mult)
-        elif members <= inner.shared_parameter_names():
-            assert group["lr"] == pytest.approx(base * 0.5)
         else:
             assert group["lr"] == pytest.approx(base)
             decayed = group["weight_decay"] > 0
             assert all((dict(model.named_parameters())["model." + n].dim() >= 2) == decayed for n in members
                        if n not in inner.no_weight_decay())
+    with pytest.raises(ConfigError, match=r"^training option shared_lr_mult=0.5 was retired after commit 25e20b6"):
+        optimizer_groups(model, lr=base, shared_lr_mult=0.5)
