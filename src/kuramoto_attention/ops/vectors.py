@@ -17,9 +17,11 @@ The plain expressions (the geometry modules' ``exp_move``) are what the tests co
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from kuramoto_attention.ops.fused import _features, _gates_backward, _gates_forward, _halves, _no_autocast
 from kuramoto_attention.ops.torus import norm_factor
 
 Parts = tuple[Tensor, ...]
@@ -232,3 +234,170 @@ def sphere_step(x: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Par
     """normalise(exp_x(P_x(h w))) with w = v ⊙ P_x G and h the norm bound over each token: the attention's move on
     unit vectors. x, G D parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype."""
     return _Step.apply("sphere", len(x), value, log_radius, *x, *mean)
+
+
+# --------------------------------------------------------------------------- the drifted, gated query/key features
+# The drift turns oscillator j at position t by a rotation R_{t,j} that depends on (t, Ω_j) alone: its parts are
+# (T, n) tensors, computed once for every batch row. Each kind gives: the rotation's parts from (pos, Ω) and what its
+# backward needs; the features f = R x, written in the same operations, in the same order, as the geometry module's
+# plain expression (so that the forward is the unfused one's to the bit); and the backward: dx = Rᵀ df, and dΩ through
+# dR = Σ_b df ∂f/∂R (only when Ω is learned). The forward's arithmetic on (B, T, n) planes is plain (an FMA would round
+# differently); the backward accumulates with addcmul.
+def _products(terms: list[tuple[float, Tensor, Tensor]]) -> Tensor:
+    """Σ sign · a · b over the terms (signs ±1), accumulated in place."""
+    (sign, a, b), *rest = terms
+    out = a * b
+    if sign < 0:
+        out = out.neg_()
+    for sign, a, b in rest:
+        out = out.addcmul_(a, b, value=sign)
+    return out
+
+
+# The Hamilton product pq, term by term: component i of pq = Σ sign · p[a] · q[b] over _HAMILTON[i]
+_HAMILTON = (((1, 0, 0), (-1, 1, 1), (-1, 2, 2), (-1, 3, 3)),
+             ((1, 0, 1), (1, 1, 0), (1, 2, 3), (-1, 3, 2)),
+             ((1, 0, 2), (1, 2, 0), (1, 3, 1), (-1, 1, 3)),
+             ((1, 0, 3), (1, 3, 0), (1, 1, 2), (-1, 2, 1)))
+
+
+def _hamilton_accumulated(p: Parts, q: Parts, conj_p: bool = False, conj_q: bool = False) -> Parts:
+    """(p or conj p)(q or conj q), each component accumulated in place (4 passes, where the plain form takes 7)."""
+    def sign(s: int, a: int, b: int) -> float:
+        return float(s * (-1 if conj_p and a else 1) * (-1 if conj_q and b else 1))
+    return tuple(_products([(sign(s, a, b), p[a], q[b]) for s, a, b in row]) for row in _HAMILTON)
+
+
+def _batch_sum(x: Tensor, shape: torch.Size) -> Tensor:
+    """x (B, T, n) summed over the rows that broadcasting added to ``shape`` (T, n)."""
+    return x.sum_to_size(shape) if x.shape != shape else x
+
+
+def _quaternion_rotation(pos: Tensor, drift: Tensor) -> tuple[Parts, Parts]:
+    """exp(tΩ_j) as 4 parts (T, n), su2.py's ``exp_parts`` of a = t Ω_j; also (a, cos, sinc, sinc') for the backward."""
+    a = tuple(pos[:, None] * c for c in drift.unbind(-1))
+    cos, sinc, dsinc = cos_sinc_grad(a[0] * a[0] + a[1] * a[1] + a[2] * a[2])
+    return (cos, *(sinc * c for c in a)), (*a, sinc, dsinc)
+
+
+def _quaternion_rotate(r: Parts, x: Parts) -> Parts:
+    """r x, as su2.py's ``mul(r, x)`` computes it: (r₀x₀ − r⃗·x⃗, r₀x⃗ + x₀r⃗ + r⃗ × x⃗)."""
+    r0, r1, r2, r3 = r
+    x0, x1, x2, x3 = x
+    real = r0 * x0 - r1 * x1 - r2 * x2 - r3 * x3
+    cross = (r2 * x3 - r3 * x2, r3 * x1 - r1 * x3, r1 * x2 - r2 * x1)
+    return (real, *(r0 * b + x0 * a + c for a, b, c in zip((r1, r2, r3), (x1, x2, x3), cross, strict=True)))
+
+
+def _quaternion_rotate_backward(df: Parts, x: Parts, f: Parts, r: Parts, pos: Tensor, aux: Parts,
+                                need_drift: bool) -> tuple[Parts, Tensor | None]:
+    """f = r x:  dx = conj(r) df,  dr = Σ_b df conj(x);  r = (cos|a|, sinc|a| a) with a = tΩ:
+    da = sinc dr⃗ + 2 a (sinc' ⟨dr⃗, a⟩ − sinc/2 dr₀),  dΩ = Σ_t t da."""
+    dx = _hamilton_accumulated(r, df, conj_p=True)
+    if not need_drift:
+        return dx, None
+    dr = tuple(_batch_sum(c, r[0].shape) for c in _hamilton_accumulated(df, x, conj_q=True))
+    *a, sinc, dsinc = aux
+    da2 = 2 * (dsinc * (dr[1] * a[0] + dr[2] * a[1] + dr[3] * a[2]) - sinc / 2 * dr[0])
+    return dx, torch.stack([pos @ (sinc * d + da2 * c) for d, c in zip(dr[1:], a, strict=True)], dim=-1)
+
+
+def _plane_rotation(pos: Tensor, drift: Tensor) -> tuple[Parts, Parts]:
+    """R(tΩ_j) as (cos, sin) of each plane's angle t Ω_{j,p}: 2 · D/2 parts (T, n)."""
+    out: list[Tensor] = []
+    for c in drift.unbind(-1):
+        turn = pos[:, None] * c
+        out += (torch.cos(turn), torch.sin(turn))
+    return tuple(out), ()
+
+
+def _plane_rotate(r: Parts, x: Parts) -> Parts:
+    """R x, as sphere.py's ``rotate_planes`` computes it: each pair (x_{2p}, x_{2p+1}) turned by its angle."""
+    out: list[Tensor] = []
+    for p in range(len(r) // 2):
+        a, b, cos, sin = x[2 * p], x[2 * p + 1], r[2 * p], r[2 * p + 1]
+        out += (a * cos - b * sin, a * sin + b * cos)
+    return tuple(out)
+
+
+def _plane_rotate_backward(df: Parts, x: Parts, f: Parts, r: Parts, pos: Tensor, aux: Parts,
+                           need_drift: bool) -> tuple[Parts, Tensor | None]:
+    """f = R x:  dx = Rᵀ df (each pair turned back),  d angle_p = Σ_b (df_{2p+1} f_{2p} − df_{2p} f_{2p+1}),
+    dΩ = Σ_t t d angle."""
+    dx: list[Tensor] = []
+    dangle: list[Tensor] = []
+    for p in range(len(r) // 2):
+        da, db, cos, sin = df[2 * p], df[2 * p + 1], r[2 * p], r[2 * p + 1]
+        dx += (torch.mul(da, cos).addcmul_(db, sin), torch.mul(db, cos).addcmul_(da, sin, value=-1.0))
+        if need_drift:
+            dangle.append(pos @ _batch_sum(torch.mul(db, f[2 * p]).addcmul_(da, f[2 * p + 1], value=-1.0), cos.shape))
+    return tuple(dx), torch.stack(dangle, dim=-1) if need_drift else None
+
+
+# kind -> (the rotation's parts, R x, its backward)
+_DRIFTS = {
+    "quaternion": (_quaternion_rotation, _quaternion_rotate, _quaternion_rotate_backward),
+    "sphere": (_plane_rotation, _plane_rotate, _plane_rotate_backward),
+}
+
+
+class _QueryKey(torch.autograd.Function):
+    @staticmethod
+    @_no_autocast
+    def forward(ctx: FunctionCtx, x: Tensor, drift: Tensor, pos: Tensor, z: Tensor,  # type: ignore[override]
+                tau: Tensor, kind: str, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        rotation, rotate, _ = _DRIFTS[kind]
+        heads = tau.shape[0]
+        r, aux = rotation(pos, drift)
+        f = rotate(r, x.unbind(-1))  # c planes (B, T, n)
+        g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
+        rows = g.view(*z.shape[:2], 2, -1)  # g^q, g^k as (B, T, n) rows
+        q = _features(f, rows[:, :, 0], heads, out_dtype)
+        key = _features(f, rows[:, :, 1], heads, out_dtype)
+        # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
+        # and the rotation's (T, n) parts are kept
+        ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)
+        ctx.kind, ctx.nrot = kind, len(r)
+        return q.transpose(1, 2), key.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
+        _, rotate, rotate_backward = _DRIFTS[ctx.kind]
+        x, pos, z, tau, scale, inv_mean, *rest = ctx.saved_tensors
+        r, aux = rest[:ctx.nrot], rest[ctx.nrot:]
+        b, t, n, c = x.shape
+        parts = x.unbind(-1)
+        f = rotate(r, parts)
+        # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
+        g = F.softplus(z.to(scale.dtype)).view(b, t, 2, tau.shape[0], -1).mul_(scale)
+        rows = g.view(b, t, 2, n)
+        grad_g = torch.empty_like(g)
+        grad_rows = grad_g.view(b, t, 2, n)
+        # q = g^q f, k = g^k f per component:  dg = Σ_c d(q|k)_c f_c,  df_c = g^q dq_c + g^k dk_c
+        dq, dk = (_halves(grad, x.dtype, c).unbind(2) for grad in (grad_q, grad_k))  # c planes (B, T, n) each, ours
+        for i, grads in enumerate((dq, dk)):
+            out = torch.mul(grads[0], f[0], out=grad_rows[:, :, i])
+            for d, e in zip(grads[1:], f[1:], strict=True):
+                out.addcmul_(d, e)
+        df = tuple(a.mul_(rows[:, :, 0]).addcmul_(e, rows[:, :, 1]) for a, e in zip(dq, dk, strict=True))
+        dx, grad_drift = rotate_backward(df, parts, f, r, pos, aux, ctx.needs_input_grad[1])
+        grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, ctx.needs_input_grad[4])
+        return torch.stack(dx).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None
+
+
+def quaternion_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
+                         out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """SU(2)'s gated, drifted query and key features q = τ g^q ⊙ exp(tΩ) x_t, k = g^k ⊙ exp(tΩ) x_t, (B, H, T, 4d)
+    each in ``out_dtype``, component-major within a head (``planes.per_head``'s layout).
+
+    x (B, T, n, 4) unit quaternions (any layout); drift Ω (n, 3) and pos (T,) in x's dtype; z (B, T, 2n) the gate
+    logits (query half, then key half); tau (H,)."""
+    return _QueryKey.apply(x, drift, pos, z, tau, "quaternion", out_dtype)
+
+
+def sphere_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
+                     out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The sphere's q = τ g^q ⊙ R(tΩ) x_t, k = g^k ⊙ R(tΩ) x_t, as ``quaternion_query_key``'s: x (B, T, n, D) unit
+    vectors; drift Ω (n, D/2), one angle per token for each coordinate plane (x_{2p}, x_{2p+1})."""
+    return _QueryKey.apply(x, drift, pos, z, tau, "sphere", out_dtype)
