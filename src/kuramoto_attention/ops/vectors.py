@@ -377,7 +377,11 @@ class _QueryKey(torch.autograd.Function):
         # q = g^q f, k = g^k f per component:  dg = Σ_c d(q|k)_c f_c,  df_c = g^q dq_c + g^k dk_c
         dq, dk = (_halves(grad, x.dtype, c).unbind(2) for grad in (grad_q, grad_k))  # c planes (B, T, n) each, ours
         for i, grads in enumerate((dq, dk)):
-            out = torch.mul(grads[0], f[0], out=grad_rows[:, :, i])
+            out = grad_rows[:, :, i]
+            if torch.compiler.is_compiling():  # Dynamo takes no out= that is not contiguous (and fuses this itself)
+                out.copy_(grads[0] * f[0])
+            else:
+                torch.mul(grads[0], f[0], out=out)
             for d, e in zip(grads[1:], f[1:], strict=True):
                 out.addcmul_(d, e)
         df = tuple(a.mul_(rows[:, :, 0]).addcmul_(e, rows[:, :, 1]) for a, e in zip(dq, dk, strict=True))
