@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from kuramoto_attention.ops.fused import _features, _gates_backward, _gates_forward, _halves, _no_autocast
+from kuramoto_attention.ops.fused import _gates_backward, _gates_forward, _no_autocast
 from kuramoto_attention.ops.torus import norm_factor
 
 Parts = tuple[Tensor, ...]
@@ -243,15 +243,16 @@ def sphere_step(x: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Par
 # plain expression (so that the forward is the unfused one's to the bit); and the backward: dx = Rᵀ df, and dΩ through
 # dR = Σ_b df ∂f/∂R (only when Ω is learned). The forward's arithmetic on (B, T, n) planes is plain (an FMA would round
 # differently); the backward accumulates with addcmul.
-def _products(terms: list[tuple[float, Tensor, Tensor]]) -> Tensor:
-    """Σ sign · a · b over the terms (signs ±1), accumulated in place."""
+def _products(terms: list[tuple[float, Tensor, Tensor]], out: Tensor | None = None) -> Tensor:
+    """Σ sign · a · b over the terms (signs ±1), accumulated in place (into ``out``, contiguous, when given)."""
+    terms = sorted(terms, key=lambda term: term[0] < 0)  # a positive term first: no negation pass
     (sign, a, b), *rest = terms
-    out = a * b
+    acc = torch.mul(a, b) if out is None else torch.mul(a, b, out=out)
     if sign < 0:
-        out = out.neg_()
+        acc = acc.neg_()
     for sign, a, b in rest:
-        out = out.addcmul_(a, b, value=sign)
-    return out
+        acc = acc.addcmul_(a, b, value=sign)
+    return acc
 
 
 # The Hamilton product pq, term by term: component i of pq = Σ sign · p[a] · q[b] over _HAMILTON[i]
@@ -261,11 +262,14 @@ _HAMILTON = (((1, 0, 0), (-1, 1, 1), (-1, 2, 2), (-1, 3, 3)),
              ((1, 0, 3), (1, 3, 0), (1, 1, 2), (-1, 2, 1)))
 
 
-def _hamilton_accumulated(p: Parts, q: Parts, conj_p: bool = False, conj_q: bool = False) -> Parts:
-    """(p or conj p)(q or conj q), each component accumulated in place (4 passes, where the plain form takes 7)."""
+def _hamilton_accumulated(p: Parts, q: Parts, conj_p: bool = False, conj_q: bool = False,
+                          out: Tensor | None = None) -> Parts:
+    """(p or conj p)(q or conj q), each component accumulated in place (4 passes, where the plain form takes 7);
+    into ``out`` (4, …) when given."""
     def sign(s: int, a: int, b: int) -> float:
         return float(s * (-1 if conj_p and a else 1) * (-1 if conj_q and b else 1))
-    return tuple(_products([(sign(s, a, b), p[a], q[b]) for s, a, b in row]) for row in _HAMILTON)
+    return tuple(_products([(sign(s, a, b), p[a], q[b]) for s, a, b in row], None if out is None else out[i])
+                 for i, row in enumerate(_HAMILTON))
 
 
 def _batch_sum(x: Tensor, shape: torch.Size) -> Tensor:
@@ -289,17 +293,22 @@ def _quaternion_rotate(r: Parts, x: Parts) -> Parts:
     return (real, *(r0 * b + x0 * a + c for a, b, c in zip((r1, r2, r3), (x1, x2, x3), cross, strict=True)))
 
 
+def _quaternion_rotate_again(r: Parts, x: Parts) -> Parts:
+    """r x for the backward, accumulated in place (16 passes where the exact forward takes 28)."""
+    return _hamilton_accumulated(r, x)
+
+
 def _quaternion_rotate_backward(df: Parts, x: Parts, f: Parts, r: Parts, pos: Tensor, aux: Parts,
-                                need_drift: bool) -> tuple[Parts, Tensor | None]:
-    """f = r x:  dx = conj(r) df,  dr = Σ_b df conj(x);  r = (cos|a|, sinc|a| a) with a = tΩ:
-    da = sinc dr⃗ + 2 a (sinc' ⟨dr⃗, a⟩ − sinc/2 dr₀),  dΩ = Σ_t t da."""
-    dx = _hamilton_accumulated(r, df, conj_p=True)
+                                need_drift: bool, out: Tensor) -> Tensor | None:
+    """f = r x:  dx = conj(r) df (written into ``out`` (4, B, T, n)),  dr = Σ_b df conj(x);  r = (cos|a|, sinc|a| a)
+    with a = tΩ:  da = sinc dr⃗ + 2 a (sinc' ⟨dr⃗, a⟩ − sinc/2 dr₀),  dΩ = Σ_t t da."""
+    _hamilton_accumulated(r, df, conj_p=True, out=out)
     if not need_drift:
-        return dx, None
+        return None
     dr = tuple(_batch_sum(c, r[0].shape) for c in _hamilton_accumulated(df, x, conj_q=True))
     *a, sinc, dsinc = aux
     da2 = 2 * (dsinc * (dr[1] * a[0] + dr[2] * a[1] + dr[3] * a[2]) - sinc / 2 * dr[0])
-    return dx, torch.stack([pos @ (sinc * d + da2 * c) for d, c in zip(dr[1:], a, strict=True)], dim=-1)
+    return torch.stack([pos @ (sinc * d + da2 * c) for d, c in zip(dr[1:], a, strict=True)], dim=-1)
 
 
 def _plane_rotation(pos: Tensor, drift: Tensor) -> tuple[Parts, Parts]:
@@ -320,25 +329,45 @@ def _plane_rotate(r: Parts, x: Parts) -> Parts:
     return tuple(out)
 
 
+def _plane_rotate_again(r: Parts, x: Parts) -> Parts:
+    """R x for the backward, accumulated in place."""
+    out: list[Tensor] = []
+    for p in range(len(r) // 2):
+        a, b, cos, sin = x[2 * p], x[2 * p + 1], r[2 * p], r[2 * p + 1]
+        out += (torch.mul(a, cos).addcmul_(b, sin, value=-1.0), torch.mul(a, sin).addcmul_(b, cos))
+    return tuple(out)
+
+
 def _plane_rotate_backward(df: Parts, x: Parts, f: Parts, r: Parts, pos: Tensor, aux: Parts,
-                           need_drift: bool) -> tuple[Parts, Tensor | None]:
-    """f = R x:  dx = Rᵀ df (each pair turned back),  d angle_p = Σ_b (df_{2p+1} f_{2p} − df_{2p} f_{2p+1}),
-    dΩ = Σ_t t d angle."""
-    dx: list[Tensor] = []
+                           need_drift: bool, out: Tensor) -> Tensor | None:
+    """f = R x:  dx = Rᵀ df (each pair turned back; written into ``out`` (D, B, T, n)),
+    d angle_p = Σ_b (df_{2p+1} f_{2p} − df_{2p} f_{2p+1}),  dΩ = Σ_t t d angle."""
     dangle: list[Tensor] = []
     for p in range(len(r) // 2):
         da, db, cos, sin = df[2 * p], df[2 * p + 1], r[2 * p], r[2 * p + 1]
-        dx += (torch.mul(da, cos).addcmul_(db, sin), torch.mul(db, cos).addcmul_(da, sin, value=-1.0))
+        torch.mul(da, cos, out=out[2 * p]).addcmul_(db, sin)
+        torch.mul(db, cos, out=out[2 * p + 1]).addcmul_(da, sin, value=-1.0)
         if need_drift:
             dangle.append(pos @ _batch_sum(torch.mul(db, f[2 * p]).addcmul_(da, f[2 * p + 1], value=-1.0), cos.shape))
-    return tuple(dx), torch.stack(dangle, dim=-1) if need_drift else None
+    return torch.stack(dangle, dim=-1) if need_drift else None
 
 
-# kind -> (the rotation's parts, R x, its backward)
+# kind -> (the rotation's parts, R x exactly as the plain forward, R x recomputed for the backward, the backward)
 _DRIFTS = {
-    "quaternion": (_quaternion_rotation, _quaternion_rotate, _quaternion_rotate_backward),
-    "sphere": (_plane_rotation, _plane_rotate, _plane_rotate_backward),
+    "quaternion": (_quaternion_rotation, _quaternion_rotate, _quaternion_rotate_again, _quaternion_rotate_backward),
+    "sphere": (_plane_rotation, _plane_rotate, _plane_rotate_again, _plane_rotate_backward),
 }
+
+
+def _gated(f: Parts, g: Tensor, heads: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """q = g^q f, k = g^k f as (B, T, H, c·d) in ``dtype``: the c planes copied once into the token-major layout
+    (B, T, H, c, d), then one product per gate over all c components (``gates.gated_features``' numbers)."""
+    b, t, n = f[0].shape
+    feat = f[0].new_empty(b, t, heads, len(f), n // heads)
+    for i, part in enumerate(f):
+        feat[:, :, :, i].copy_(part.view(b, t, heads, -1))
+    q, k = (feat * g[:, :, i, :, None, :] for i in range(2))  # g (B, T, 2, H, d)
+    return tuple(x.to(dtype).view(b, t, heads, -1) for x in (q, k))
 
 
 class _QueryKey(torch.autograd.Function):
@@ -346,14 +375,11 @@ class _QueryKey(torch.autograd.Function):
     @_no_autocast
     def forward(ctx: FunctionCtx, x: Tensor, drift: Tensor, pos: Tensor, z: Tensor,  # type: ignore[override]
                 tau: Tensor, kind: str, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        rotation, rotate, _ = _DRIFTS[kind]
-        heads = tau.shape[0]
+        rotation, rotate, _, _ = _DRIFTS[kind]
         r, aux = rotation(pos, drift)
         f = rotate(r, x.unbind(-1))  # c planes (B, T, n)
         g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
-        rows = g.view(*z.shape[:2], 2, -1)  # g^q, g^k as (B, T, n) rows
-        q = _features(f, rows[:, :, 0], heads, out_dtype)
-        key = _features(f, rows[:, :, 1], heads, out_dtype)
+        q, key = _gated(f, g, tau.shape[0], out_dtype)
         # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
         # and the rotation's (T, n) parts are kept
         ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)
@@ -363,31 +389,28 @@ class _QueryKey(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
-        _, rotate, rotate_backward = _DRIFTS[ctx.kind]
+        _, _, rotate, rotate_backward = _DRIFTS[ctx.kind]
         x, pos, z, tau, scale, inv_mean, *rest = ctx.saved_tensors
         r, aux = rest[:ctx.nrot], rest[ctx.nrot:]
         b, t, n, c = x.shape
+        heads = tau.shape[0]
         parts = x.unbind(-1)
         f = rotate(r, parts)
         # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
-        g = F.softplus(z.to(scale.dtype)).view(b, t, 2, tau.shape[0], -1).mul_(scale)
-        rows = g.view(b, t, 2, n)
-        grad_g = torch.empty_like(g)
-        grad_rows = grad_g.view(b, t, 2, n)
-        # q = g^q f, k = g^k f per component:  dg = Σ_c d(q|k)_c f_c,  df_c = g^q dq_c + g^k dk_c
-        dq, dk = (_halves(grad, x.dtype, c).unbind(2) for grad in (grad_q, grad_k))  # c planes (B, T, n) each, ours
-        for i, grads in enumerate((dq, dk)):
-            out = grad_rows[:, :, i]
-            if torch.compiler.is_compiling():  # Dynamo takes no out= that is not contiguous (and fuses this itself)
-                out.copy_(grads[0] * f[0])
-            else:
-                torch.mul(grads[0], f[0], out=out)
-            for d, e in zip(grads[1:], f[1:], strict=True):
-                out.addcmul_(d, e)
-        df = tuple(a.mul_(rows[:, :, 0]).addcmul_(e, rows[:, :, 1]) for a, e in zip(dq, dk, strict=True))
-        dx, grad_drift = rotate_backward(df, parts, f, r, pos, aux, ctx.needs_input_grad[1])
+        g = F.softplus(z.to(scale.dtype)).view(b, t, 2, heads, -1).mul_(scale)
+        rows = g.view(b, t, 2, n)  # g^q, g^k as (B, T, n) rows
+        # dq and dk as whole rows, in one buffer (B, T, 2, c, n) in x's dtype: one copy each
+        grads = grad_q.new_empty(b, t, 2, c, heads, n // heads, dtype=x.dtype)
+        for i, grad in enumerate((grad_q, grad_k)):
+            grads[:, :, i].copy_(grad.transpose(1, 2).unflatten(-1, (c, -1)).transpose(2, 3))
+        grads = grads.view(b, t, 2, c, n)
+        # q = g^q f, k = g^k f per component:  dg = Σ_c d(q|k)_c f_c (both gates at once),  df_c = g^q dq_c + g^k dk_c
+        grad_g = _products([(1.0, grads[:, :, :, i], f[i].unsqueeze(2)) for i in range(c)]).view(g.shape)
+        df = tuple(grads[:, :, 0, i].mul_(rows[:, :, 0]).addcmul_(grads[:, :, 1, i], rows[:, :, 1]) for i in range(c))
+        dx = x.new_empty(c, b, t, n)  # component-major, as the states are stored
+        grad_drift = rotate_backward(df, parts, f, r, pos, aux, ctx.needs_input_grad[1], dx)
         grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, ctx.needs_input_grad[4])
-        return torch.stack(dx).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None
+        return dx.movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None
 
 
 def quaternion_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
