@@ -140,10 +140,12 @@ def test_under_torch_compile_equals_eager(case):
 def test_whole_model_logits_and_gradients_equal_the_previous_path(preset, monkeypatch):
     """A training step's logits and every parameter's gradient, float32, against the same model with the kernel
     switched off (the default ``gated_query_key`` of the group's ``drifted`` and ``gated_features``): the logits to
-    the bit (the forward is the same operations); each gradient within 1e-6 of its size, except where float32 cannot
-    give that on either path: the scalars log τ and log r, sums over every token with cancellation, which both paths
-    miss by 2e-6 … 5e-5 of their size (against float64; log τ over 6 seeds of each preset, both paths alike). There
-    the kernel's gradient is within 2e-5 of the previous path's, and within 1e-4 of the float64 gradient."""
+    the bit (the forward is the same operations); each gradient within 1e-6 of its size, or within the previous path's
+    own distance from the float64 gradient (the embedding's sums over tokens: 1.4e-6 of its size), except where float32
+    cannot give that on either path: the scalars log τ and log r, sums over every token with cancellation, which both
+    paths miss by 2e-6 … 5e-5 of their size (against float64; log τ over 6 seeds of each preset, both paths alike).
+    There the kernel's gradient is within 2e-5 of the previous path's (or twice that path's own error), and within
+    1e-4 of the float64 gradient."""
     torch.manual_seed(0)
     model = ka.build_model(*ka.get_preset(preset))
     idx = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
@@ -165,7 +167,8 @@ def test_whole_model_logits_and_gradients_equal_the_previous_path(preset, monkey
     for name, g in old.items():
         size = g.abs().max().item()
         diff, error = (new[name] - g).abs().max().item(), (new[name] - exact[name]).abs().max().item()
+        rounding = (g - exact[name]).abs().max().item()  # the previous path's own float32 error
         if name.endswith(("log_tau", "log_radius")):
-            assert diff <= 2e-5 * size and error <= 1e-4 * size, (name, diff, error, size)
-        else:
-            assert diff <= 1e-6 * size, (name, diff, size)
+            assert diff <= max(2e-5 * size, 2 * rounding) and error <= 1e-4 * size, (name, diff, error, size)
+        else:  # or, for a sum over many tokens (the embedding's), no more than the previous path's own float32 error
+            assert diff <= max(1e-6 * size, rounding), (name, diff, size, rounding)
