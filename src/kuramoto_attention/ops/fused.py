@@ -66,28 +66,40 @@ def _at_least_fp32(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _features(cos: Tensor, sin: Tensor, gate: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
-    """(B, T, H, 2d) in ``dtype``: per head (gate ⊙ cos, gate ⊙ sin).
+def _features(parts: tuple[Tensor, ...], gate: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """(B, T, H, c·d) in ``dtype``: per head (gate ⊙ parts[0], …, gate ⊙ parts[c − 1]), each part (B, T, k).
 
     The products are taken in the inputs' dtype on whole rows and then copied (and cast) into the
     head-interleaved layout: on the CPU an elementwise op whose output dtype differs from its inputs'
     is not vectorised (in isolation a ``mul(out=bf16)`` of float32 inputs ran 4× slower than these three passes)."""
-    b, t, k = cos.shape
-    out = cos.new_empty(b, t, heads, 2, k // heads, dtype=dtype)
+    b, t, k = parts[0].shape
+    out = parts[0].new_empty(b, t, heads, len(parts), k // heads, dtype=dtype)
     view = (b, t, heads, k // heads)
-    out[:, :, :, 0].copy_((cos * gate).view(view))
-    out[:, :, :, 1].copy_((sin * gate).view(view))
+    for i, part in enumerate(parts):
+        out[:, :, :, i].copy_((part * gate).view(view))
     return out.view(b, t, heads, -1)
 
 
-def _halves(grad: Tensor, dtype: torch.dtype) -> Tensor:
-    """(B, H, T, 2d), any layout  ->  (B, T, 2, k) in ``dtype``: the cosine and the sine halves of every
-    head as whole rows (the inverse arrangement of ``_features``), in one copy: on the CPU an elementwise
-    op on d-long runs is ~1.6× slower than on whole rows, and the backward has many of them."""
-    b, heads, t, d2 = grad.shape
-    out = grad.new_empty(b, t, 2, heads, d2 // 2, dtype=dtype)
-    out.copy_(grad.transpose(1, 2).unflatten(-1, (2, d2 // 2)).transpose(2, 3))
-    return out.view(b, t, 2, -1)
+def _halves(grad: Tensor, dtype: torch.dtype, parts: int = 2) -> Tensor:
+    """(B, H, T, c·d), any layout  ->  (B, T, c, k) in ``dtype`` (c = ``parts``): the cosine and the sine halves of
+    every head (the c components of a vector feature) as whole rows (the inverse arrangement of ``_features``), in one
+    copy: on the CPU an elementwise op on d-long runs is ~1.6× slower than on whole rows, and the backward has many."""
+    b, heads, t, width = grad.shape
+    out = grad.new_empty(b, t, parts, heads, width // parts, dtype=dtype)
+    out.copy_(grad.transpose(1, 2).unflatten(-1, (parts, width // parts)).transpose(2, 3))
+    return out.view(b, t, parts, -1)
+
+
+def _gates_backward(grad_g: Tensor, g: Tensor, scale: Tensor, inv_mean: Tensor, z: Tensor, tau: Tensor,
+                    need_tau: bool) -> tuple[Tensor, Tensor | None]:
+    """(dL/dz, dL/dτ) from dL/dg (B, T, 2, H, d), overwritten; ``_gates_forward``'s g, scale, 1/mean and z."""
+    heads, d = tau.shape[0], g.shape[-1]
+    # g = scale · sp with scale = c/mean(sp):  dsp = scale ⊙ dg − mean(dg ⊙ g) / mean(sp)
+    dot = (grad_g * g).mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1)
+    grad_tau = dot[:, :, 0].sum(dim=(0, 1)).view(heads) * d / tau if need_tau else None  # g^q is linear in τ
+    grad_sp = grad_g.mul_(scale).sub_(dot * inv_mean)
+    grad_z = grad_sp.view(*z.shape).mul_(torch.sigmoid(z.to(grad_sp.dtype))).to(z.dtype)
+    return grad_z, grad_tau
 
 
 class _QueryKey(torch.autograd.Function):
@@ -106,8 +118,8 @@ class _QueryKey(torch.autograd.Function):
             cos_q, sin_q = cos, sin
         g, scale, inv_mean = _gates_forward(z, tau)
         rows = g.view(b, t, 2, k)  # g^q, g^k as (B, T, k) rows
-        q = _features(cos_q, sin_q, rows[:, :, 0], heads, out_dtype)
-        key = _features(cos, sin, rows[:, :, 1], heads, out_dtype)
+        q = _features((cos_q, sin_q), rows[:, :, 0], heads, out_dtype)
+        key = _features((cos, sin), rows[:, :, 1], heads, out_dtype)
         ctx.save_for_backward(cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau)
         ctx.has_lag, ctx.lag_shape = lag is not None, None if lag is None else lag.shape
         return q.transpose(1, 2), key.transpose(1, 2)
@@ -117,7 +129,6 @@ class _QueryKey(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
         cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau = ctx.saved_tensors
         b, t, k = cos.shape
-        heads = tau.shape[0]
         rows = g.view(b, t, 2, k)
         grad_g = torch.empty_like(g)
         grad_rows = grad_g.view(b, t, 2, k)
@@ -130,13 +141,7 @@ class _QueryKey(torch.autograd.Function):
         grad_lag = phi_grads[0].sum_to_size(ctx.lag_shape) if ctx.has_lag and ctx.needs_input_grad[3] else None
         grad_phi = phi_grads[0] + phi_grads[1] if grad_lag is not None else phi_grads[0].add_(phi_grads[1])
         grad_omega = pos @ grad_phi.sum(0) if ctx.needs_input_grad[1] else None  # Σ_{b,t} t · dφ
-        # g = scale · sp with scale = c/mean(sp):  dsp = scale ⊙ dg − mean(dg ⊙ g) / mean(sp)
-        dot = (grad_g * g).mean(dim=-1, keepdim=True)  # (B, T, 2, H, 1)
-        grad_tau = None
-        if ctx.needs_input_grad[5]:
-            grad_tau = dot[:, :, 0].sum(dim=(0, 1)).view(heads) * (k // heads) / tau  # g^q is linear in τ
-        grad_sp = grad_g.mul_(scale).sub_(dot * inv_mean)
-        grad_z = grad_sp.view(b, t, 2 * k).mul_(torch.sigmoid(z.to(grad_sp.dtype))).to(z.dtype)
+        grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, ctx.needs_input_grad[5])
         return grad_phi, grad_omega, None, grad_lag, grad_z, grad_tau, None
 
 

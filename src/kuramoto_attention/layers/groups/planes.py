@@ -95,13 +95,15 @@ def log_unit(x: Tensor) -> Tensor:
 class VectorGeometry(Geometry):
     """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major.
 
-    ``fused_move(x, w)`` and ``fused_step(x, G, v, log_radius)``: a group's hand-fused ``exp_move`` and norm-bounded,
-    value-gated step on planes (``ops/vectors.py``), with their backward written out; used whenever autograd records
-    (eager and compiled training), the plain expressions otherwise.
+    ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype)``: a
+    group's hand-fused ``exp_move``, norm-bounded value-gated step on planes, and gated drifted query/key features
+    (``ops/vectors.py``), with their backward written out; used whenever autograd records (eager and compiled
+    training), the plain expressions otherwise.
     """
 
     fused_move: Callable[[Parts, Parts], Parts] | None = None
     fused_step: Callable[[Parts, Parts, Tensor, Tensor], Parts] | None = None
+    fused_query_key: Callable[..., tuple[Tensor, Tensor]] | None = None
 
     def check_state(self, x: Tensor, oscillators: int) -> None:
         """The shape check, and no zero vector: a zero oscillator has no direction, and normalising it gives NaN."""
@@ -143,6 +145,13 @@ class VectorGeometry(Geometry):
                 extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
         feat = token_major(self.rotated(split(x), pos, drift.to(x.dtype)), heads)
         return feat, feat
+
+    def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
+                        dtype: torch.dtype, extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+        # drift, gates and the heads' layout in one pass, forward and backward (the same numbers as the default's)
+        if self.fused_query_key is not None and logits is not None and torch.is_grad_enabled():
+            return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype)
+        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
         return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are

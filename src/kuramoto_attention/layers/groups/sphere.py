@@ -29,7 +29,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers.groups.planes import Parts, VectorGeometry, cos_sinc, dot
 from kuramoto_attention.ops.attention import rotary_angles
-from kuramoto_attention.ops.vectors import sphere_move, sphere_step
+from kuramoto_attention.ops.vectors import sphere_move, sphere_query_key, sphere_step
 
 AMBIENT = 4  # D for group="sphere": the lift 4n wide, as SU(2)'s; an AttentionConfig field would be needed for more
 
@@ -74,6 +74,7 @@ class Sphere(VectorGeometry):
     name = "sphere"
     state_name = "unit vectors x"
     fused_move, fused_step = staticmethod(sphere_move), staticmethod(sphere_step)  # exp_move's and norm_step's
+    fused_query_key = staticmethod(sphere_query_key)  # gated_query_key's
 
     def __init__(self, ambient: int = AMBIENT) -> None:
         if not isinstance(ambient, int) or ambient < 2 or ambient % 2:

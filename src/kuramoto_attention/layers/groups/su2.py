@@ -31,7 +31,7 @@ from torch import Tensor
 
 from kuramoto_attention.layers.groups.planes import Parts, VectorGeometry, dot, exp_parts
 from kuramoto_attention.ops.attention import rotary_angles
-from kuramoto_attention.ops.vectors import quaternion_move, quaternion_step
+from kuramoto_attention.ops.vectors import quaternion_move, quaternion_query_key, quaternion_step
 
 
 # --------------------------------------------------------------------------- quaternion primitives (on planes.Parts)
@@ -83,6 +83,7 @@ class SU2(VectorGeometry):
     tangent = 3
     state_name = "unit quaternions q (real part first)"
     fused_move, fused_step = staticmethod(quaternion_move), staticmethod(quaternion_step)  # exp_move's and norm_step's
+    fused_query_key = staticmethod(quaternion_query_key)  # gated_query_key's
 
     def init_drift(self, oscillators: int, heads: int, base: float) -> Tensor:
         d = oscillators // heads
