@@ -31,9 +31,9 @@ Groups, in the order they are meant to run (``order`` says which groups a group 
   main-raw, ablation-raw           on raw θ, the default until ablation-raw measured ψ(θ) better
   main-unprojected, ablation-unprojected, pycode-unprojected, lr-unprojected
                                    on ψ(θ) itself, the default until confirm measured P ψ(θ) better (ka-1m only)
-The screening rounds (screen, screen2 ... screen6), confirm, the wrap(θ) groups, leads-retired, leads-retired-optim
-and fixes40-retired are retired (retired.py): their fields left the library, their results stay and are reported, and
-the commit that runs them is named there.
+The screening rounds (screen, screen2 ... screen6), confirm, the wrap(θ) groups, leads-retired, leads-retired-optim,
+leads-retired-bound-scale, fixes40-retired and fixes40-retired-bound-scale are retired (retired.py): their fields left
+the library, their results stay and are reported, and the commit that runs them is named there.
 Every group run before main-unprojected's successor (budget, lr10m, warmup10m and the frozen ones) ran ka-1m on the
 unprojected feed-forward at lr-unprojected's rate: ``plan`` pins its ka-1m runs to it (``UNPROJECTED``).
 """
@@ -193,9 +193,8 @@ class Lead:
 LEADS: dict[str, Lead] = {
     # the coupling's second harmonic (Daido), signed weights learned from 0 (layers/harmonics.py)
     "harmonics-2": Lead({"harmonics": 2}),
-    # a step whose length follows the increment's: with s = 1 nearly every trained increment of ka-1m-tuned sits on the
-    # bound (`kuramoto report`'s saturation), so every token moves by r whatever its coupling (bound.py)
-    "bound-scale-learned": Lead({"bound_scale": "learned"}),
+    # (A step whose length follows the increment's, the norm bound's scale s learned, lost its screen and again as a
+    # fix at 40M: group leads-retired-bound-scale.)
     # ω at the base rate, or frozen at RoPE's: at phase_lr_mult 20 (0.08 per step) Adam's first steps move every ω by
     # more than RoPE's slow rates (down to 1e-4); trained, almost no oscillator drifts slower than once per context
     # (more than half do at init; `python -m lab dynamics budget40`), yet slow oscillators are what compare content
@@ -537,8 +536,8 @@ FIXES: dict[str, Fix] = {
     # A free step length: trained, every increment of ka-1m-tuned sits on the norm bound, so every token moves by r
     # per sub-layer whatever its coupling says, and no gradient reaches a step's length. The learned s of the norm
     # bound (ω at the base rate, which is smooth); a radius per coordinate. Each predicts a steeper slope and bound
-    # saturation well below 100% (a third, the scaled step, lost at 40M: group fixes40-retired)
-    "bound-scale-learned-omega-lr-1": Fix(model={"bound_scale": "learned"}, train={"omega_lr_mult": 1.0}),
+    # saturation well below 100%. Two lost at 40M: the scaled step (group fixes40-retired) and the learned s (group
+    # fixes40-retired-bound-scale)
     "bound-elementwise": Fix(model={"bound": "elementwise"}),
     # Successor coupling: consensus with a retrieved context records where it is, not what followed it (FSN's
     # diagnosis); half the heads read the state after each attended token. Predicts a steeper slope, most of it on

@@ -71,9 +71,21 @@ RETIRED: dict[str, Retired] = {
     "fixes40-retired": Retired("issue 46's fixes worse than ka-1m-tuned's best at 40M tokens: the scaled step "
                                "(bound='scaled': a learned step size per oscillator times the increment, clipped "
                                "only far away)", "25e20b6", "python -m lab run fixes40 --only scaled-step-40m"),
+    # the norm bound's scale s learned (r·tanh(‖x‖/s), s from r): with s = 1 nearly every trained increment of
+    # ka-1m-tuned sits on the bound, so every token moves by r whatever its coupling; a learned s lets a step's length
+    # follow its increment's. It lost its screen at 10M tokens (+0.0465) and, with ω at the base rate, at 40M (+0.0442
+    # against the preset's best there, +0.052 against omega-lr-1 at the same rate)
+    "leads-retired-bound-scale": Retired("issue 26's lead bound_scale='learned' (the norm bound's scale s in "
+                                         "r·tanh(‖x‖/s) learned, from s = r), worse than ka-1m-tuned at the protocol",
+                                         "34fef35", "python -m lab run leads --only ka-1m-tuned-bound-scale-learned"),
+    "fixes40-retired-bound-scale": Retired("issue 46's fix bound_scale='learned' with omega_lr_mult=1 (the norm "
+                                           "bound's scale learned, ω at the base rate), worse than ka-1m-tuned's best "
+                                           "at 40M tokens", "34fef35",
+                                           "python -m lab run fixes40 --only bound-scale-learned-omega-lr-1-40m"),
 }
 # the retired groups whose runs a kept table still lists, marked (writers/leads.py, writers/summary.py)
-RETIRED_LEADS, RETIRED_FIXES = ("leads-retired", "leads-retired-optim"), ("fixes40-retired",)
+RETIRED_LEADS = ("leads-retired", "leads-retired-optim", "leads-retired-bound-scale")
+RETIRED_FIXES = ("fixes40-retired", "fixes40-retired-bound-scale")
 
 
 def rerun_command(group: str) -> str:

@@ -119,11 +119,9 @@ def literal_step(layer: KuramotoAttention, x: Tensor) -> tuple[Tensor, Tensor, T
     radius = bound.radius
 
     def bounded(w: Tensor) -> Tensor:
-        if kind == "norm" and bound.log_scale is None:
+        if kind == "norm":
             return naive.bound_norm(w, radius)
-        if kind == "elementwise":
-            return naive.bound_elementwise(w, radius)
-        return bound(w)  # the bounds outside the paper: bound.py's formulas (tests/layers/test_bound_scale.py)
+        return naive.bound_elementwise(w, radius)
 
     if group == "torus":
         return x + bounded(v * inc), inc, attn

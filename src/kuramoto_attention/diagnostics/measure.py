@@ -73,7 +73,7 @@ class Diagnostics:
       layer_median_abs_omega, layer_timescale (L,): the same over all of a layer's coordinates.
       attn_saturation  (L,)      fraction of attention increments at ≥ 95% of the bound radius.
       ff_saturation    (L,)      the same for feed-forward increments (NaN without feed-forward).
-      attn_drive       (L,)      median of the bound's tanh argument over the attention increments (‖x‖/s per
+      attn_drive       (L,)      median of the bound's tanh argument over the attention increments (‖x‖ per
                                  token, or |x_j|/r_j per coordinate, ``Bound.drive``): where it is past about 2
                                  the step's length is r whatever x, and the gradient through x's length is gone.
       ff_drive         (L,)      the same for feed-forward increments (NaN without feed-forward).

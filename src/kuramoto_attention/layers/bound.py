@@ -1,13 +1,12 @@
 """The bound applied to every increment before it moves a state (``naive.py`` writes the paper's two kinds out).
 
-    norm         r · tanh(‖x‖/s) · x/‖x‖        one learned r; the norm over a token's whole increment; s = 1 (the
-                                                 paper's reading) or learned (``bound_scale``)
+    norm         r · tanh(‖x‖) · x/‖x‖          one learned r; the norm over a token's whole increment
     elementwise  r ⊙ tanh(x / r)                 one learned r per coordinate
 
-With s = 1 a trained increment sits far past the tanh's knee, so every token moves by r whatever its coupling says; a
-learned s lets a step's length follow its increment's. Radius and scale are stored as logs (positive). (A third kind,
-the scaled step of a learned size per oscillator, lost at 40M tokens and was retired: models/config.py names the
-commit that has it.)
+Trained, an increment sits far past the norm bound's knee, so every token moves by r whatever its coupling says. The
+radius is stored as its log (positive). (Two fixes that let a step's length follow its increment's lost at 40M tokens
+and were retired: a learned scale s in r · tanh(‖x‖/s), ``bound_scale``, and a third kind, the scaled step of a
+learned size per oscillator; models/config.py names the commits that have them.)
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from torch import Tensor, nn
 from kuramoto_attention.ops.torus import bound_elementwise, norm_factor
 
 BoundKind = Literal["norm", "elementwise"]
-BoundScale = Literal["one", "learned"]
 
 
 @dataclass(frozen=True)
@@ -30,15 +28,10 @@ class NormBound:
     """The norm bound's parameters as a group receives them (never the module): bound(w) = w · factor(‖w‖²)."""
 
     log_radius: Tensor
-    log_scale: Tensor | None = None  # None: s = 1
 
     def factor(self, sq_norm: Tensor) -> Tensor:
-        """r·tanh(‖w‖/s)/‖w‖ per token from ‖w‖² (..., 1), in its dtype: bound(w) = bound_1(w/s) = w·h(‖w‖²/s²)/s."""
-        r = self.log_radius.exp().to(sq_norm.dtype)
-        if self.log_scale is None:
-            return norm_factor(sq_norm, r)
-        s = self.log_scale.exp().to(sq_norm.dtype)
-        return norm_factor(sq_norm / (s * s), r) / s
+        """r·tanh(‖w‖)/‖w‖ per token from ‖w‖² (..., 1), in its dtype: bound(w) = w · factor."""
+        return norm_factor(sq_norm, self.log_radius.exp().to(sq_norm.dtype))
 
 
 class Manifold(Protocol):
@@ -55,17 +48,12 @@ class Manifold(Protocol):
 class Bound(nn.Module):
     """One bound of a layer, for increments ``width`` = n·tangent wide (n oscillators of ``tangent`` coordinates)."""
 
-    def __init__(self, width: int, kind: BoundKind = "norm", radius_init: float = 10.0,
-                 scale: BoundScale = "one") -> None:
+    def __init__(self, width: int, kind: BoundKind = "norm", radius_init: float = 10.0) -> None:
         super().__init__()
         if kind not in ("norm", "elementwise"):
             raise ValueError(f"bound must be 'norm' or 'elementwise', got {kind!r}")
-        if scale not in ("one", "learned") or (scale == "learned" and kind != "norm"):
-            raise ValueError(f"bound_scale must be 'one', or 'learned' with the norm bound, got {scale!r} "
-                             f"with bound={kind!r}")
         self.kind = kind
         self.log_radius = nn.Parameter(torch.full((width if kind == "elementwise" else 1,), math.log(radius_init)))
-        self.log_scale = nn.Parameter(torch.full((1,), math.log(radius_init))) if scale == "learned" else None
 
     @property
     def radius(self) -> Tensor:
@@ -75,7 +63,7 @@ class Bound(nn.Module):
         """The norm bound's parameters, or None (elementwise)."""
         if self.kind == "elementwise":
             return None
-        return NormBound(self.log_radius, self.log_scale)
+        return NormBound(self.log_radius)
 
     def forward(self, x: Tensor) -> Tensor:
         """bound(x), (..., n·tangent)."""
@@ -102,9 +90,9 @@ class Bound(nn.Module):
         return self.move(geometry, x, geometry.tangent_gate(value.to(inc.dtype)) * inc)
 
     def drive(self, x: Tensor) -> Tensor:
-        """The tanh's argument for increment x (..., k): ‖x‖/s per token for the norm bound (..., ), |x_j|/r_j per
+        """The tanh's argument for increment x (..., k): ‖x‖ per token for the norm bound (..., ), |x_j|/r_j per
         coordinate (..., k) for the elementwise one. Past about 2 the step's length no longer follows x, and the
         gradient reaching x's length vanishes (sech² of it)."""
         if self.kind == "elementwise":
             return x.abs() / self.radius.to(x.dtype)
-        return x.norm(dim=-1) / (1.0 if self.log_scale is None else self.log_scale.exp().to(x.dtype))
+        return x.norm(dim=-1)

@@ -50,10 +50,9 @@ class AttentionConfig:
     omega: Literal["learned", "log", "zero"] = field(default="learned", metadata={"group_option": ("log",)})
     # "circular": A averages the states themselves (the Kuramoto step); "projection": values W_v φ(x) (ablation)
     value: Literal["circular", "projection"] = "circular"
-    # "norm": r·tanh(‖x‖/s)·x/‖x‖ over a token's increment, one learned r; "elementwise": r ⊙ tanh(x/r), r per
+    # "norm": r·tanh(‖x‖)·x/‖x‖ over a token's increment, one learned r; "elementwise": r ⊙ tanh(x/r), r per
     # coordinate (bound.py)
     bound: Literal["norm", "elementwise"] = "norm"
-    bound_scale: Literal["one", "learned"] = "one"  # s in the norm bound: 1, or learned from s = r
     tau: Literal["learned", "fixed"] = "learned"  # the temperature τ per head (log-parametrised) or fixed at tau_init
     tau_init: float = 1.0
     radius_init: float = 10.0  # r at init
@@ -78,8 +77,6 @@ class AttentionConfig:
             (self.omega in ("learned", "log", "zero"), "omega must be 'learned', 'log' or 'zero'"),
             (self.value in ("circular", "projection"), "value must be 'circular' or 'projection'"),
             (self.bound in ("norm", "elementwise"), "bound must be 'norm' or 'elementwise'"),
-            (self.bound_scale == "one" or (self.bound_scale == "learned" and self.bound == "norm"),
-             "bound_scale must be 'one', or 'learned' with bound='norm'"),
             (self.tau in ("learned", "fixed"), "tau must be 'learned' or 'fixed'"),
             (_finite(self.tau_init) and self.tau_init > 0, "tau_init must be a finite number > 0"),
             (_finite(self.radius_init) and self.radius_init > 0, "radius_init must be a finite number > 0"),
@@ -181,7 +178,7 @@ class KuramotoAttention(nn.Module):
         nn.init.normal_(self.value_gate.weight, std=0.02)
         nn.init.constant_(self.value_gate.bias, cfg.value_init)
         self.value_proj = nn.Linear(lift_dim, dim * geo.tangent, bias=False) if cfg.value == "projection" else None
-        self.bound = Bound(dim * geo.tangent, cfg.bound, cfg.radius_init, cfg.bound_scale)
+        self.bound = Bound(dim * geo.tangent, cfg.bound, cfg.radius_init)
 
     # ----------------------------------------------------------------- parts
     @property

@@ -23,13 +23,16 @@ RETIRED: dict[str, Any] = {
     "clock_log_weight": False, "step_gate": False, "fp32_attention": False, "ff_wrap": False,
     "ff_output": "increment", "ff_proj_dim": 0, "readout_gain": "none", "readout_gain_init": 1.0,
     "readout_harmonics": 1, "readout_tied": False, "embed_spread": 1.0,
-    "lag_from_state": False, "step_init": 0.25,
+    "lag_from_state": False, "step_init": 0.25, "bound_scale": "one",
 }
 # a field's (or a retired value's, as "field=value") own last commit, where it is not RETIRED_AT
 RETIRED_SINCE: dict[str, str] = {
     "lag_from_state": "4c98f00",  # the lead worse at 10M tokens (+0.014 on seed 0)
     # issue 46's scaled step (a learned step size per oscillator, clipped far away): +0.0665 at 40M tokens
     "bound='scaled'": "25e20b6", "step_init": "25e20b6",
+    # the norm bound's learned scale s in r·tanh(‖x‖/s): issue 26's lead bound-scale-learned, +0.0465 at 10M tokens,
+    # and issue 46's fix bound-scale-learned-omega-lr-1, +0.0442 at 40M
+    "bound_scale": "34fef35",
 }
 RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none", "scaled"), "ff_proj": ("layer",)}
 RENAMED = {"attn_radius_init": "radius_init"}  # the flat layout's name -> today's
@@ -104,7 +107,7 @@ def apply_overrides(family: str, cfg: Any, overrides: dict[str, Any]) -> Any:
     for key, value in overrides.items():
         key = RENAMED.get(key, key)
         if key not in paths:
-            if check_retired(key, value):
+            if check_retired(key.rsplit(".", 1)[-1], value):  # a retired field, by its own name or dotted path
                 continue
             names = sorted(k for k in paths if "." not in k)
             raise ConfigError(f"{family} model has no field {key!r}; fields: {', '.join(names)}")

@@ -99,8 +99,7 @@ class PhaseFeedForward(nn.Module):
         lift_dim = geometry.components * cfg.dim
         dim_in = shared_proj.out_features if shared_proj is not None else lift_dim if cfg.ff == "lift" else cfg.dim
         self.mlp = SwiGLU(dim_in, cfg.ff_hidden, cfg.dim * geometry.tangent)
-        att = cfg.attention
-        self.bound = Bound(cfg.dim * geometry.tangent, att.bound, cfg.ff_radius_init, att.bound_scale)
+        self.bound = Bound(cfg.dim * geometry.tangent, cfg.attention.bound, cfg.ff_radius_init)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.bound.move(self.geometry, x, self.update(x))

@@ -41,7 +41,7 @@ def test_the_fitted_temperature_undoes_a_scaled_confidence():
 
 def test_step_lengths_report_each_layer_and_both_steps():
     family, cfg = get_preset("ka-tiny")
-    for fields in ({}, {"bound": "elementwise"}, {"bound_scale": "learned"}):
+    for fields in ({}, {"bound": "elementwise"}):
         model = build_model(family, apply_overrides(family, cfg, fields))
         rows = step_lengths(model, torch.randint(0, 256, (2, 12)))
         assert [r["layer"] for r in rows] == [0, 1]

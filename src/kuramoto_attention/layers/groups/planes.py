@@ -170,7 +170,7 @@ class VectorGeometry(Geometry):
                   extras: nn.Module | None = None) -> Tensor:
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
-        if self.fused_step is not None and bound.log_scale is None and torch.is_grad_enabled():
+        if self.fused_step is not None and torch.is_grad_enabled():
             mean_parts = tuple(c.to(x.dtype) for c in from_heads(mean, self.components))
             return join(self.fused_step(split(x), mean_parts, v, bound.log_radius))
         w = tuple(v * c for c in self._xi(x, mean))

@@ -125,14 +125,14 @@ class Torus(Geometry):
 
     # ------------------------------------------------------------------ hand-fused in eager training
     def norm_move(self, x: Tensor, step: Tensor, bound: NormBound) -> Tensor:
-        if bound.log_scale is None and fused_applies():  # θ + bound(step) in one pass
+        if fused_applies():  # θ + bound(step) in one pass
             return bounded_step(x, step, bound.log_radius)
         return super().norm_move(x, step, bound)
 
     def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
                   extras: nn.Module | None = None) -> Tensor:
         plain = extras is None or (extras.coupling_mix is None and extras.harmonics is None)
-        if plain and bound.log_scale is None and fused_applies():  # increment, value gate, bound, residual: one pass
+        if plain and fused_applies():  # increment, value gate, bound, residual: one pass
             return gated_step(x, lifted, mean, value, bound.log_radius)
         return super().norm_step(x, lifted, mean, value, bound, extras)
 
