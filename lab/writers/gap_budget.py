@@ -54,13 +54,13 @@ def gap_table() -> str:
     if ten.exists():
         g = json.loads(ten.read_text())
         q = {r["quartile"]: r for r in g["by_difficulty"]}
-        rows.append([f"gap (group {g['group']}, seeds {', '.join(map(str, g['seeds']))})", "ka-1m" + (
+        rows.append([f"{g['group']} (seeds {', '.join(map(str, g['seeds']))})", "ka-1m" + (
             " (ψ(θ) itself)" if g.get("ka_ff_proj") in (None, "none") else ""), *cells(g, "ka"),
             _cell(q[0]["ka_gap"]), _cell(q[3]["ka_gap"])])
     if _path("json").exists():
         res = json.loads(_path("json").read_text())
         near, far = bins(res)
-        rows += [[f"gap {GROUP} ({max(res['tokens'].values()) / 1e6:.0f}M tokens, seed 0)",
+        rows += [[f"{GROUP} ({max(res['tokens'].values()) / 1e6:.0f}M tokens)",
                   res["runs"][key].rsplit("-", 1)[0], *cells(res, key), "—", "—"]
                  for key in ("tuned", "su2", "ka") if key in res.get("runs", {})]
     if not rows:

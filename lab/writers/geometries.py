@@ -13,7 +13,7 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import protocol
-from lab.groups import HOMES, SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token, plan
+from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token, plan
 from lab.protocol import load_results
 from lab.writers.common import bpcs, diff, fmt, label, mean, mean_sd, not_run, planned, seed_runs, table, throughput
 from lab.writers.compute import BENCH_MODE, bench_rates, fmt_per_token
@@ -181,16 +181,11 @@ def summary_table() -> str:
             seeds = str(len(mine))
         sweep = min(load_results(study.sweep), key=lambda r: r["eval_bpc"], default=None)
         screened = min(screen_rows(study), key=lambda x: x[2], default=None) if study.screen else None
-        body.append([f"{study.label} ({study.issue})", f"`{study.preset}`", study.main, seeds,
+        body.append([f"{study.label} ({study.issue})", f"`{study.preset}`", seeds,
                      mean_sd(mine) if mine else not_run(study.main, "not run yet"), diff(mean(mine), mean(tf)),
                      ", ".join(f"{diff(mean(mine), mean(bpcs(runs[p])))} vs {p}" for p, _ in study.compared[1:-1]
                                if mine and runs[p]) or "—",
-                     f"{flops_per_token(study.preset) / flops_per_token(REFERENCE):.2f}×",
                      f"{sweep['train']['lr']:g}: {fmt(sweep['eval_bpc'])}" if sweep else "—",
                      f"{screened[0]}: {fmt(screened[1]['eval_bpc'])} ({screened[2]:+.4f})" if screened else "—"])
-    pools = [min((r for r in load_results(HOMES[p].sweep) if r["preset"] == p), key=lambda r: r["eval_bpc"],
-                 default=None) for p, _ in TORUS]
-    body += [[f"torus: {r['preset']}", "", "", "", "", "", "", "", f"{r['train']['lr']:g}: {fmt(r['eval_bpc'])}", ""]
-             for r in pools if r]
-    return table(["study", "preset", "group", "seeds", "test BPC", "gap to tf-1m", "Δ of means vs the others",
-                  "model FLOPs/token vs tf-1m", "3M sweep: best lr: valid BPC", "best 3M variant (Δ)"], body)
+    return table(["study", "preset", "seeds", "test BPC", "gap to tf-1m", "Δ of means vs the others",
+                  "3M sweep: best lr: valid BPC", "best 3M variant (Δ)"], body)

@@ -234,16 +234,16 @@ def summary_section() -> str:
         eq = "—" if flop is None else fmt(flop["eval_bpc"]) + ("" if base else f" ({diff(flop, flops_ref)})")
         return [at, eq, f"{diff(best, tf)} / {diff(flop, tf)}", fmt_slope(best)]
 
-    body = [[f"{PRESET} (the preset)", "—", fmt(seed0 and seed0["eval_bpc"]), *cells(ref, flops_ref, True)]]
+    body = [[f"{PRESET} (the preset)", fmt(seed0 and seed0["eval_bpc"]), *cells(ref, flops_ref, True)]]
     screened = []
-    for name, lead, r in rows:
+    for name, _, r in rows:
         key = name.removeprefix(f"{PRESET}-")
         mine = lead_runs_at(f"{PRESET}-{key}", BUDGETS[-1], long)
         if not mine:
             screened.append(key)
             continue
         flop = next((x for x in long if x["name"] == f"{PRESET}-{key}-flops-tf-{BUDGETS[-1] // 1_000_000}m"), None)
-        body.append([key, overrides(r) if r else lead.change(), f"{fmt(r and r['eval_bpc'])} ({diff(r, seed0)})",
+        body.append([key, f"{fmt(r and r['eval_bpc'])} ({diff(r, seed0)})",
                      *cells(min(mine, key=valid_estimate), flop, False)])
     b, p = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M"
     try:
@@ -251,6 +251,6 @@ def summary_section() -> str:
         at_long = "" if long else f" At {b}: {not_run(LONG_GROUP, 'not run yet')}."
     except ConfigError:  # none beat ka-1m-tuned and none is the budget's, or leads is not complete
         at_long = f" At {b}: none trained (the notebook says why)."
-    return (table(["lead", "change", f"{p}, seed 0 (Δ)", f"{b} tokens (Δ, lr)", f"tf-1m's {b} FLOPs (Δ)",
+    return (table(["lead", f"{p}, seed 0 (Δ)", f"{b} tokens (Δ, lr)", f"tf-1m's {b} FLOPs (Δ)",
                    "gap to tf-1m, equal tokens / FLOPs", f"validation slope per doubling {p}→{b}"], body)
             + (f"\n\nScreened at {p} only: {', '.join(screened)}." if screened else "") + at_long)

@@ -166,9 +166,10 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
     full = next((r for r in with_twins(full_group) if r["family"] == "kuramoto" and r["train"]["seed"] == 0), None)
     if not rows or not full:
         return f"_No ablations yet (`python -m lab run {group}`, after `{full_group}`)._"
-    return table(["ablation", "change", "params", "model FLOPs/token", "tokens", "test BPC", "ΔBPC", "paper Δ"],
+    return table(["ablation", "change", "params", "model FLOPs/token", "training FLOPs", "tokens", "test BPC", "ΔBPC",
+                  "paper Δ"],
                  [[label(r) + " (full model)" * (r is full), "—" if r is full else overrides(r), f"{r['params']:,}",
-                   costs(r)[0], f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—" if r is full else diff(r, full),
+                   *costs(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—" if r is full else diff(r, full),
                    PAPER_DELTAS.get(r["name"], "—")] for r in [full, *rows]])
 
 

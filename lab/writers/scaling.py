@@ -6,6 +6,7 @@ from typing import Any
 from lab.groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS, UNPROJECTED
 from lab.protocol import TRAIN_DEFAULTS, load_results
 from lab.writers.common import diff, fmt, reference_main, table, variant_change
+from lab.writers.compute import costs
 
 PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.452", "−0.004 (medians)")}
 
@@ -54,13 +55,15 @@ def scale_section() -> str:
     body = [[size.upper(), ka["group"], f"{ka['params']:,} / {tf['params']:,}",
              f"{ka['train']['lr']:g} / {tf['train']['lr']:g}", " / ".join(tried.get(f"{f}-{size}", "—") or "—"
                                                                             for f in ("ka", "tf")),
-             fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]), diff(ka, tf), f"{p_ka} / {p_tf}, {p_gap}"]
+             fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]), diff(ka, tf), f"{p_ka} / {p_tf}, {p_gap}",
+             *(" / ".join(c) for c in zip(costs(ka), costs(tf), strict=True))]
             for size, (p_ka, p_tf, p_gap) in PAPER_BY_SIZE.items()
             if (ka := runs.get(f"ka-{size}")) and (tf := runs.get(f"tf-{size}"))]
     if len(body) < 2:
         return "_No 5M runs yet (`python -m lab run scale`)._"
     return (table(["size", "group", "params ka / tf", "lr ka / tf", "rates tried ka / tf", "ka test BPC",
-                   "tf test BPC", "gap", "paper (enwik8) ka / tf, gap"], body) + "\n\n" + _variants_at_5m(runs))
+                   "tf test BPC", "gap", "paper (enwik8) ka / tf, gap", "model FLOPs/token ka / tf",
+                   "training FLOPs ka / tf"], body) + "\n\n" + _variants_at_5m(runs))
 
 
 def _variants_at_5m(runs: dict[str, dict[str, Any]]) -> str:
@@ -78,9 +81,10 @@ def _variants_at_5m(runs: dict[str, dict[str, Any]]) -> str:
         at1 = one.get(f"ka-{name}")
         body.append([name, variant_change(name) + (f"; {widths}" if widths else ""), f"{v['train']['lr']:g}",
                      fmt(v["eval_bpc"]), diff(v, base), diff(v, runs.get("tf-5m")),
-                     diff(at1, one.get("ka-1m-seed0")), diff(at1, runs.get("tf-1m"))])
+                     diff(at1, one.get("ka-1m-seed0")), diff(at1, runs.get("tf-1m")), *costs(v)])
     return table(["1M variant", "change", "lr at 5M", "test BPC at 5M (seed 0)", "Δ vs ka-5m at the same rate",
-                  "gap to the best tf-5m", "Δ at 1M (seed 0, vs main-unprojected)", "gap at 1M"], body)
+                  "gap to the best tf-5m", "Δ at 1M (seed 0, vs main-unprojected)", "gap at 1M",
+                  "model FLOPs/token", "training FLOPs"], body)
 
 
 def tuning10m_section(group: str, option: str) -> str:

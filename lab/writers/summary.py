@@ -65,14 +65,13 @@ def ablation_section() -> str:
     if not any(done.values()):
         return "_No ablations yet (`python -m lab run ablation`, `python -m lab run ablation-tuned`)._"
     body = [["(full model: test BPC)", *(fmt(r and r["eval_bpc"]) for r in full.values()), "—",
-             *(" / ".join(c) for c in zip(*(costs(r) for r in full.values()), strict=True))]]
+             " / ".join(costs(r)[0] for r in full.values())]]
     for name in dict.fromkeys([*ABLATIONS, *TUNED_ABLATIONS]):
         runs = [done[g].get(f"ka-{name}") for g in full]
         if any(runs):
             body.append([name, *(diff(r, ref) for r, ref in zip(runs, full.values(), strict=True)),
-                         PAPER_DELTAS.get(name, "—"), *(" / ".join(c) for c in zip(*map(costs, runs), strict=True))])
-    return table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ", "model FLOPs/token on ka-1m / tuned",
-                  "training FLOPs on ka-1m / tuned"], body)
+                         PAPER_DELTAS.get(name, "—"), " / ".join(costs(r)[0] for r in runs)])
+    return table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ", "model FLOPs/token on ka-1m / tuned"], body)
 
 
 def budget_section(plots: dict[str, Path | None], link: Any) -> str:
@@ -99,9 +98,9 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
                      fmt_slope(runs.get(b, {}).get(p)), *("—" if x is None else f"{x:+.3f}" for x in (
                          fit.per_doubling(runs, p, "10M", b), fit.per_doubling(runs, p, b, s),
                          fit.anneal_cost(runs, p)))])
-    text += "\n\n" + table(["model", "model FLOPs/token", "gap at 10M tokens", "at tf-1m's 10M FLOPs", f"at {b} tokens",
-                            f"at tf-1m's {b} FLOPs", f"validation slope per doubling 10M→{b}",
-                            f"test BPC per doubling 10M→{b}", f"{b}→{s}", "anneal cost at 10M"], gaps)
+    text += "\n\n" + table(["model", "FLOPs/token", "gap at 10M", "at tf-1m's 10M FLOPs", f"at {b}",
+                            f"at tf-1m's {b} FLOPs", f"valid slope/doubling 10M→{b}", f"test/doubling 10M→{b}",
+                            f"{b}→{s}", "anneal cost"], gaps)
     missing = [g for g, done in (("budget40", b in runs), ("flops", any(r[4] for r in compute.flops_rows())))
                if not done]
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
@@ -148,27 +147,27 @@ def size_section() -> str:
     variant = min(load_results("scale-variant"), key=lambda r: r["eval_bpc"], default=None)
     paper = {s: f"{a} / {b}, {g}" for s, (a, b, g) in PAPER_BY_SIZE.items()}
 
-    def row(what: str, ka: list[float], tf: list[float], cost: list[Any], p: str = paper["5m"]) -> list[str]:
+    def row(what: str, ka: list[float], tf: list[float], cost: list[Any], p: str = "") -> list[str]:
         return [what, mean_sd(ka) if len(ka) > 1 else fmt(mean(ka)), mean_sd(tf) if len(tf) > 1 else fmt(mean(tf)),
-                diff(mean(ka), mean(tf)), p, *(" / ".join(c) for c in zip(*map(costs, cost), strict=True))]
+                diff(mean(ka), mean(tf)), p]
 
     rows = [row("1M (main)", bpcs(one["ka-1m"]), bpcs(one["tf-1m"]), [one[p][0] for p in one], paper["1m"])] \
         if all(one.values()) else []
     rows += [row("5M (scale, the best rate tried)", [best["ka-5m"]["eval_bpc"]], [best["tf-5m"]["eval_bpc"]],
-                 list(best.values()))] if all(best.values()) else []
+                 list(best.values()), paper["5m"])] if all(best.values()) else []
     ka5, tf5 = bpcs(five[size.KA]), bpcs(five[size.TF])
     if ka5 and tf5:
         med = [fmt(statistics.median(ka5)), fmt(statistics.median(tf5)), diff(statistics.median(ka5),
                                                                              statistics.median(tf5))]
         rows += [row(f"5M tuned ({size.MAIN_GROUP}: {size.KA})", ka5, tf5, [five[size.KA][0], five[size.TF][0]]),
-                 ["5M tuned, medians", *med, paper["5m"], "", ""]]
+                 ["5M tuned, medians", *med, paper["5m"]]]
         if eq := size.equal_flops_run():
             rows.append(row(f"5M tuned at {size.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5, [eq, five[size.TF][0]]))
     if variant and best["tf-5m"]:
         rows.append(row(f"5M, the best 1M variant ({variant['name']})", [variant["eval_bpc"]],
                         [best["tf-5m"]["eval_bpc"]], [variant, best["tf-5m"]]))
-    return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap",
-                   "model FLOPs/token ka / tf", "training FLOPs ka / tf"], rows) if rows else "_No runs yet._") + (
+    return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap"], rows) if rows
+            else "_No runs yet._") + (
         "" if ka5 and tf5 else f"\n\n_5M tuned: {not_run(size.MAIN_GROUP, 'not run yet')}._")
 
 
@@ -195,10 +194,10 @@ def dynamics_section() -> str:
         n, group = len(judged), rows[0]["group"] + (" (ψ(θ) itself)" if any(r.get("ff_proj") is None for r in judged)
                                                    else "")
         text = table(["paper claim", "measured on", "runs where it holds"], [
-            ["1: local |G| ≥ 0.9 at every layer", group, f"{sum(r['local_near_one'] for r in judged)} of {n}"],
+            ["1: local \\|G\\| ≥ 0.9 at every layer", group, f"{sum(r['local_near_one'] for r in judged)} of {n}"],
             ["1: global order falls from the first layer to the last", group,
              f"{sum(r['global_falls'] for r in judged)} of {n}"],
-            ["2: median |ω| strictly decreasing with depth", group,
+            ["2: median \\|ω\\| strictly decreasing with depth", group,
              f"{sum(r['omega_decreasing'] for r in judged)} of {n}"]]) + "\n\n"
     return text + gap_budget.gap_table()
 

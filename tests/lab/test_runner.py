@@ -132,8 +132,8 @@ def test_lr_section_marks_the_best_rate_and_the_curve_gives_the_gap_at_the_sweep
                            for lr, b in [(2e-3, 2.7), (4e-3, 2.6)]])
     write_results(in_tmp, [fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
     text = results.lr_section()
-    assert "| ka-1m | lr | (preset) | 0.004 | 10.0M | 2.6000 | ✓ |" in text
-    assert "| ka-1m | lr | (preset) | 0.002 | 10.0M | 2.7000 |  |" in text
+    assert "| ka-1m | lr | phase_lr_mult=1 | 0.004 | 10.0M | 2.6000 | ✓ |" in text  # fake_result's phase rate
+    assert "| ka-1m | lr | phase_lr_mult=1 | 0.002 | 10.0M | 2.7000 |  |" in text
     assert "| 3M | ka-1m | lr/ka-1m-lr-0.004 | test | 2.6000 | +0.1000 |" in compute.budget_section()
 
 
@@ -528,8 +528,8 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
              fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
     write_results(in_tmp, rows)
     text = results.scale_section()
-    assert cells(text, "1M")[1:] == ["main-unprojected", "1 / 1", "0.004 / 0.008", "— / —", "2.3000", "2.1500",
-                                     "+0.1500", "1.637 / 1.616, +0.021 (means)"]
+    assert cells(text, "1M")[1:9] == ["main-unprojected", "1 / 1", "0.004 / 0.008", "— / —", "2.3000", "2.1500",
+                                      "+0.1500", "1.637 / 1.616, +0.021 (means)"]
     # the 5M rates tried, each model's: the reader sees which had more
     assert cells(text, "5M")[1:8] == ["scale", "1 / 1", "0.004 / 0.008", "0.004 / 0.004, 0.008", "2.0000", "1.9000",
                                       "+0.1000"]
@@ -559,7 +559,7 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
     write_results(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
     text = results.scale_section()
     # at 5M against ka-5m at the same rate and the best tf-5m; at 1M against main-unprojected's seed 0 and tf-1m's
-    assert cells(text, groups.BEST_VARIANT)[2:] == ["0.002", "1.9300", "-0.0200", "+0.0300", "-0.0400", "+0.1100"]
+    assert cells(text, groups.BEST_VARIANT)[2:8] == ["0.002", "1.9300", "-0.0200", "+0.0300", "-0.0400", "+0.1100"]
     assert groups.SCALE_VARIANTS[1] not in text  # the second variant not run yet: no row for it
     write_results(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
     assert cells(results.scale_section(), groups.SCALE_VARIANTS[1])[3:5] == ["1.9700", "+0.0200"]
@@ -697,7 +697,7 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     assert r["curve"] == stage["curve"] and r["wall_s"] == stage["wall_s"] and r["params"] == stage["params"]
     assert records.run_dir_of(r) == protocol.RUNS / "stage" / "ka-a"
     assert records.mismatch(groups.plan("seeds")[0], r) is None  # a record of its own spec, not stale
-    assert common.label(r) == "ka-s0 (trained as stage/ka-a: same config and seed, scored here on test)"
+    assert common.label(r) == "ka-s0 (= stage/ka-a, scored on test)"
     experiment.run_group("seeds", None)  # done now: nothing to evaluate again
     assert "ka-s0: done, skipping" in capsys.readouterr().out
 

@@ -68,7 +68,7 @@ def test_su2_section_without_results_says_what_to_run(in_tmp):
                                             compute.fmt_per_token(groups.flops_per_token("ka-su2-1m")), "—"]
     assert "| vs tf-1m |" not in text  # no differences without numbers
     row = cells(geometries.summary_table(), "SU(2) (issue 25)")
-    assert row[4].startswith("not run yet: `python -m lab run main-su2")
+    assert row[3].startswith("not run yet: `python -m lab run main-su2")
 
 
 def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp):
@@ -103,8 +103,8 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
                                          f"{med - statistics.median(tf):+.4f}", f"{flops:.2f}×",
                                          f"{15_000 / 24_000:.2f}×", "—"]
     row = cells(geometries.summary_table(), "SU(2) (issue 25)")
-    assert row[1:7] == ["`ka-su2-1m`", "main-su2", "3 of 3", f"2.2100 ± {statistics.stdev(mine):.4f}",
-                        f"{gap:+.4f}", f"{d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
+    assert row[1:6] == ["`ka-su2-1m`", "3 of 3", f"2.2100 ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
+                        f"{d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
     dyn = [{"group": g, "run": f"{g}/{n}", "local_order": [0.9, 0.8], "global_order": [0.5, 0.4],
             "attn_saturation": [0.5, 1.0]}
            for g, n in (("main-su2", "ka-su2-1m-seed0"), ("budget40", "ka-1m-tuned-40m"))]
@@ -116,9 +116,9 @@ def test_su2_line_says_how_many_of_its_seeds_are_in(in_tmp):
     write_results(in_tmp, [run("lr10m-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, split="valid")
                            for lr, b in ((4e-3, 2.3), (8e-3, 2.32))])
     write_results(in_tmp, [*seeds("main-su2", "ka-su2-1m", [2.20]), *seeds("main", "tf-1m", [2.14, 2.15, 2.13])])
-    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[3:6] == ["1 of 3", "2.2000 (one seed)", "+0.0600"]
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[2:5] == ["1 of 3", "2.2000 (one seed)", "+0.0600"]
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.20, 2.22]))
-    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[3:5] == ["2 of 3", "2.2100 ± 0.0141"]
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[2:4] == ["2 of 3", "2.2100 ± 0.0141"]
 
 
 def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
@@ -165,7 +165,7 @@ def test_sphere_section_without_results_says_what_to_run(in_tmp):
                                       compute.fmt_per_token(groups.flops_per_token(p)), "—"]
     assert "| vs tf-1m |" not in text
     row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
-    assert row[4].startswith("not run yet: `python -m lab run main-sphere")
+    assert row[3].startswith("not run yet: `python -m lab run main-sphere")
 
 
 def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(in_tmp):
@@ -207,10 +207,8 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
          "tf": {"preset": "tf-1m", "median": 25_000.0}}]}))
     assert cells(geometries.section(geometries.SPHERE), "vs tf-1m")[7] == "20,000 / 25,000 (0.80×)"
     row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
-    flops = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("tf-1m")
-    assert row[3:8] == ["3 of 3", f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
-                        f"{d_su:+.4f} vs ka-su2-1m, {d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned",
-                        f"{flops:.2f}×"]
+    assert row[2:6] == ["3 of 3", f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
+                        f"{d_su:+.4f} vs ka-su2-1m, {d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
     # the SU(2) section is not changed by the sphere's results: no sphere row there
     assert "ka-sphere-1m" not in geometries.section(geometries.SU2)
 
@@ -293,7 +291,7 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"At 40M tokens (leads40: {names}): Not run yet: `python -m lab run leads40" in text
     page = leads.summary_section()
     assert f"Screened at 10M only: {first}," in page  # not yet at 40M: named, its row is the notebook's
-    assert "| ka-1m-tuned (the preset) | — | 2.1500 |" in page
+    assert "| ka-1m-tuned (the preset) | 2.1500 |" in page
     assert "At 40M: not run yet: `python -m lab run leads40" in page
     b40 = 40_001_536
     write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
@@ -404,16 +402,16 @@ def test_gap_at_40m_without_and_with_the_study(in_tmp):
            "by_position": [], "by_difficulty": [{"quartile": q, "ka_gap": 0.1 * q} for q in range(4)]}
     (in_tmp / "results").mkdir()
     (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))
-    assert cells(gap_budget.gap_table(), "gap (group main, seeds 0, 1, 2)")[1:] == [
+    assert cells(gap_budget.gap_table(), "main (seeds 0, 1, 2)")[1:] == [
         "ka-1m (ψ(θ) itself)", "+0.100", "—", "—", "—", "+0.000", "+0.300"]
     _budget_gap(in_tmp)
     assert "## Where the gap is after 40M tokens" in gap_budget.notebook_part()
-    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| gap budget40")]
+    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| budget40")]
     # pooled 2.25 − 2.0; on the copying class 2.1 − 1.5 (the 10M study has no recall classes)
     assert [r.split(" | ")[1:3] + r.split(" | ")[5:6] for r in rows] == [
         ["ka-1m-tuned", "+0.250", "+0.600"], ["ka-1m", "+0.400", "+0.800"]]
     _budget_gap(in_tmp, su2=2.1)  # the tuned SU(2) model joins once trained
-    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| gap budget40")]
+    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| budget40")]
     assert rows[1].split(" | ")[1:3] + rows[1].split(" | ")[5:6] == ["ka-su2-1m-tuned", "+0.100", "+0.500"]
     assert "| ka-su2-1m-tuned gap |" in gap_budget.notebook_part()
 
@@ -432,11 +430,11 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert text.index("## SU(2)") < text.index("## The sphere S³") < text.index("\n## Ablations of ka-1m\n")
     assert "Not run yet: `python -m lab run main-su2" in text and "Not run yet: `python -m lab run leads" in text
     assert "Not run yet: `python -m lab run main-sphere" in text
-    assert cells(page, "SU(2) (issue 25)")[4].startswith("not run yet: `python -m lab run main-su2")
+    assert cells(page, "SU(2) (issue 25)")[3].startswith("not run yet: `python -m lab run main-su2")
     assert page.index("## Closing the gap: structural leads") < page.index("| SU(2) (issue 25) |") < \
         page.index("| The sphere S³ ⊂ R⁴")
     sphere = cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
-    assert sphere[4].startswith("not run yet: `python -m lab run main-sphere")
+    assert sphere[3].startswith("not run yet: `python -m lab run main-sphere")
     assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
     # issue 46's sections before their runs exist
     assert cells(page, "scaled-step")[2] == "not yet run"
@@ -447,13 +445,13 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     text, page = notebook.read_text(), summary_path.read_text()
     assert text.index("## Where the gap is after 40M tokens: per-byte loss") > text.index("## SU(2)")
     assert cells(text, "vs ka-1m")[2] == f"{2.205 - 2.245:+.4f}"
-    assert cells(page, "SU(2) (issue 25)")[4] == "2.2050 ± 0.0071"
+    assert cells(page, "SU(2) (issue 25)")[3] == "2.2050 ± 0.0071"
     write_results(in_tmp, seeds("main-sphere", "ka-sphere-1m", [2.3, 2.31]))
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
     assert f"| vs ka-su2-1m | 2 / 2 | {2.305 - 2.205:+.4f} |" in text
-    assert cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")[4] == "2.3050 ± 0.0071"
-    assert "| gap budget40 (40M tokens, seed 0) | ka-1m-tuned |" in page
+    assert cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")[3] == "2.3050 ± 0.0071"
+    assert "| budget40 (40M tokens) | ka-1m-tuned |" in page
 
 
 def test_readme_presets_table_is_written_from_the_presets(tmp_path):
@@ -541,8 +539,7 @@ def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
     write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000,
                                split="valid") for lr, b in ((2e-3, 2.7), (4e-3, 2.6))])
     write_results(in_tmp, [run("lr", "ka-1m-lr-0.004", "ka-1m", 2.5, tokens=3_000_000, split="valid")])
-    text = geometries.summary_table()
-    assert cells(text, "SU(2) (issue 25)")[8] == "0.004: 2.6000" and cells(text, "torus: ka-1m")[8] == "0.004: 2.5000"
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[6] == "0.004: 2.6000"
 
 
 def test_issue_26_targets_gaps_are_the_40m_runs_differences(in_tmp):
@@ -674,8 +671,7 @@ def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
     text = summary.ablation_section()
     per = compute.flops_per_token(no_ff)
     assert per < compute.flops_per_token(full)  # the feed-forward's FLOPs leave with it
-    cost = f"{compute.fmt_per_token(per)} / — | {compute.fmt_flops(per * 10_000_000)} / —"
-    assert f"| no-ff | +0.3500 | — | +0.27 | {cost} |" in text
+    assert f"| no-ff | +0.3500 | — | +0.27 | {compute.fmt_per_token(per)} / — |" in text
     assert cells(text, "(full model: test BPC)")[1:3] == ["2.2500", "—"]
     per_full = compute.fmt_per_token(compute.flops_per_token(full))
     assert cells(text, "(full model: test BPC)")[4].startswith(f"{per_full} /")
