@@ -41,13 +41,13 @@ def main_section() -> str:
         runs = {p: seed_runs(g, p) for p, g in pairs}
         fresh = [r for r in runs["ka-1m-tuned"] if r["train"]["seed"] in TUNED_FRESH_SEEDS]
         tf = mean(bpcs(runs["tf-1m"]))
-        body += [[f"**{p}**" + f" (seeds {', '.join(map(str, TUNED_FRESH_SEEDS))})" * (rs is fresh), corpus,
+        body += [[p + f" (seeds {', '.join(map(str, TUNED_FRESH_SEEDS))})" * (rs is fresh), corpus,
                   str(len(rs)), mean_sd(bpcs(rs)) if rs else "not run",
                   "—" if p == "tf-1m" else diff(mean(bpcs(rs)), tf),
-                  PAPER_1M.get(p, "—") if corpus == "enwik7" else "—", *costs(rs[0] if rs else None)]
+                  PAPER_1M.get(p, "—") if corpus == "enwik7" else "—", costs(rs[0] if rs else None)[0]]
                  for p, rs in [*runs.items(), *([("ka-1m-tuned", fresh)] if len(fresh) > 1 else [])]]
     return table(["model", "corpus", "seeds", "test BPC, mean ± sd", "gap to tf-1m", "paper (enwik8)",
-                  "model FLOPs/token", "training FLOPs"], body)
+                  "model FLOPs/token"], body)
 
 
 def main_gaps() -> dict[str, str]:
@@ -71,7 +71,7 @@ def ablation_section() -> str:
         if any(runs):
             body.append([name, *(diff(r, ref) for r, ref in zip(runs, full.values(), strict=True)),
                          PAPER_DELTAS.get(name, "—"), " / ".join(costs(r)[0] for r in runs)])
-    return table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ", "model FLOPs/token on ka-1m / tuned"], body)
+    return table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ", "FLOPs/token ka-1m / tuned"], body)
 
 
 def budget_section(plots: dict[str, Path | None], link: Any) -> str:
@@ -147,25 +147,25 @@ def size_section() -> str:
     variant = min(load_results("scale-variant"), key=lambda r: r["eval_bpc"], default=None)
     paper = {s: f"{a} / {b}, {g}" for s, (a, b, g) in PAPER_BY_SIZE.items()}
 
-    def row(what: str, ka: list[float], tf: list[float], cost: list[Any], p: str = "") -> list[str]:
+    def row(what: str, ka: list[float], tf: list[float], p: str = "") -> list[str]:
         return [what, mean_sd(ka) if len(ka) > 1 else fmt(mean(ka)), mean_sd(tf) if len(tf) > 1 else fmt(mean(tf)),
                 diff(mean(ka), mean(tf)), p]
 
-    rows = [row("1M (main)", bpcs(one["ka-1m"]), bpcs(one["tf-1m"]), [one[p][0] for p in one], paper["1m"])] \
+    rows = [row("1M (main)", bpcs(one["ka-1m"]), bpcs(one["tf-1m"]), paper["1m"])] \
         if all(one.values()) else []
     rows += [row("5M (scale, the best rate tried)", [best["ka-5m"]["eval_bpc"]], [best["tf-5m"]["eval_bpc"]],
-                 list(best.values()), paper["5m"])] if all(best.values()) else []
+                 paper["5m"])] if all(best.values()) else []
     ka5, tf5 = bpcs(five[size.KA]), bpcs(five[size.TF])
     if ka5 and tf5:
         med = [fmt(statistics.median(ka5)), fmt(statistics.median(tf5)), diff(statistics.median(ka5),
                                                                              statistics.median(tf5))]
-        rows += [row(f"5M tuned ({size.MAIN_GROUP}: {size.KA})", ka5, tf5, [five[size.KA][0], five[size.TF][0]]),
+        rows += [row(f"5M tuned ({size.MAIN_GROUP}: {size.KA})", ka5, tf5),
                  ["5M tuned, medians", *med, paper["5m"]]]
         if eq := size.equal_flops_run():
-            rows.append(row(f"5M tuned at {size.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5, [eq, five[size.TF][0]]))
+            rows.append(row(f"5M tuned at {size.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5))
     if variant and best["tf-5m"]:
         rows.append(row(f"5M, the best 1M variant ({variant['name']})", [variant["eval_bpc"]],
-                        [best["tf-5m"]["eval_bpc"]], [variant, best["tf-5m"]]))
+                        [best["tf-5m"]["eval_bpc"]]))
     return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap"], rows) if rows
             else "_No runs yet._") + (
         "" if ka5 and tf5 else f"\n\n_5M tuned: {not_run(size.MAIN_GROUP, 'not run yet')}._")

@@ -110,7 +110,7 @@ def test_results_md_is_computed_from_files(in_tmp):
     text = notebook.read_text()
     summary = summary_path.read_text()
     assert "`python -m lab report`" in summary and "(docs/notebook.md)" in summary and "(../RESULTS.md)" in text
-    assert cells(summary, "**ka-1m**")[4] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
+    assert cells(summary, "ka-1m")[4] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
     assert "1.637 ± 0.010" in summary
     assert "| no-ff | +0.2500 | — | +0.27 |" in summary  # the ablation's Δ beside the paper's
     assert "![validation curves](results/curves.png)" in summary and "(../results/curves.png)" in text
