@@ -82,8 +82,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def overrides(r: Run, strip_pinned: bool = True) -> str:
-    """A run's model overrides and changed training settings, less (``strip_pinned``) the ψ(θ) feed-forward its
-    group is pinned to (within such a group that is the base every run shares, not a change)."""
+    """A run's model overrides and changed training settings, less the ψ(θ) feed-forward its group is pinned to."""
     pinned = UNPROJECTED if strip_pinned and r["group"] in RAN_UNPROJECTED else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
@@ -138,8 +137,7 @@ def saturation(r: Run | None) -> str:
 
 
 def variant_change(name: str = BEST_VARIANT) -> str:
-    """A confirmed variant's change to ka-1m: its overrides (``groups.VARIANTS``), else its confirm run's (less the
-    ψ(θ) feed-forward confirm was pinned to)."""
+    """A confirmed variant's change to ka-1m (``groups.VARIANTS``, else its confirm run's overrides)."""
     if name in VARIANTS:
         change = VARIANTS[name]
     else:
@@ -151,6 +149,5 @@ def variant_change(name: str = BEST_VARIANT) -> str:
 
 
 def reference_main() -> list[Run]:
-    """main's transformer runs and ka-1m on ψ(θ) itself (main-unprojected): the pair of the groups run before
-    ka-1m's feed-forward read P ψ(θ) (``groups.PINNED_UNPROJECTED``)."""
+    """main's transformer runs and ka-1m on ψ(θ) itself: the pair of the groups pinned to ψ(θ)."""
     return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")

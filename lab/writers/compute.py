@@ -71,8 +71,7 @@ def costs(r: Run | None) -> list[str]:
 
 
 def overfit(r: Run) -> list[str]:
-    """Memorisation, three cells: valid − train BPC at the last evaluation within one pass over the training bytes
-    (passes), at the end (passes), and how far valid BPC rose after its lowest point (tokens), "—" where it did not."""
+    """Memorisation: valid − train BPC within one pass and at the end (passes), and valid's rise (after)."""
     curve, passes = [p for p in r.get("curve", []) if p.get("train_bpc") is not None], _train_bytes()
     if not curve or not passes:
         return ["—"] * 3
@@ -89,8 +88,7 @@ def _best(group: str, preset: str) -> Run | None:
 
 
 def budget_runs() -> dict[str, dict[str, Run]]:
-    """Per budget label, each preset's run there (seed 0, its own full schedule and swept rate; 3M: the best rate of
-    its sweep, on valid; 10M: seed 0 of its protocol group; 40M and 100M: ``budget_best``)."""
+    """Per budget label, each preset's run there (seed 0, its own schedule; 3M: its sweep's best, on valid)."""
     rows: dict[str, dict[str, Run]] = {
         "3M": {p: r for p, home in HOMES.items() if (r := _best(home.sweep, p)) is not None},
         "10M": {p: r for p, home in HOMES.items()
@@ -110,8 +108,7 @@ def valid_points(r: Run) -> list[tuple[int, float]]:
 
 
 def valid_slope(r: Run | None, start: int = PROTOCOL["tokens"]) -> float | None:
-    """A run's validation slope per doubling of its tokens within the run, from an evaluation within 5% of ``start``
-    to its end (issue 46's measure); None: no such evaluations."""
+    """A run's validation slope per doubling of its tokens from ``start`` to its end (None: no such points)."""
     pts = valid_points(r) if r else []
     near = min(pts, key=lambda q: abs(q[0] - start), default=None)
     if near is None or abs(near[0] - start) > 0.05 * start or pts[-1][0] <= 1.5 * near[0]:
@@ -213,8 +210,7 @@ def budget_plot(out: Path) -> Path | None:
 
 
 def _curves(p: str) -> list[tuple[Run, list[dict[str, float]]]]:
-    """Every seed-0 run of preset ``p`` on its own model (10M, 40M and the equal-FLOP budgets), with its validation
-    points."""
+    """Every seed-0 run of preset ``p`` on its own model, with its validation points."""
     pool = [r for g in (HOMES[p].main, "budget40", "flops") for r in with_twins(g)]
     return [(r, [x for x in (r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])])
                  if x["tokens"] > 0])
@@ -222,8 +218,7 @@ def _curves(p: str) -> list[tuple[Run, list[dict[str, float]]]]:
 
 
 def bench_rates(pair: tuple[str, str]) -> dict[str, float] | None:
-    """The pair's training tokens/s as `python -m benchmarks` measured them side by side in the protocol's mode
-    (results/bench.json), or None where it has no such row (or that row failed)."""
+    """The pair's training tokens/s side by side in `python -m benchmarks` (protocol's mode), or None."""
     path = protocol.RESULTS / "bench.json"
     if not path.exists():
         return None
@@ -268,8 +263,7 @@ def compute_plot(out: Path) -> Path | None:
 
 
 def bench_table() -> str:
-    """The bench's side-by-side training rates of each pair, its load average, and the spread of tf-1m's own
-    recorded rates (the runs' seconds are each session's machine and load)."""
+    """The bench's rates of each pair, its load average, and tf-1m's own recorded rates' spread."""
     rates = [(pair, r) for pair in PAIRS if (r := bench_rates(pair))]
     if not rates:
         return ""

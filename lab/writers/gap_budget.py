@@ -31,8 +31,7 @@ def _cell(x: float | None) -> str:
 
 
 def cells(res: dict[str, Any], key: str) -> list[str]:
-    """A model's pooled gap, its gap in the bin from NEAR_FROM and in the last bin of the window, and on the bytes
-    copying predicts ("—" where the study has no such breakdown)."""
+    """A model's pooled gap, its gap near the window's start and at its end, and on the bytes copying predicts."""
     pos, recall = res.get("by_position", []), res.get("by_recall", [])
     near = next((r for r in pos if r["from"] == NEAR_FROM), {})
     copy = next((r for r in recall if r["recall"] == COPYING), {})
@@ -47,8 +46,7 @@ def bins(res: dict[str, Any]) -> tuple[str, str]:
 
 
 def gap_table() -> str:
-    """One row per model of each study: pooled gap, by position, on the copying class, on the quarters of bytes the
-    transformer finds easiest and hardest (10M study)."""
+    """One row per model of each study: pooled, by position, copying, easiest and hardest quarters."""
     rows, near, far = [], "—", "—"
     ten = protocol.RESULTS / "gap.json"
     if ten.exists():

@@ -27,8 +27,7 @@ SYNC_REFERENCE = ("main", "budget40")  # the torus models whose dynamics rows th
 
 @dataclass(frozen=True)
 class Study:
-    """One non-torus preset and its groups: the 3M sweep, its two best rates at 10M, the seeds at the protocol;
-    ``beside``: other studies' (preset, main group) read beside it; ``screen``: variants at the 3M sweep's settings."""
+    """One non-torus preset and its groups: the 3M sweep, its two best rates at 10M, the seeds at the protocol."""
     title: str
     preset: str
     sweep: str
@@ -84,8 +83,7 @@ def comparison_table(study: Study, runs: dict[str, list[dict[str, Any]]]) -> str
 
 
 def versus_table(study: Study, runs: dict[str, list[dict[str, Any]]]) -> str:
-    """The study's preset against each other compared preset: the differences of means and medians beside the larger
-    seed sd of the two, and its cost per token and recorded throughput as ratios to the other's."""
+    """The preset against each other: Δ of means and medians beside the larger seed sd, cost ratios."""
     mine, rate = bpcs(runs[study.preset]), _rate(runs[study.preset])
     bench = bench_rates((study.preset, REFERENCE))
     body = []
@@ -113,8 +111,7 @@ def _arrow(values: list[float | None] | None) -> str:
 
 
 def sync_table(study: Study) -> str:
-    """The study's `python -m lab dynamics` rows beside the torus models', layer by layer: local and global order,
-    ω's timescale and how much of it is slower than the context, attention increments on the bound."""
+    """The study's `python -m lab dynamics` rows beside the torus models', layer by layer."""
     path = protocol.RESULTS / "dynamics.json"
     rows = json.loads(path.read_text()) if path.exists() else []
     again = {r["trained_in"] for r in load_results(study.main) if "trained_in" in r}  # shown once, under the seed
@@ -146,8 +143,7 @@ def screen_section(study: Study) -> str:
 
 
 def section(study: Study) -> str:
-    """The notebook's section on one study (its heading and words are the template's): the preset's change, its two
-    sweep stages, its variants, the comparison, the differences and the synchronisation."""
+    """The notebook's section on one study (its words are the template's)."""
     base, mine = flat_fields(get_preset(BASE)[1]), flat_fields(get_preset(study.preset)[1])
     runs = comparison(study)
     reused = [label(r) for r in runs[study.preset] if "trained_in" in r]
@@ -169,8 +165,7 @@ def section(study: Study) -> str:
 
 
 def summary_table() -> str:
-    """RESULTS.md's table of the studies: each preset's seeds at the protocol against tf-1m and the other presets
-    (means), its cost per token, its 3M sweep's best and its best screened variant; or what to run."""
+    """RESULTS.md's table of the studies, or what to run."""
     body = []
     for study in STUDIES:
         runs = comparison(study)

@@ -96,8 +96,7 @@ def _along_label(tokens: int) -> str:
 
 
 def _along(r: dict[str, Any] | None, ref: dict[str, Any] | None) -> str:
-    """A run's validation estimate minus the reference's at the schedule's quarters (each at an evaluation both made
-    within 5% of it, else "—"): where along the schedule a lead gains or loses."""
+    """A run's validation estimate minus the reference's at the schedule's quarters (within 5%, else —)."""
     if r is None or ref is None:
         return "—"
     own, base = dict(valid_points(r)), dict(valid_points(ref))
@@ -109,8 +108,7 @@ def _along(r: dict[str, Any] | None, ref: dict[str, Any] | None) -> str:
 
 
 def section() -> str:
-    """The notebook's leads: the 10M table (the preset and main-tuned's mean as its first rows), the 40M table, the
-    leads at their best rates, and the cheaper widths."""
+    """The notebook's leads: at 10M, at 40M, at their best rates, and the cheaper widths."""
     seed0, base = _base()
     tuned = mean(bpcs(base))
     own = mean(bpcs(load_results(BASE_GROUP)))  # leads40's bar: main-tuned's own runs (not confirm's, which chose it)
@@ -137,8 +135,7 @@ def section() -> str:
 
 
 def _long_part() -> str:
-    """leads40's runs against the preset at the same budget and rate (or at the same FLOPs), their gap to tf-1m at its
-    best rate there, and along the schedule; then each lead at its best rate against the preset at its best."""
+    """leads40's runs against the preset at the same tokens and rate (or FLOPs), and at their best rates."""
     rows = with_twins(LONG_GROUP)
     if not rows:
         try:
@@ -218,8 +215,7 @@ def why_table() -> str:
 
 
 def summary_section() -> str:
-    """RESULTS.md's leads: the preset and every lead run at 40M, at 10M (seed 0) and at 40M with its gaps and slope;
-    the leads screened at 10M only are named (the notebook has all of them)."""
+    """RESULTS.md's leads: the preset and every lead run at 40M, at 10M and at 40M."""
     rows = _lead_rows()
     if not any(r for *_, r in rows):
         return (f"Planned ({', '.join(n.removeprefix(PRESET + '-') for n, _, _ in rows)}): "

@@ -21,8 +21,7 @@ MEASURED_ROWS = (("ka-su2-1m", "main-su2", "the same layer on SU(2) (unit quater
 
 
 def _cost(p: str) -> tuple[str, str]:
-    """A preset's model FLOPs per token and its training tokens/s, each as a multiple of tf-1m's (tokens/s: the
-    bench's side-by-side rates in the protocol's mode; "—" where the bench has no such row)."""
+    """A preset's model FLOPs per token and bench tokens/s, as multiples of tf-1m's."""
     if p == "tf-1m":
         return "1×", "1×"
     rates = bench_rates((p, "tf-1m"))

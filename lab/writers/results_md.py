@@ -81,8 +81,7 @@ def lr_section() -> str:
 
 
 def transformer_group(group: str) -> str:
-    """The group whose transformer runs a main-like group is read against: pycode's for the pycode groups, else
-    main's (a frozen or tuned group trains its Kuramoto model only)."""
+    """The group whose transformer a main-like group is read against (pycode's for pycode groups)."""
     return "pycode" if group.startswith("pycode") else "main"
 
 
@@ -101,9 +100,7 @@ def _confirm_ranking(min_seeds: int = 3) -> list[str]:
 
 
 def comparison_section(group: str, unit: str) -> str:
-    """A main-like group's models over seeds against its transformer's mean (with the paper's numbers); on main-tuned
-    the seeds that played no part in choosing the preset, on main the best confirmed variants; then the gap of the
-    mean validation estimates along training."""
+    """A main-like group's models over seeds against its transformer's mean, and along training."""
     rows = with_twins(group)
     if not rows:
         return f"_No runs yet (`python -m lab run {group}`)._"
@@ -174,8 +171,7 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
 
 
 def _screen_delta(run: dict[str, Any]) -> str:
-    """A confirm run's Δ against its round's ka-default in the last screening round that ran the same change, by
-    name or by the same model overrides and optimiser ("—": none did)."""
+    """A confirm run's Δ against ka-default in the last screening round that ran the same change."""
     keys = (*TRAINING_VARIANTS, "beta1", "beta2", "grad_clip", "precision", "warmup")
     name = run["name"].split("-seed")[0]
     for group in reversed(SCREENS):
@@ -195,8 +191,7 @@ def _change(r: dict[str, Any], main_lr: float | None) -> str:
 
 
 def confirm_sections(group: str = "confirm") -> tuple[str, str]:
-    """Confirm's candidates at the main protocol against the ka-1m they change (main-unprojected, same seeds) and the
-    transformer's mean: by candidate over its seeds (best first), and run by run."""
+    """Confirm's candidates against the ka-1m they change: over seeds (best first), and run by run."""
     main = reference_main()
     ka = {r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"}
     tf = mean([r["eval_bpc"] for r in main if r["family"] == "transformer"])

@@ -12,8 +12,7 @@ PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.
 
 
 def budget_section() -> str:
-    """The seed-0 pair (ka-1m on ψ(θ) itself) at 3M (the sweeps' best, valid), 10M and 20M tokens, and the confirmed
-    variant ``BUDGET_VARIANT`` beside it (screen5, confirm, budget)."""
+    """The seed-0 pair (ka-1m on ψ(θ) itself) at 3M, 10M and 20M, and a confirmed variant."""
     runs, variant = {}, {}
     pool = reference_main() + load_results("budget") + load_results("confirm")
     for r in (r for r in pool if r["train"]["seed"] == 0):
@@ -88,8 +87,7 @@ def _variants_at_5m(runs: dict[str, dict[str, Any]]) -> str:
 
 
 def tuning10m_section(group: str, option: str) -> str:
-    """Each 1M model at main's setting of a training ``option`` (seed 0) and at the group's, 10M tokens, test BPC;
-    then the seed-0 gap with each model at its better setting and at main's."""
+    """Each 1M model at main's and the group's setting of ``option`` (seed 0, 10M), and the gaps."""
     def value(r: dict[str, Any]) -> float:
         return r["train"].get(option, TRAIN_DEFAULTS[option])
 

@@ -34,8 +34,7 @@ CODE = (("tf-1m", "pycode"), ("ka-1m", "pycode"), ("ka-1m-tuned", "pycode-tuned"
 
 
 def main_section() -> str:
-    """The 1M models over seeds against tf-1m's mean, on enwik7 (with the paper's numbers and ka-1m-tuned's seeds
-    that played no part in choosing it) and on Python code (pycode, bits per byte)."""
+    """The 1M models over seeds against tf-1m's mean, on enwik7 and on Python code."""
     body = []
     for corpus, pairs in (("enwik7", MAIN), ("pycode (BPB)", CODE)):
         runs = {p: seed_runs(g, p) for p, g in pairs}
@@ -75,8 +74,7 @@ def ablation_section() -> str:
 
 
 def budget_section(plots: dict[str, Path | None], link: Any) -> str:
-    """Test BPC (gap) per budget and preset, then each Kuramoto preset's gaps at equal tokens and FLOPs, its slopes
-    and its anneal cost, with the plots."""
+    """Test BPC per budget, then each preset's gaps, slopes and anneal cost."""
     runs = compute.budget_runs()
     if not runs:
         return "_No runs yet (`python -m lab run budget40`)._"
@@ -109,8 +107,7 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
 
 
 def fixes_section() -> str:
-    """Issue 46's fixes: each at 40M tokens at its preset's best rate there, against that preset's best 40M run and
-    tf-1m's, its gap at tf-1m's 40M-token FLOPs, and its validation slope per doubling from 10M to 40M."""
+    """Issue 46's fixes at 40M tokens against their preset's best and tf-1m's, with their slopes."""
     done = {r["name"]: r for g in ("fixes40", "fixes40-flops") for r in with_twins(g)}
     tf = groups.budget_best("tf-1m", groups.FIX_BUDGET)
     rows = [[name, ", ".join(f"{k}={v}" for k, v in {**fix.model, **fix.train}.items()),
@@ -125,8 +122,7 @@ def fixes_section() -> str:
 
 
 def probes46_section() -> str:
-    """Issue 46's probes of the pair: capacity (enwik6's training split, scored on it) and pycode40 (Python code to
-    40M tokens)."""
+    """Issue 46's probes of the pair: capacity and pycode40."""
     if not any(with_twins(g) for g in ("capacity", "pycode40")):
         return "Not yet run: `python -m lab run capacity`, `python -m lab run pycode40`."
     rows = []
@@ -138,8 +134,7 @@ def probes46_section() -> str:
 
 
 def size_section() -> str:
-    """The pair at 1M (main, means) and 5M (scale's best seed 0; main-5m's tuned recipe over seeds and at tf-5m's
-    FLOPs; scale-variant's best), beside the paper's."""
+    """The pair at 1M and 5M (scale, main-5m, scale-variant), beside the paper's."""
     scale = load_results("scale")
     best = {p: min((r for r in scale if r["preset"] == p), key=lambda r: r["eval_bpc"], default=None)
             for p in ("ka-5m", "tf-5m")}

@@ -24,8 +24,7 @@ def sweep_section(group: str, preset: str) -> str:
 
 
 def second_stage_section(second: str, sweep: str, preset: str) -> str:
-    """Each rate of ``second`` (the 3M sweep's two best at the protocol, seed 0) with its valid BPC at 3M and at 10M,
-    the one its groups train at marked once both are in."""
+    """The 3M sweep's two best rates at 10M beside their 3M figures, the chosen one marked."""
     rows = sorted((r for r in load_results(second) if r["preset"] == preset), key=lambda r: r["train"]["lr"])
     if not rows:
         return f"_{not_run(second)}._"
