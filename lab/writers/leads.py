@@ -29,17 +29,8 @@ from lab.groups import (
     with_twins,
 )
 from lab.protocol import PROTOCOL, load_results, run_command
-from lab.writers import gap_budget
+from lab.writers import compute, gap_budget
 from lab.writers.common import bpcs, diff, fmt, label, mean, mean_sd, not_run, overrides, saturation, seed_runs, table
-from lab.writers.compute import (
-    budget_runs,
-    flops_per_token,
-    fmt_flops,
-    fmt_per_token,
-    fmt_slope,
-    training_flops,
-    valid_points,
-)
 
 PRESET, GROUP, LONG_GROUP, BASE_GROUP, BUDGET_GROUP = "ka-1m-tuned", "leads", "leads40", "main-tuned", "budget40"
 SEEDS_GROUP, RETIRED_GROUP, RATE_GROUP = "leads-seeds", "leads-retired", "lr40"
@@ -69,7 +60,7 @@ def _seed_vals(name: str, r: dict[str, Any] | None) -> list[float]:
 
 def _flops(lead: Lead, r: dict[str, Any] | None) -> str:
     # a lead's cost is known before it runs: the same count, from its preset and overrides
-    return fmt_per_token(flops_per_token(r or {"preset": PRESET, "model_overrides": lead.model, "train": {}}))
+    return compute.costs(r or {"preset": PRESET, "model_overrides": lead.model, "train": {}, "tokens": 0})[0]
 
 
 def _at_rate(lr: float, budget: int = BUDGETS[-1]) -> dict[str, Any] | None:
@@ -99,7 +90,7 @@ def _along(r: dict[str, Any] | None, ref: dict[str, Any] | None) -> str:
     """A run's validation estimate minus the reference's at the schedule's quarters (within 5%, else —)."""
     if r is None or ref is None:
         return "—"
-    own, base = dict(valid_points(r)), dict(valid_points(ref))
+    own, base = dict(compute.valid_points(r)), dict(compute.valid_points(ref))
     shared, cells = sorted(set(own) & set(base)), []
     for at in (f * r["tokens"] for f in ALONG):
         t = min(shared, key=lambda x: abs(x - at), default=None)
@@ -175,17 +166,17 @@ def _long_part() -> str:
 def _widths_part() -> str:
     """leads-flops: each cheaper width at tf-1m's 10M-token training FLOPs, against the preset at the same FLOPs."""
     done = {r["name"]: r for r in with_twins(WIDTHS_GROUP)}
-    ref, tf = _flops_ref(PROTOCOL["tokens"]), budget_runs().get("10M", {}).get("tf-1m")
+    ref, tf = _flops_ref(PROTOCOL["tokens"]), compute.budget_runs().get("10M", {}).get("tf-1m")
     body = []
     for name, lead in ((f"{PRESET}-{k}-flops-tf-10m", lead) for k, lead in WIDTHS.items()):
         r = done.get(name)
         tokens = r["tokens"] if r else flop_matched_tokens(PRESET, "tf-1m", PROTOCOL["tokens"], lead.model)
         body.append([name, overrides(r) if r else lead.change(), f"{r['params']:,}" if r else "—", _flops(lead, r),
-                     f"{tokens / 1e6:.2f}M", fmt_flops(training_flops(r)),
+                     f"{tokens / 1e6:.2f}M", compute.fmt_flops(compute.training_flops(r)),
                      fmt(r["eval_bpc"]) if r else "not run", diff(r, ref), diff(r, tf)])
     body += [[label(x), "(preset)" if x is ref else "(the transformer)", f"{x['params']:,}",
-              fmt_per_token(flops_per_token(x)), f"{x['tokens'] / 1e6:.2f}M",
-              fmt_flops(training_flops(x)), fmt(x["eval_bpc"]), "—" if x is ref else diff(x, ref),
+              compute.fmt_per_token(compute.flops_per_token(x)), f"{x['tokens'] / 1e6:.2f}M",
+              compute.fmt_flops(compute.training_flops(x)), fmt(x["eval_bpc"]), "—" if x is ref else diff(x, ref),
               "—" if x is tf else diff(x, tf)] for x in (ref, tf) if x]
     note = "" if done else f"\n\n_{not_run(WIDTHS_GROUP)}._"
     return table(["cheaper width", "change", "params", "model FLOPs/token", "tokens", "training FLOPs", "test BPC",
@@ -228,7 +219,7 @@ def summary_section() -> str:
         at = "—" if best is None else fmt(best["eval_bpc"]) + f" ({'' if base else diff(best, ref) + ', '}lr " \
             f"{best['train']['lr']:g})"
         eq = "—" if flop is None else fmt(flop["eval_bpc"]) + ("" if base else f" ({diff(flop, flops_ref)})")
-        return [at, eq, f"{diff(best, tf)} / {diff(flop, tf)}", fmt_slope(best)]
+        return [at, eq, f"{diff(best, tf)} / {diff(flop, tf)}", compute.fmt_slope(best)]
 
     body = [[f"{PRESET} (the preset)", fmt(seed0 and seed0["eval_bpc"]), *cells(ref, flops_ref, True)]]
     for name, _, r in rows:  # the leads run at 40M (the notebook has those screened at 10M only)
