@@ -1,5 +1,5 @@
-"""Shared pieces of the generated RESULTS.md: number and table formatting, and how a run is named and
-described (its settings, its twin in another group, its bound saturation)."""
+"""Shared pieces of the generated pages: number and table formatting, and how a run is named and described. The
+writers make tables and single numbers; the sentences around them are the templates' (lab/templates/)."""
 
 import math
 import statistics
@@ -9,20 +9,38 @@ from kuramoto_attention.errors import ConfigError
 from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, order, plan, reads, with_twins
 from lab.protocol import TRAIN_DEFAULTS, load_results, run_command
 
+Run = dict[str, Any]
+# the training settings a variant (a lead, an ablation) changes
+TRAINING_VARIANTS = ("phase_lr_mult", "omega_lr_mult", "shared_lr_mult", "weight_decay", "clip_angles_apart")
 
-def fmt(x: float) -> str:
-    return f"{x:.4f}"
+
+def fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
+def diff(a: Run | float | None, b: Run | float | None, digits: int = 4) -> str:
+    """a − b (runs: their test BPC), signed, or "—" where either is missing."""
+    a, b = (x["eval_bpc"] if isinstance(x, dict) else x for x in (a, b))
+    return "—" if a is None or b is None else f"{a - b:+.{digits}f}"
+
+
+def mean(vals: list[float]) -> float | None:
+    return statistics.mean(vals) if vals else None
 
 
 def mean_sd(vals: list[float]) -> str:
     """Mean ± sample sd, or the one value with "(one seed)": an sd of one run is not a spread."""
+    if not vals:
+        return "—"
     return fmt(statistics.mean(vals)) + (f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed)")
 
 
+def bpcs(runs: list[Run]) -> list[float]:
+    return [r["eval_bpc"] for r in runs]
+
+
 def not_run(group: str, lead: str = "Not run yet") -> str:
-    """What a section says for a group without results: the command that makes them (under the current root), and
-    the groups still to run before it: those its plan reads (``groups.reads``, never typed) that have no results
-    yet, and theirs in turn, in run order (``groups.order``)."""
+    """The command that makes a group's results, and the groups its plan reads that have none yet, in run order."""
     missing: set[str] = set()
 
     def visit(g: str) -> None:
@@ -36,7 +54,7 @@ def not_run(group: str, lead: str = "Not run yet") -> str:
     return f"{lead}: `{run_command(group)}`" + (f" (after {', '.join(f'`{g}`' for g in before)})" if before else "")
 
 
-def seed_runs(group: str, preset: str) -> list[dict[str, Any]]:
+def seed_runs(group: str, preset: str) -> list[Run]:
     """A preset's runs in a group, another group's identical runs included (``groups.with_twins``), by seed."""
     return sorted((r for r in with_twins(group) if r["preset"] == preset), key=lambda r: r["train"]["seed"])
 
@@ -49,10 +67,8 @@ def planned(group: str) -> str:
         return f"not plannable yet ({exc})"
 
 
-def throughput(r: dict[str, Any]) -> float | None:
-    """A run's measured training tokens per second: ``train_tokens_per_s`` (runner.py: the median of the trainer's
-    logged rates, the first left out because it includes compilation), else, for a record without it, the curve's
-    last tokens over its elapsed seconds (which includes compilation and evaluation pauses); None: neither."""
+def throughput(r: Run) -> float | None:
+    """A run's training tokens per second: ``train_tokens_per_s``, else its curve's last tokens over elapsed seconds."""
     rate = r.get("train_tokens_per_s")
     if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0:
         return float(rate)
@@ -62,17 +78,11 @@ def throughput(r: dict[str, Any]) -> float | None:
 
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
-# the training settings a variant (a lead, an ablation) changes
-TRAINING_VARIANTS = ("phase_lr_mult", "omega_lr_mult", "shared_lr_mult", "weight_decay", "clip_angles_apart")
-
-
-def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
-    """A run's model overrides, less (``strip_pinned``) the ψ(θ) feed-forward its group is pinned to: within such a
-    group that is the base every run shares, not a change."""
+def overrides(r: Run, strip_pinned: bool = True) -> str:
+    """A run's model overrides and changed training settings, less the ψ(θ) feed-forward its group is pinned to."""
     pinned = UNPROJECTED if strip_pinned and r["group"] in RAN_UNPROJECTED else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
@@ -82,7 +92,7 @@ def overrides(r: dict[str, Any], strip_pinned: bool = True) -> str:
     return ", ".join(parts) or "(preset)"
 
 
-def settings(r: dict[str, Any]) -> str:
+def settings(r: Run) -> str:
     """The open choices a screening run used, read from its recorded config."""
     m, t = r["model"], r["train"]
     if r["family"] != "kuramoto":
@@ -110,26 +120,24 @@ def settings(r: dict[str, Any]) -> str:
             + f"; {r['params']:,} params")
 
 
-def label(r: dict[str, Any]) -> str:
+def label(r: Run) -> str:
+    """A run's name, with the run another group made identically (``twin``) or trained it (``trained_in``)."""
     if "twin" in r:
-        return f"{r['name']} (= {r['twin']}: same config, seed and split)"
+        return f"{r['name']} (= {r['twin']})"
     if "trained_in" in r:
-        return f"{r['name']} (trained as {r['trained_in']}: same config and seed, scored here on {r['eval_split']})"
+        return f"{r['name']} (= {r['trained_in']}, scored on {r['eval_split']})"
     return r["name"]
 
 
-def saturation(r: dict[str, Any]) -> str:
-    d = r.get("diagnostics")
-    if not d:
-        return "—"
-    ff = [x for x in d["ff_saturation"] if x is not None]
-    ff_text = f"{statistics.mean(ff):.0%}" if ff else "—"
-    return f"{statistics.mean(d['attn_saturation']):.0%} / {ff_text}"
+def saturation(r: Run | None) -> str:
+    """The share of attention / feed-forward increments on the norm bound, mean over layers."""
+    d = (r or {}).get("diagnostics") or {}
+    attn, ff = d.get("attn_saturation"), [x for x in d.get("ff_saturation") or [] if x is not None]
+    return "—" if not attn else f"{statistics.mean(attn):.0%} / " + (f"{statistics.mean(ff):.0%}" if ff else "—")
 
 
 def variant_change(name: str = BEST_VARIANT) -> str:
-    """A confirmed variant's change to ka-1m: its overrides (``groups.VARIANTS``), else those its confirm run
-    recorded (less the ψ(θ) feed-forward confirm was pinned to)."""
+    """A confirmed variant's change to ka-1m (``groups.VARIANTS``, else its confirm run's overrides)."""
     if name in VARIANTS:
         change = VARIANTS[name]
     else:
@@ -140,7 +148,6 @@ def variant_change(name: str = BEST_VARIANT) -> str:
     return ", ".join(f"{k}={v}" for k, v in change.items())
 
 
-def reference_main() -> list[dict[str, Any]]:
-    """The pair the groups run before ka-1m's feed-forward read P ψ(θ) are measured against: main's transformer
-    runs and ka-1m on ψ(θ) itself (main-unprojected; ``groups.PINNED_UNPROJECTED``)."""
+def reference_main() -> list[Run]:
+    """main's transformer runs and ka-1m on ψ(θ) itself: the pair of the groups pinned to ψ(θ)."""
     return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")

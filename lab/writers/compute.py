@@ -1,14 +1,14 @@
-"""The notebook's and the summary's budget and compute sections (issue 26): test BPC and the gap per token budget
-(3M sweep, 10M main, 20M budget, 40M budget40), where training starts to overfit (the runs' train/valid "curve"),
-each model's model FLOPs per token and training FLOPs, the gap at equal FLOPs (group flops) beside the gap at equal
-tokens, and the plots of test BPC against budget and of validation BPC against training FLOPs and seconds of training
-(at the bench's side-by-side rates)."""
+"""The budget and compute tables (issue 26): test BPC and the gap per token budget, memorisation (valid − train BPC),
+model FLOPs per token and training FLOPs, the gap at equal FLOPs beside the gap at equal tokens, the bench's rates,
+and the plots of test BPC against budget and of validation BPC against training FLOPs and seconds."""
 
 import contextlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from kuramoto_attention.errors import ConfigError
 from lab import protocol
 from lab.groups import (
     BUDGET_PRESETS,
@@ -24,11 +24,12 @@ from lab.groups import (
 from lab.groups import flops_per_token as preset_flops_per_token
 from lab.protocol import PROTOCOL, load_results
 from lab.retired import retired_settings, without_retired
-from lab.writers.common import fmt, table
+from lab.writers.common import Run, diff, fmt, table, throughput
 
 REFERENCE = "tf-1m"
 PAIRS = tuple((p, REFERENCE) for p in FLOPS_PRESETS)  # each Kuramoto preset of the curve against the transformer
 COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange", "ka-su2-1m-tuned": "tab:purple"}
+BENCH_MODE = ("compile" if PROTOCOL["compile"] else "eager", PROTOCOL["precision"])  # the protocol's, as the bench's
 
 
 def _train_bytes() -> int | None:
@@ -40,23 +41,19 @@ def _train_bytes() -> int | None:
     return None
 
 
-def _flops_per_token(preset: str, overrides: dict[str, Any], context: int) -> int | None:
+def flops_per_token(r: Run) -> int | None:
+    """A result's model FLOPs per training token (the bench's count), None for a model the library no longer builds."""
+    if retired_settings(r.get("model_overrides", {})):
+        return None
     try:
-        return preset_flops_per_token(preset, overrides, context)
+        return preset_flops_per_token(r["preset"], without_retired(r.get("model_overrides", {})),
+                                      r["train"].get("context", PROTOCOL["context"]))
     except Exception:  # a record of a model the library no longer builds (a retired field)
         return None
 
 
-def flops_per_token(r: dict[str, Any]) -> int | None:
-    """A result's model FLOPs per training token (``diagnostics.flops.model_flops``, the bench's count), or None."""
-    if retired_settings(r.get("model_overrides", {})):  # a model the library no longer builds
-        return None
-    return _flops_per_token(r["preset"], without_retired(r.get("model_overrides", {})),
-                            r["train"].get("context", PROTOCOL["context"]))
-
-
-def training_flops(r: dict[str, Any]) -> int | None:
-    per = flops_per_token(r)
+def training_flops(r: Run | None) -> int | None:
+    per = flops_per_token(r) if r else None
     return per * r["tokens"] if per is not None else None
 
 
@@ -68,42 +65,35 @@ def fmt_per_token(x: float | None) -> str:
     return "—" if x is None else f"{x / 1e6:.2f}M"
 
 
-def overfit(r: dict[str, Any]) -> str:
-    """How far training memorises enwik7's training bytes: valid − train BPC (the mean training BPC since the
-    previous evaluation) at the last point within one pass and at the end, and whether valid BPC ever rose.
+def costs(r: Run | None) -> list[str]:
+    """A run's model FLOPs per token and training FLOPs, two cells."""
+    return [fmt_per_token(flops_per_token(r)) if r else "—", fmt_flops(training_flops(r))]
 
-    Train below valid is no sign of it: enwik7's validation bytes are harder than its training bytes from the first
-    pass on (every run's curve), so what says the model has begun to fit its training bytes rather than the text is
-    that difference growing once it sees them again, and overfitting proper is the validation BPC rising."""
-    curve = [p for p in r.get("curve", []) if p.get("train_bpc") is not None]
-    passes = _train_bytes()
+
+def overfit(r: Run) -> list[str]:
+    """Memorisation: valid − train BPC within one pass and at the end (passes), and valid's rise (after)."""
+    curve, passes = [p for p in r.get("curve", []) if p.get("train_bpc") is not None], _train_bytes()
     if not curve or not passes:
-        return "—"
-    first = [p for p in curve if p["tokens"] <= passes]
-    last = curve[-1]
-    end = f"{last['valid_bpc'] - last['train_bpc']:+.3f} at the end ({last['tokens'] / passes:.1f} passes)"
-    text = (f"{first[-1]['valid_bpc'] - first[-1]['train_bpc']:+.3f} at {first[-1]['tokens'] / passes:.1f} "
-            f"passes → {end}" if first and first[-1] is not last else end)
+        return ["—"] * 3
+    first, last = [p for p in curve if p["tokens"] <= passes], curve[-1]
     low = min(curve, key=lambda p: p["valid_bpc"])
     rose = last["valid_bpc"] - low["valid_bpc"]
-    return text + (f"; valid rose {rose:+.3f} after {low['tokens'] / 1e6:.1f}M" if rose > 0.005 else
-                   "; valid still falling")
+    return [*(f"{p['valid_bpc'] - p['train_bpc']:+.3f} ({p['tokens'] / passes:.1f})" if p else "—"
+              for p in (first[-1] if first and first[-1] is not last else None, last)),
+            f"{rose:+.3f} ({low['tokens'] / 1e6:.1f}M)" if rose > 0.005 else "—"]
 
 
-def _seed0(group: str, preset: str) -> dict[str, Any] | None:
-    return next((r for r in with_twins(group) if r["preset"] == preset and r["train"].get("seed", 0) == 0), None)
-
-
-def _best(group: str, preset: str) -> dict[str, Any] | None:
+def _best(group: str, preset: str) -> Run | None:
     return min((r for r in load_results(group) if r["preset"] == preset), key=lambda r: r["eval_bpc"], default=None)
 
 
-def budget_runs() -> dict[str, dict[str, dict[str, Any]]]:
-    """Per budget label, each preset of the curve's run there (seed 0, its own full schedule and swept rate; 3M: the
-    best rate of its sweep, on valid; 10M: seed 0 of its protocol group)."""
-    rows: dict[str, dict[str, dict[str, Any]]] = {
+def budget_runs() -> dict[str, dict[str, Run]]:
+    """Per budget label, each preset's run there (seed 0, its own schedule; 3M: its sweep's best, on valid)."""
+    rows: dict[str, dict[str, Run]] = {
         "3M": {p: r for p, home in HOMES.items() if (r := _best(home.sweep, p)) is not None},
-        "10M": {p: r for p, home in HOMES.items() if (r := _seed0(home.main, p)) is not None},
+        "10M": {p: r for p, home in HOMES.items()
+                if (r := next((x for x in with_twins(home.main) if x["preset"] == p
+                               and x["train"].get("seed", 0) == 0), None)) is not None},
         "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")},
     }
     for b, groups in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",))]:
@@ -111,17 +101,14 @@ def budget_runs() -> dict[str, dict[str, dict[str, Any]]]:
     return {k: v for k, v in rows.items() if v}
 
 
-def valid_points(r: dict[str, Any]) -> list[tuple[int, float]]:
+def valid_points(r: Run) -> list[tuple[int, float]]:
     """(tokens, validation estimate) along a run: its curve, else its older records' valid_curve."""
     pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
     return [(q["tokens"], q["valid_bpc"]) for q in pts]
 
 
-def valid_slope(r: dict[str, Any] | None, start: int = PROTOCOL["tokens"]) -> float | None:
-    """A run's validation slope per doubling of its tokens, within the run: (its estimate at the end − at ``start``
-    tokens, an evaluation within 5% of it) / log2(end / start); None: no such evaluations (issue 46's measure)."""
-    import math
-
+def valid_slope(r: Run | None, start: int = PROTOCOL["tokens"]) -> float | None:
+    """A run's validation slope per doubling of its tokens from ``start`` to its end (None: no such points)."""
     pts = valid_points(r) if r else []
     near = min(pts, key=lambda q: abs(q[0] - start), default=None)
     if near is None or abs(near[0] - start) > 0.05 * start or pts[-1][0] <= 1.5 * near[0]:
@@ -129,84 +116,62 @@ def valid_slope(r: dict[str, Any] | None, start: int = PROTOCOL["tokens"]) -> fl
     return (pts[-1][1] - near[1]) / math.log2(pts[-1][0] / near[0])
 
 
-def fmt_slope(r: dict[str, Any] | None) -> str:
+def fmt_slope(r: Run | None) -> str:
     return "—" if (x := valid_slope(r)) is None else f"{x:+.3f}"
 
 
-def off_rate(r: dict[str, Any]) -> bool:
-    """Whether a curve run trained at a rate other than its preset's swept one (group lr40's; budget100's, which
-    train at the rate best at 40M)."""
+def off_rate(r: Run) -> bool:
+    """Whether a curve run trained at a rate other than its preset's swept one (lr40's; budget100's)."""
     if r.get("group") == "budget100":
-        return r["train"]["lr"] != swept_rate(r["preset"])
+        with contextlib.suppress(ConfigError):  # no sweep here: not marked
+            return r["train"]["lr"] != swept_rate(r["preset"])
+        return False
     return r.get("group") == "lr40" or str(r.get("twin", "")).startswith("lr40/")
 
 
-def model_note(r: dict[str, Any]) -> str:
+def model_note(r: Run) -> str:
     changed = without_retired(r.get("model_overrides", {}))
     return "" if not changed else " (" + ", ".join(f"{k}={v}" for k, v in changed.items()) + ")"
 
 
 def budget_section() -> str:
+    """Every preset at every budget: its run, split, BPC, gap to tf-1m, lr, costs and memorisation."""
     runs = budget_runs()
     if not runs:
         return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget`, `... budget40`)._"
-    last = f"{BUDGETS[-1] // 1_000_000}M"
-    more = "" if last in runs else f" The {last} runs: not run yet (`python -m lab run budget40`)."
-    stretch = f"{STRETCH_BUDGET // 1_000_000}M"
-    if stretch not in runs:
-        more += f" The {stretch} stretch (tf-1m, ka-1m-tuned): not run yet (`python -m lab run budget100`)."
-    body = []
-    for label, by_preset in runs.items():
-        tf = by_preset.get(REFERENCE)
-        for p in BUDGET_PRESETS:
-            r = by_preset.get(p)
-            if r is None:
-                continue
-            gap = f"{r['eval_bpc'] - tf['eval_bpc']:+.4f}" if tf and r is not tf else "—"
-            body.append([label, p + model_note(r), r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"],
-                         fmt(r["eval_bpc"]), gap, fmt_per_token(flops_per_token(r)), fmt_flops(training_flops(r)),
-                         overfit(r)])
-    return ("Each row a model trained with its own full schedule (warmup, cosine to the budget, its swept rate) to "
-            "that budget, seed 0 (3M: the best rate of the 3M sweep, scored on the validation split; 40M: the better "
-            "on validation of budget40's run and lr40's at half the rate, where lr40 has one); the gap is to "
-            "tf-1m at the same budget. Memorisation: validation − training BPC (the mean training BPC since the "
-            "previous evaluation; validation: the run's estimate) at the last evaluation within one pass over enwik7's "
-            "9M training bytes and at the end, and whether the validation BPC rose (recorded by runs made since the "
-            "budget40 group was added; older runs: —). enwik7's validation bytes are harder than its training bytes "
-            "from the first pass on, so training below validation is no sign of overfitting; the difference growing "
-            "after one pass is what shows memorisation." + more + "\n\n"
-            + table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "model FLOPs/token", "training FLOPs",
-                     "valid − train (1 pass → end)"], body))
+    body = [[label, p + model_note(r), r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"], fmt(r["eval_bpc"]),
+             diff(r, by.get(REFERENCE)) if p != REFERENCE else "—", f"{r['train']['lr']:g}", *costs(r), *overfit(r)]
+            for label, by in runs.items() for p in BUDGET_PRESETS if (r := by.get(p)) is not None]
+    return table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "lr", "model FLOPs/token",
+                  "training FLOPs", "valid − train within 1 pass (passes)", "valid − train at the end (passes)",
+                  "valid rose (after)"], body) + "".join(f"\n\n_Not run yet: `python -m lab run {g}`._" for g, b in (
+                      ("budget40", BUDGETS[-1]), ("budget100", STRETCH_BUDGET)) if f"{b // 1_000_000}M" not in runs)
 
 
-def flops_section() -> str:
-    """The gap at equal training FLOPs (group flops) beside the gap at equal tokens, per reference budget of tf-1m."""
-    runs = budget_runs()
-    flops = {r["name"]: r for r in with_twins("flops")}
-    body = []
+def flops_rows() -> list[tuple[str, str, Run | None, Run | None, Run | None, str]]:
+    """(reference budget, preset, tf-1m there, the preset at equal tokens, at equal FLOPs, tokens at equal FLOPs)."""
+    runs, flops = budget_runs(), {r["name"]: r for r in with_twins("flops")}
+    out = []
     for b in (PROTOCOL["tokens"], *BUDGETS):
         label = f"{b // 1_000_000}M"
-        tf = runs.get(label, {}).get(REFERENCE)
         for p in FLOPS_PRESETS:
-            same_tokens = runs.get(label, {}).get(p)
-            eq = flops.get(f"{p}-flops-tf-{label.lower()}")
             try:
                 tokens = f"{flop_matched_tokens(p, REFERENCE, b) / 1e6:.2f}M"
             except Exception:  # a preset the library cannot build here
                 tokens = "—"
-            body.append([f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p, tokens,
-                         fmt(same_tokens["eval_bpc"]) if same_tokens else "—",
-                         f"{same_tokens['eval_bpc'] - tf['eval_bpc']:+.4f}" if same_tokens and tf else "—",
-                         fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(training_flops(eq)) if eq else "—",
-                         f"**{eq['eval_bpc'] - tf['eval_bpc']:+.4f}**" if eq and tf else "—"])
-    note = "" if flops else " None of the equal-FLOP runs exists yet: `python -m lab run flops` trains them."
-    return ("Each Kuramoto preset trained, with its own full schedule, for the token budget at which its training "
-            "FLOPs (model FLOPs per token × tokens) equal tf-1m's at the reference budget (group flops, seed 0), "
-            "beside the same preset at the reference's own tokens (equal tokens: the preset's protocol group, "
-            "budget40), test BPC." + note
-            + "\n\n" + table(["reference", "tf-1m test BPC", "model", "tokens at equal FLOPs", "BPC at equal tokens",
-                              "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"],
-                             body))
+            out.append((label, p, runs.get(label, {}).get(REFERENCE), runs.get(label, {}).get(p),
+                        flops.get(f"{p}-flops-tf-{label.lower()}"), tokens))
+    return out
+
+
+def flops_section() -> str:
+    """The gap at equal training FLOPs (group flops) beside the gap at equal tokens, per reference budget of tf-1m."""
+    body = [[f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p, tokens, fmt(same and same["eval_bpc"]),
+             diff(same, tf), fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(training_flops(eq)), diff(eq, tf)]
+            for label, p, tf, same, eq, tokens in flops_rows()]
+    note = "" if with_twins("flops") else "\n\n_Not run yet: `python -m lab run flops`._"
+    return table(["reference", "tf-1m test BPC", "model", "tokens at equal FLOPs", "BPC at equal tokens",
+                  "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"], body) + note
 
 
 def pyplot() -> Any:
@@ -218,6 +183,14 @@ def pyplot() -> Any:
     return plt
 
 
+def _save(fig: Any, out: Path) -> Path:
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    pyplot().close(fig)
+    return out
+
+
 def budget_plot(out: Path) -> Path | None:
     """Test BPC (3M: valid) against the token budget, log scale, one line per 1M preset (seed 0)."""
     runs = budget_runs()
@@ -225,66 +198,42 @@ def budget_plot(out: Path) -> Path | None:
                         and not model_note(r)) for p in BUDGET_PRESETS}
     if sum(len(v) for v in series.values()) < 2:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=120)
+    fig, ax = pyplot().subplots(figsize=(6.4, 4), dpi=120)
     for p, pts in series.items():
         if pts:
             ax.plot([t for t, _ in pts], [b for _, b in pts], "o-", color=COLOURS[p], label=p)
-    ax.set_xscale("log")
-    ax.set_xlabel("training tokens (log scale)")
-    ax.set_ylabel("enwik7 test BPC (3M: validation)")
+    ax.set(xscale="log", xlabel="training tokens (log scale)", ylabel="enwik7 test BPC (3M: validation)",
+           title="test BPC against the budget (seed 0, own schedule)")
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    ax.set_title("test BPC against the budget (seed 0, own schedule)")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
-def _curves(p: str) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
-    """Every seed-0 run of preset ``p`` on its own model at the protocol (10M, 40M and the equal-FLOP budgets), with
-    its validation points ({tokens, valid_bpc, ...})."""
+def _curves(p: str) -> list[tuple[Run, list[dict[str, float]]]]:
+    """Every seed-0 run of preset ``p`` on its own model, with its validation points."""
     pool = [r for g in (HOMES[p].main, "budget40", "flops") for r in with_twins(g)]
-    out = []
-    for r in pool:
-        if r["preset"] != p or r["train"].get("seed", 0) != 0 or model_note(r):
-            continue
-        pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
-        out.append((r, [x for x in pts if x["tokens"] > 0]))
-    return out
-
-
-# the protocol's training mode, as the bench names it
-BENCH_MODE = ("compile" if PROTOCOL["compile"] else "eager", PROTOCOL["precision"])
+    return [(r, [x for x in (r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])])
+                 if x["tokens"] > 0])
+            for r in pool if r["preset"] == p and r["train"].get("seed", 0) == 0 and not model_note(r)]
 
 
 def bench_rates(pair: tuple[str, str]) -> dict[str, float] | None:
-    """The pair's training tokens/s as the bench measured them side by side (ka and tf alternating) in the protocol's
-    mode (results/bench.json, `python -m benchmarks`), or None where it has no such row (or that row failed).
-
-    The runs' own recorded seconds are not comparable: they ran on whichever machine and load each session had
-    (``compute_caption`` gives the spread), so one side-by-side measurement per pair turns each run's tokens into
-    seconds on one machine."""
+    """The pair's training tokens/s side by side in `python -m benchmarks` (protocol's mode), or None."""
     path = protocol.RESULTS / "bench.json"
     if not path.exists():
         return None
     for row in json.loads(path.read_text()).get("training", []):
-        if "ka" not in row or "tf" not in row:  # a mode that failed on the bench's machine: its error only
-            continue
-        if (row["ka"]["preset"], row["tf"]["preset"]) == pair and (row["mode"], row["precision"]) == BENCH_MODE:
+        if "ka" in row and "tf" in row and (row["ka"]["preset"], row["tf"]["preset"]) == pair \
+                and (row["mode"], row["precision"]) == BENCH_MODE:
             return {row["ka"]["preset"]: row["ka"]["median"], row["tf"]["preset"]: row["tf"]["median"]}
     return None
 
 
 def compute_plot(out: Path) -> Path | None:
-    """Validation BPC against training FLOPs and against seconds of training on the bench's machine (each run's
-    tokens over its preset's side-by-side bench rate, ``bench_rates``), one row of panels per pair."""
+    """Validation BPC against training FLOPs and against seconds at the bench's side-by-side rates, a row per pair."""
     if not any(_curves(p) for pair in PAIRS for p in pair):
         return None
-    plt = pyplot()
-    fig, axes = plt.subplots(len(PAIRS), 2, figsize=(11, 4 * len(PAIRS)), dpi=110, squeeze=False)
+    fig, axes = pyplot().subplots(len(PAIRS), 2, figsize=(11, 4 * len(PAIRS)), dpi=110, squeeze=False)
     for row, pair in zip(axes, PAIRS, strict=True):
         rates = bench_rates(pair)
         for ax, x in zip(row, ("flops", "seconds"), strict=True):
@@ -292,52 +241,39 @@ def compute_plot(out: Path) -> Path | None:
             for p in pair:
                 for r, pts in _curves(p):
                     per = flops_per_token(r)
-                    if x == "flops":
-                        xs = [q["tokens"] * per if per else None for q in pts]
-                    else:
-                        xs = [q["tokens"] / rates[p] if rates else None for q in pts]
+                    xs = [(q["tokens"] * per if per else None) if x == "flops" else
+                          (q["tokens"] / rates[p] if rates else None) for q in pts]
                     keep = [(a, q["valid_bpc"]) for a, q in zip(xs, pts, strict=True) if a]
                     if keep:
                         ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
                                 label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
                         drawn = True
-            ax.set_xlabel("training FLOPs" if x == "flops" else
-                          f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates")
-            ax.set_ylabel("validation BPC (estimate)")
+            ax.set(xlabel="training FLOPs" if x == "flops" else
+                   f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates",
+                   ylabel="validation BPC (estimate)", title=f"{pair[0]} vs {pair[1]}")
             ax.set_ylim(top=3.2)
             ax.grid(alpha=0.3, which="both")
-            ax.set_title(f"{pair[0]} vs {pair[1]}")
             if drawn:
                 ax.set_xscale("log")
                 ax.legend(fontsize=7)
             else:
-                ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else
-                        f"no {' '.join(BENCH_MODE)} row for this pair\nin results/bench.json (`python -m benchmarks`)",
+                ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else "no bench row for this pair",
                         ha="center", va="center", transform=ax.transAxes)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
-def compute_caption() -> str:
-    """What the compute plot's seconds are, with the bench's rates and the spread of the runs' own recorded rates."""
-    from lab.writers.common import throughput
-
-    rates = [(pair, bench_rates(pair)) for pair in PAIRS]
-    known = "; ".join(f"{a} {r[a]:,.0f} / {b} {r[b]:,.0f}" for (a, b), r in rates if r)
-    if not known:
+def bench_table() -> str:
+    """The bench's rates of each pair, its load average, and tf-1m's own recorded rates' spread."""
+    rates = [(pair, r) for pair in PAIRS if (r := bench_rates(pair))]
+    if not rates:
         return ""
     load = json.loads((protocol.RESULTS / "bench.json").read_text()).get("machine", {}).get("load_average_at_start")
     own = [x for r, _ in _curves(REFERENCE) if (x := throughput(r)) is not None]
-    spread = (f" (the same {REFERENCE} recorded {min(own):,.0f} tokens/s in one run and {max(own):,.0f} in another)"
-              if len(own) > 1 else "")
-    return (f"Right-hand panels: each run's tokens over its preset's training rate in `python -m benchmarks`' "
-            f"{' '.join(BENCH_MODE)} measurement, ka and tf alternating (results/bench.json, tokens/s: {known}"
-            + (f"; load average {load:.2f} at its start" if isinstance(load, int | float) else "")
-            + "), so a pair's ratio is fair and the absolute seconds are that machine's. The runs' own recorded "
-            f"seconds are not comparable: they ran under whatever load each session had{spread}.")
+    body = [[f"{a} / {b}, bench ({' '.join(BENCH_MODE)})", f"{r[a]:,.0f} / {r[b]:,.0f}"] for (a, b), r in rates]
+    body += [["bench load average at its start", f"{load:.2f}"]] if isinstance(load, int | float) else []
+    body += [[f"{REFERENCE}'s runs' own recorded rates, min / max", f"{min(own):,.0f} / {max(own):,.0f}"]] \
+        if len(own) > 1 else []
+    return table(["training tokens/s", "value"], body)
 
 
 def plots() -> dict[str, Path | None]:

@@ -1,7 +1,5 @@
-"""The loss-gap study after 40M tokens (``python -m lab gap budget40``: results/gap-budget40.{json,md}) in the notebook
-and the summary, read against the 10M study (results/gap.json). The recall class that copying predicts is where an
-induction head would help; the 10M study may predate that breakdown (no ``by_recall``), and its variant may be
-another model than ka-1m-tuned (``variant_name``): both are said, not papered over."""
+"""The loss-gap studies as one table: `python -m lab gap` (results/gap.json, ka-1m at 10M) and `python -m lab gap
+budget40` (results/gap-budget40.json, each Kuramoto model after 40M tokens), in bits per byte against tf-1m."""
 
 import json
 from pathlib import Path
@@ -9,10 +7,11 @@ from typing import Any
 
 from lab import protocol
 from lab.groups import BUDGETS
-from lab.studies.gap import RECALL_NAMES
+from lab.writers.common import table
 
 GROUP = "budget40"
 COPYING = 1  # the recall class "seen, copying predicts the byte" (studies/gap.py ``recall_classes``)
+NEAR_FROM = 8  # the position bin read as "near the window's start" beside the last bin (the farthest context)
 
 
 def _path(suffix: str) -> Path:
@@ -27,43 +26,42 @@ def notebook_part() -> str:
             f"{GROUP}` (it needs the trained models of `python -m lab run {GROUP}`)._\n")
 
 
-def _copying(res: dict[str, Any], key: str) -> float | None:
-    """A model's gap on the bytes copying predicts, None where the study has no such breakdown or bytes."""
-    row = next((r for r in res.get("by_recall", []) if r["recall"] == COPYING), None)
-    return row[f"{key}_gap"] if row and f"{key}_gap" in row else None
+def _cell(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.3f}"
 
 
-NEAR_FROM = 8  # the position bin read as "near the window's start" beside the last bin (the farthest context)
+def cells(res: dict[str, Any], key: str) -> list[str]:
+    """A model's pooled gap, its gap near the window's start and at its end, and on the bytes copying predicts."""
+    pos, recall = res.get("by_position", []), res.get("by_recall", [])
+    near = next((r for r in pos if r["from"] == NEAR_FROM), {})
+    copy = next((r for r in recall if r["recall"] == COPYING), {})
+    far = pos[-1] if pos else {}
+    return [_cell(res[key] - res["tf"]), *(_cell(x.get(f"{key}_gap")) for x in (near, far, copy))]
 
 
-def by_position_text(res: dict[str, Any], col: str) -> str:
-    """The gap in the bin starting at NEAR_FROM and in the last bin of the window: does it grow with the context?"""
-    rows = res.get("by_position", [])
-    near = next((r for r in rows if r["from"] == NEAR_FROM), None)
-    if near is None or f"{col}_gap" not in rows[-1]:
-        return ""
-    far = rows[-1]
-    return (f"{near[f'{col}_gap']:+.3f} at positions {near['from']}–{near['to'] - 1} and {far[f'{col}_gap']:+.3f} at "
-            f"{far['from']}–{far['to'] - 1}")
+def bins(res: dict[str, Any]) -> tuple[str, str]:
+    pos = res.get("by_position", [])
+    near = next((r for r in pos if r["from"] == NEAR_FROM), None)
+    return tuple(f"{b['from']}–{b['to'] - 1}" if b else "—" for b in (near, pos[-1] if pos else None))
 
 
-def summary_line() -> str | None:
-    """RESULTS.md's line on the 40M study: each Kuramoto model's pooled gap and its gap on the bytes copying predicts,
-    beside the 10M study's; None where neither study exists (the summary says what to run)."""
-    if not _path("json").exists():
-        return (f"- After {BUDGETS[-1] // 1_000_000}M tokens: not measured yet (`python -m lab gap {GROUP}`)."
-                if (protocol.RESULTS / "gap.json").exists() else None)
-    res = json.loads(_path("json").read_text())
-    parts = []
-    for key in ("tuned", "su2", "ka"):
-        if key not in res.get("runs", {}):
-            continue
-        preset = res["runs"][key].rsplit("-", 1)[0]
-        copy = _copying(res, key)
-        where = by_position_text(res, key)
-        parts.append(f"{preset} pooled gap {res[key] - res['tf']:+.3f}"
-                     + (f", {where}" if where else "")
-                     + (f', {copy:+.3f} on the class "{RECALL_NAMES[COPYING]}"' if copy is not None else ""))
-    tokens = max(res["tokens"].values()) / 1e6
-    return (f"- After {tokens:.0f}M tokens (group {GROUP}, seed 0, `python -m lab gap {GROUP}`), bits per byte against "
-            "tf-1m, per model:\n" + "\n".join(f"- {part}." for part in parts))
+def gap_table() -> str:
+    """One row per model of each study: pooled, by position, copying, easiest and hardest quarters."""
+    rows, near, far = [], "—", "—"
+    ten = protocol.RESULTS / "gap.json"
+    if ten.exists():
+        g = json.loads(ten.read_text())
+        q = {r["quartile"]: r for r in g["by_difficulty"]}
+        rows.append([f"{g['group']} (seeds {', '.join(map(str, g['seeds']))})", "ka-1m" + (
+            " (ψ(θ) itself)" if g.get("ka_ff_proj") in (None, "none") else ""), *cells(g, "ka"),
+            _cell(q[0]["ka_gap"]), _cell(q[3]["ka_gap"])])
+    if _path("json").exists():
+        res = json.loads(_path("json").read_text())
+        near, far = bins(res)
+        rows += [[f"{GROUP} ({max(res['tokens'].values()) / 1e6:.0f}M tokens)",
+                  res["runs"][key].rsplit("-", 1)[0], *cells(res, key), "—", "—"]
+                 for key in ("tuned", "su2", "ka") if key in res.get("runs", {})]
+    if not rows:
+        return "_Not measured yet (`python -m lab gap`, `python -m lab gap budget40`: they need trained runs)._"
+    return table(["study", "model", "pooled gap", f"positions {near}", f"positions {far}", "copying predicts the byte",
+                  "easiest quarter", "hardest quarter"], rows)

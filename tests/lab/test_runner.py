@@ -16,6 +16,7 @@ from lab import groups, protocol, records, retired
 from lab import runner as experiment
 from lab.writers import common
 from lab.writers import results_md as results
+from lab.writers.sweeps import second_stage_section
 
 
 def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3, seed: int = 0, **model) -> dict:
@@ -23,6 +24,15 @@ def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3
     return {"group": group, "name": name, "preset": preset, "family": family, "model_overrides": model, "model": {},
             "train": {"lr": lr, "seed": seed, "phase_lr_mult": 1.0}, "params": 1, "tokens": 10_000_000,
             "corpus": "enwik7", "eval_split": "test", "eval_bpc": bpc, "valid_curve": [[0, 8.0], [10_000_000, bpc]]}
+
+
+def cells(text: str, first: str) -> list[str]:
+    """The cells of the table row of ``text`` whose first cell is ``first`` (AssertionError: no such row)."""
+    for line in text.splitlines():
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and parts[0] == first:
+            return parts
+    raise AssertionError(f"no row {first!r}")
 
 
 def test_best_lr_reads_the_sweep(in_tmp):
@@ -100,7 +110,8 @@ def test_results_md_is_computed_from_files(in_tmp):
     text = notebook.read_text()
     summary = summary_path.read_text()
     assert "`python -m lab report`" in summary and "(docs/notebook.md)" in summary and "(../RESULTS.md)" in text
-    assert f"**{statistics.mean(ka) - statistics.mean(tf):+.4f}**" in summary and "1.637 ± 0.010" in summary
+    assert cells(summary, "ka-1m")[4] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
+    assert "1.637 ± 0.010" in summary
     assert "| no-ff | +0.2500 | — | +0.27 |" in summary  # the ablation's Δ beside the paper's
     assert "![validation curves](results/curves.png)" in summary and "(../results/curves.png)" in text
     assert "`python -m lab run budget40`" in summary and "`python -m lab run flops`" in summary  # not run: said so
@@ -111,14 +122,19 @@ def test_results_md_is_computed_from_files(in_tmp):
     assert (in_tmp / "results" / "curves.png").stat().st_size > 1000
     assert "No runs yet" in text  # pycode group absent: said so, not invented
     # the gap along training is read off the same runs' validation curves: all start at 8.0, end at the test BPC
-    assert f"0.0M tokens +0.000, 10.0M tokens {gap:+.3f}" in text
+    assert cells(text, "0.0M")[1] == "+0.000" and cells(text, "10.0M")[1] == f"{gap:+.3f}"
 
 
-def test_lr_section_states_the_gap_at_the_sweep_budget(in_tmp):
+def test_lr_section_marks_the_best_rate_and_the_curve_gives_the_gap_at_the_sweep_budget(in_tmp):
+    from lab.writers import compute
+
     write_results(in_tmp, [fake_result("lr", f"ka-1m-lr-{lr:g}", "ka-1m", b, lr=lr)
                            for lr, b in [(2e-3, 2.7), (4e-3, 2.6)]])
     write_results(in_tmp, [fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
-    assert "the best ka-1m is +0.100 valid BPC from the best tf-1m" in results.lr_section()
+    text = results.lr_section()
+    assert "| ka-1m | lr | phase_lr_mult=1 | 0.004 | 10.0M | 2.6000 | ✓ |" in text  # fake_result's phase rate
+    assert "| ka-1m | lr | phase_lr_mult=1 | 0.002 | 10.0M | 2.7000 |  |" in text
+    assert "| 3M | ka-1m | lr/ka-1m-lr-0.004 | test | 2.6000 | +0.1000 |" in compute.budget_section()
 
 
 def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
@@ -248,21 +264,23 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
     write_results(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
                             "train": train}])
     text = results.comparison_section("main-tuned", "BPC")
-    assert "| ka-1m-tuned | 1 |" in text and "| tf-1m | 2 |" in text
-    assert "group main's (the same protocol; seeds 0, 1)" in text
-    assert f"**{1.65 - 1.61:+.4f}**" in text and "+0.021" in text  # the gap beside the paper's
-    assert "alone" not in text  # no fresh seed yet
+    assert cells(text, "ka-1m-tuned (main-tuned)")[1] == "0" and cells(text, "tf-1m (main)")[1] == "0, 1"
+    assert cells(text, "ka-1m-tuned (main-tuned)")[5] == f"{1.65 - 1.61:+.4f}"  # against main's transformer
+    assert "played no part" not in text  # no fresh seed yet
     write_results(in_tmp, [fake_result("main-tuned", f"ka-1m-tuned-seed{s}", "ka-1m-tuned", b, lr=8e-3, seed=s)
                            for s, b in zip(groups.TUNED_FRESH_SEEDS[:2], (1.66, 1.68), strict=True)])
     text = results.comparison_section("main-tuned", "BPC")
-    assert f"Seeds 3, 4, 5 alone (2 runs): 1.6700 ± {statistics.stdev([1.66, 1.68]):.4f}, a gap of **+0.0600**" in text
+    assert cells(text, "its seeds that played no part in choosing it")[1:6] == [
+        "3, 4, 5", "1.6600, 1.6800", f"1.6700 ± {statistics.stdev([1.66, 1.68]):.4f}", "1.6700", "+0.0600"]
     write_results(in_tmp, [fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.5, lr=8e-3),
                            fake_result("pycode-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 1.6)])
-    assert "**+0.1000** BPB" in results.comparison_section("pycode-tuned", "BPB")  # against pycode's transformer
-    intro = results.tuned_intro()
+    code = results.comparison_section("pycode-tuned", "BPB")  # against pycode's transformer
+    assert cells(code, "ka-1m-tuned (pycode-tuned)")[5] == "+0.1000"
+    intro = results.tuned_table()
     assert "dim=160" in intro and "clock=8" in intro and "self_coupling=False" in intro
-    second = results.lr10m_tuned_section()  # the 3M sweep is absent: said so per rate, not invented
-    assert "| 0.004 | — | 2.0100 |" in second and "| 0.008 | — | 2.0000 |" in second and "train at 0.008" in second
+    second = second_stage_section("lr10m-tuned", "lr-tuned", "ka-1m-tuned")  # no 3M sweep: "—", not invented
+    assert cells(second, "0.004") == ["0.004", "—", "2.0100", ""] and cells(second, "0.008") == ["0.008", "—",
+                                                                                                "2.0000", "✓"]
 
 
 def test_the_tuned_su2_preset_is_its_screen_variant():
@@ -331,17 +349,6 @@ def test_the_tuned_preset_is_its_confirm_candidate():
         for seed in range(3):
             suffix = f"-seed{seed}" if seed else ""
             assert twins[f"ka-1m-tuned-seed{seed}"] == f"confirm/ka-{groups.TUNED_CANDIDATE}{suffix}"
-
-
-def test_findings_list_what_moved_against_the_rounds_default(in_tmp):
-    rows = [fake_result("screen2", n, "ka-1m", b) for n, b in
-            [("ka-default", 3.0), ("ka-better", 2.8), ("ka-worse", 3.2), ("ka-same", 3.01)]]
-    rows.append(fake_result("screen2", "tf", "tf-1m", 2.5))  # the transformer is not a variant
-    write_results(in_tmp, rows)
-    text = results.findings_section()
-    assert "helped ka-better -0.200" in text and "hurt ka-worse +0.200" in text and "within ±0.05: ka-same" in text
-    assert "tf" not in text.split("helped")[1].split(";")[0]
-    assert "screen**" not in text  # round 1 absent: not reported
 
 
 @pytest.mark.parametrize("model,train,why", [
@@ -465,19 +472,17 @@ def test_confirm_section_compares_with_the_model_each_candidate_changes(in_tmp):
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
     rows += [fake_result("screen4", n, "ka-1m", b) for n, b in (("ka-default", 2.60), ("ka-x", 2.55))]
-    write_results(in_tmp, rows)
-    text = results.confirm_section()
     rows.append(fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True))
     write_results(in_tmp, rows)
-    text = results.confirm_section()
+    ranked, text = results.confirm_sections()
     assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 0 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
     assert "| ka-x-seed1 | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.3100 | -0.0100 |" in text
-    assert "- ka-x, seeds 0, 1: 2.2900 ± 0.0283 against ka-1m on ψ(θ)'s 2.3100 on the same seeds (-0.0200); gap to " \
-           "the tf-1m mean +0.1400." in text
+    # over its seeds: its mean ± sd, ka-1m on ψ(θ)'s mean over the same seeds, the Δ and the gap to tf-1m's mean
+    assert cells(ranked, "ka-x")[2:] == ["0, 1", "2.2900 ± 0.0283", "2.3100", "-0.0200", "+0.1400"]
 
 
 def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
-    assert "No runs yet" in results.moved_gap_section()
+    assert "No runs yet" in results.confirm_sections()[0]
     rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
     rows += [fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True),
@@ -486,10 +491,10 @@ def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
              fake_result("confirm", "ka-y-lr", "ka-1m", 2.28, lr=4e-3, clock=4),  # another rate than main's
              fake_result("confirm", "ka-z-seed5", "ka-1m", 2.0, seed=5)]  # a seed main has not run: left out
     write_results(in_tmp, rows)
-    text = results.moved_gap_section()
-    assert "| ka-y-lr | clock=4, phase_lr_mult=1, lr=0.004 | 0 | 2.2800 |" in text
-    y = "| ka-y | clock=4, phase_lr_mult=1 | 0 | 2.2600 | -0.0400 | +0.1100 |"
-    x = "| ka-x | shared_gates=True, phase_lr_mult=1 | 0, 1 | 2.2900 | -0.0200 | +0.1400 |"
+    text = results.confirm_sections()[0]
+    assert "| ka-y-lr | clock=4, phase_lr_mult=1, lr=0.004 | 0 | 2.2800 (one seed) |" in text
+    y = "| ka-y | clock=4, phase_lr_mult=1 | 0 | 2.2600 (one seed) | 2.3000 | -0.0400 | +0.1100 |"
+    x = "| ka-x | shared_gates=True, phase_lr_mult=1 | 0, 1 | 2.2900 ± 0.0283 | 2.3100 | -0.0200 | +0.1400 |"
     assert y in text and x in text and text.index(y) < text.index(x) and "ka-z" not in text
 
 
@@ -523,14 +528,11 @@ def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
              fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
     write_results(in_tmp, rows)
     text = results.scale_section()
-    assert ("| 1M | main-unprojected | 1 / 1 | 0.004 / 0.008 | 2.3000 | 2.1500 | +0.1500 | 1.637 / 1.616, +0.021 "
-            "(means) |") in text
-    assert "| 5M | scale | 1 / 1 | 0.004 / 0.008 | 2.0000 | 1.9000 | +0.1000 |" in text
-    assert "ka-5m: 0.004; tf-5m: 0.004, 0.008), the best shown; tf-5m had more rates tried than ka-5m" in text
-    assert "Caveat" not in text
-    write_results(in_tmp, [fake_result("scale", "tf-5m", "tf-5m", 2.20, lr=8e-3), fake_result("scale", "tf-5m-lr-0.004",
-                                                                                            "tf-5m", 2.25, lr=4e-3)])
-    assert "Caveat: tf-5m (2.2000) is worse than tf-1m (2.1500)" in results.scale_section()
+    assert cells(text, "1M")[1:9] == ["main-unprojected", "1 / 1", "0.004 / 0.008", "— / —", "2.3000", "2.1500",
+                                      "+0.1500", "1.637 / 1.616, +0.021 (means)"]
+    # the 5M rates tried, each model's: the reader sees which had more
+    assert cells(text, "5M")[1:8] == ["scale", "1 / 1", "0.004 / 0.008", "0.004 / 0.004, 0.008", "2.0000", "1.9000",
+                                      "+0.1000"]
 
 
 def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_tmp):
@@ -556,14 +558,11 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
     assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)
     write_results(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
     text = results.scale_section()
-    assert f"The 1M variant {groups.BEST_VARIANT} (" in text
-    assert "on ka-5m at lr 0.002 (seed 0, group scale-variant): test BPC 1.9300, -0.0200 against ka-5m at the " \
-           "same rate; gap to the best tf-5m +0.0300. At 1M the same variant moved seed 0 by -0.0400 (gap +0.1100)." \
-        in text
-    assert text.count("group scale-variant") == 1  # the second variant not run yet: no line for it
+    # at 5M against ka-5m at the same rate and the best tf-5m; at 1M against main-unprojected's seed 0 and tf-1m's
+    assert cells(text, groups.BEST_VARIANT)[2:8] == ["0.002", "1.9300", "-0.0200", "+0.0300", "-0.0400", "+0.1100"]
+    assert groups.SCALE_VARIANTS[1] not in text  # the second variant not run yet: no row for it
     write_results(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
-    text = results.scale_section()
-    assert f"The 1M variant {groups.SCALE_VARIANTS[1]} (" in text and "test BPC 1.9700, +0.0200 against" in text
+    assert cells(results.scale_section(), groups.SCALE_VARIANTS[1])[3:5] == ["1.9700", "+0.0200"]
 
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
@@ -575,37 +574,33 @@ def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
                            fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
                            fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
     text = results.tuning10m_section("lr10m", "lr")
-    assert "| ka-1m | lr10m | 0.002 | 2.2500 |" in text and "| tf-1m | main | 0.008 | 2.1500 |" in text
-    assert "ka-1m 0.002, tf-1m 0.008; seed-0 gap +0.1000 (main's settings: +0.1500)" in text
-    assert "Best at the lowest lr tried: ka-1m; a lower one may be better still." in text
-    write_results(in_tmp, [fake_result("scale", "ka-5m", "ka-5m", 2.0, lr=4e-3),
-                           fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.9, lr=2e-3),
-                           fake_result("scale", "tf-5m", "tf-5m", 1.8, lr=8e-3)])
-    assert "ka-5m's best is the lowest rate tried, so a lower one may be better still" in results.scale_section()
+    assert "| ka-1m | lr10m | 0.002 | 2.2500 | ✓ |" in text and "| tf-1m | main | 0.008 | 2.1500 | ✓ |" in text
+    assert cells(text, "each at its better setting")[1:] == ["0.002 / 0.008", "+0.1000"]
+    assert cells(text, "at main's settings")[1:] == ["0.004 / 0.008", "+0.1500"]
 
 
 def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     rows = [fake_result("main", f"{p}-seed{i}", p, b + i / 100, seed=i)
             for i in (0, 1) for p, b in (("ka-1m", 2.30), ("tf-1m", 2.10))]
     write_results(in_tmp, rows)
-    assert "best ka-1m measured" not in results.comparison_section("main", "BPC")
+    assert "| confirm: " not in results.comparison_section("main", "BPC")
     lag = groups.VARIANTS[groups.BEST_VARIANT]
     write_results(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
                                        2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
-    assert "best ka-1m measured" not in results.comparison_section("main", "BPC")  # two seeds are not enough
+    assert "| confirm: " not in results.comparison_section("main", "BPC")  # two seeds are not enough
     write_results(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}-seed2", "ka-1m", 2.21, seed=2, **lag)])
     text = results.comparison_section("main", "BPC")
-    assert "Gap (Kuramoto − transformer, mean): **+0.2000**" in text
-    assert (f"over 3+ seeds, outside the paper: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False; group "
-            "confirm, 3 seeds): 2.2100 ± 0.0100, a gap of **+0.1050**.") in text
+    assert cells(text, "ka-1m (main)")[5] == "+0.2000"
+    best = f"confirm: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False)"
+    assert cells(text, best)[1] == "3" and cells(text, best)[3:6] == ["2.2100 ± 0.0100", "2.2100", "+0.1050"]
     # another candidate with a lower three-seed mean is named first, the base variant after it
     name = "phase-lag-no-self-coupling-lag"  # a retired candidate: its change is read from its recorded overrides
     write_results(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
                                        phase_lag=True, self_coupling=False, coupling_lag=True) for i in (0, 1, 2)])
     text = results.comparison_section("main", "BPC")
-    assert f"outside the paper: {name} (phase_lag=True, self_coupling=False, coupling_lag=True;" in text
-    assert "2.1500 ± 0.0000, a gap of **+0.0450**" in text
-    assert f"The variant the later groups build on (round 6, budget, scale-variant): {groups.BEST_VARIANT} (" in text
+    other = f"confirm: {name} (phase_lag=True, self_coupling=False, coupling_lag=True)"
+    assert cells(text, other)[3:6] == ["2.1500 ± 0.0000", "2.1500", "+0.0450"]
+    assert text.index(other) < text.index(best)
 
 
 def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
@@ -626,20 +621,19 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
     assert records.run_dir_of(main["ka-1m-seed0"]) == in_tmp / "runs" / "confirm" / "ka-ff-proj-shared"
     assert "ka-1m-seed1" not in main  # not run anywhere
-    assert "| ka-1m | 1 | 2.2500 |" in results.comparison_section("main", "BPC")
+    assert cells(results.comparison_section("main", "BPC"), "ka-1m (main)")[1:3] == ["0", "2.2500"]
 
 
 def test_superseded_section_reads_its_transformer_from_the_matching_group(in_tmp):
-    assert "No runs" in results.superseded_section("main-unprojected", "on ψ(θ)")
+    assert cells(results.superseded_section(), "main-unprojected")[3] == "not run"
     write_results(in_tmp, [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i / 100, seed=i,
                                        **groups.UNPROJECTED) for i in (0, 1)]
                   + [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15),
                      fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.60),
                      fake_result("pycode-unprojected", "ka-1m-seed0", "ka-1m", 1.87, **groups.UNPROJECTED)])
-    text = results.superseded_section("main-unprojected", "on ψ(θ)")
-    assert "2 seeds (2.3000, 2.3100): test BPC 2.3050 ± 0.0071" in text and "(main): +0.1550" in text
-    text = results.superseded_section("pycode-unprojected", "on ψ(θ)", "BPB")
-    assert "one seed: test BPB 1.8700; gap to the transformer's mean (pycode): +0.2700." in text
+    text = results.superseded_section()
+    assert cells(text, "main-unprojected")[3:] == ["2.3000, 2.3100", "2.3050 ± 0.0071", "2.3050", "+0.1550"]
+    assert cells(text, "pycode-unprojected")[3:] == ["1.8700", "1.8700 (one seed)", "1.8700", "+0.2700"]
 
 
 def _sweep(tmp, groups_=("lr",)):
@@ -703,7 +697,7 @@ def test_a_run_trained_elsewhere_and_scored_on_another_split_is_evaluated_not_re
     assert r["curve"] == stage["curve"] and r["wall_s"] == stage["wall_s"] and r["params"] == stage["params"]
     assert records.run_dir_of(r) == protocol.RUNS / "stage" / "ka-a"
     assert records.mismatch(groups.plan("seeds")[0], r) is None  # a record of its own spec, not stale
-    assert common.label(r) == "ka-s0 (trained as stage/ka-a: same config and seed, scored here on test)"
+    assert common.label(r) == "ka-s0 (= stage/ka-a, scored on test)"
     experiment.run_group("seeds", None)  # done now: nothing to evaluate again
     assert "ka-s0: done, skipping" in capsys.readouterr().out
 
@@ -783,7 +777,7 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
 
     assert "No runs yet" in compute.budget_section()
     text = compute.flops_section()
-    assert "`python -m lab run flops` trains them" in text and "not run" in text
+    assert "Not run yet: `python -m lab run flops`" in text and "not run" in text
     rows = [fake_result("main", f"{p}-seed0", p, b, lr=lr) for p, b, lr in (("ka-1m", 2.2, 4e-3),
                                                                           ("tf-1m", 2.1, 8e-3))]
     rows.append(fake_result("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12, lr=4e-3))
@@ -799,9 +793,9 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     write_results(in_tmp, [*b40, eq])
     text = compute.budget_section()
     assert "| 40M | ka-1m-tuned | budget40/ka-1m-tuned-40m | test | 1.9500 | +0.0500 |" in text
-    assert "The 40M runs: not run yet" not in text and "`python -m lab run budget100`" in text
-    # valid − train within the first pass (8M of 9M training bytes) and at the end (4.4 passes)
-    assert "| -0.050 at 0.9 passes → +0.050 at the end (4.4 passes); valid still falling |" in text
+    assert "`python -m lab run budget40`" not in text and "`python -m lab run budget100`" in text
+    # valid − train within the first pass (8M of 9M training bytes) and at the end (4.4 passes); valid never rose
+    assert "| -0.050 (0.9) | +0.050 (4.4) | — |" in text
     write_results(in_tmp, [{**fake_result("budget100", "tf-1m-100m", "tf-1m", 1.7), "tokens": 100_000_768},
                            fake_result("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3)])
     text = compute.budget_section()
@@ -809,23 +803,20 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     per = groups.flops_per_token("ka-1m-tuned")
     assert compute.flops_per_token(b40[1]) == per and compute.fmt_flops(per * 40_001_536) in text
     text = compute.flops_section()
-    assert "| tf-1m at 10M | 2.1000 | ka-1m-tuned |" in text and "| **+0.1000** |" in text  # 2.2 − 2.1
+    assert "| tf-1m at 10M | 2.1000 | ka-1m-tuned |" in text and "| +0.1000 |" in text  # 2.2 − 2.1
     assert "| 0.0200 |" not in text and "+0.0200" in text  # the gap at equal tokens beside it
     plots = compute.plots()
     assert plots["budget"].stat().st_size > 1000 and plots["compute"].stat().st_size > 1000
     text = summary.budget_section(plots, lambda p: p.name)
-    assert "1.9500 (+0.050)" in text and "| ka-1m-tuned | 10M | 6.0M | **+0.1000** | +0.0200 |" in text
-    assert "![budget](budget.png)" in text
-    # every cell carries its training FLOPs, the notes each preset's model FLOPs per token
-    assert f"1.9500 (+0.050), {compute.fmt_flops(per * 40_001_536)}" in text
-    assert "ka-1m-tuned (gap), training FLOPs" in text
-    assert f"ka-1m-tuned {compute.fmt_per_token(per)}" in text
+    assert cells(text, "40M")[2] == "1.9500 (+0.050)" and "![budget](budget.png)" in text
+    # each preset's model FLOPs per token, its gap at 10M at equal tokens and at tf-1m's 10M-token FLOPs
+    assert cells(text, "ka-1m-tuned")[1:4] == [compute.fmt_per_token(per), "+0.0200", "+0.1000"]
 
 
 def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tmp):
     from lab.writers import compute
 
-    assert compute.bench_rates(("ka-1m", "tf-1m")) is None and compute.compute_caption() == ""
+    assert compute.bench_rates(("ka-1m", "tf-1m")) is None and compute.bench_table() == ""
     row = {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-1m", "median": 20_000.0},
            "tf": {"preset": "tf-1m", "median": 25_000.0}}
     other = {**row, "precision": "fp32", "ka": {"preset": "ka-1m", "median": 1.0}}  # another mode: not read
@@ -835,7 +826,9 @@ def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tm
                                                                "machine": {"load_average_at_start": 0.25}}))
     assert compute.bench_rates(("ka-1m", "tf-1m")) == {"ka-1m": 20_000.0, "tf-1m": 25_000.0}
     assert compute.bench_rates(("ka-1m-tuned", "tf-1m")) is None
-    assert "tokens/s: ka-1m 20,000 / tf-1m 25,000; load average 0.25 at its start)" in compute.compute_caption()
+    text = compute.bench_table()
+    assert cells(text, "ka-1m / tf-1m, bench (compile bf16)")[1] == "20,000 / 25,000"
+    assert cells(text, "bench load average at its start")[1] == "0.25"
 
 
 def test_the_flop_count_is_the_benchs():
@@ -858,10 +851,9 @@ def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc(
     pts = [{"tokens": t, "train_bpc": tr, "valid_bpc": v}
            for t, tr, v in ((passes // 2, 2.4, 2.5), (passes, 2.2, 2.3), (2 * passes, 1.9, 2.2),
                             (3 * passes, 1.8, 2.25))]
-    text = compute.overfit({"curve": pts})
-    assert text == "+0.100 at 1.0 passes → +0.450 at the end (3.0 passes); valid rose +0.050 after 18.0M"
-    assert compute.overfit({"curve": pts[:1]}) == "+0.100 at the end (0.5 passes); valid still falling"
-    assert compute.overfit({}) == "—"
+    assert compute.overfit({"curve": pts}) == ["+0.100 (1.0)", "+0.450 (3.0)", f"+0.050 ({2 * passes / 1e6:.1f}M)"]
+    assert compute.overfit({"curve": pts[:1]}) == ["—", "+0.100 (0.5)", "—"]  # valid still falling
+    assert compute.overfit({}) == ["—"] * 3
 
 
 def test_clipping_counts_the_clipped_steps_after_the_warmup_and_where_their_gradient_was():

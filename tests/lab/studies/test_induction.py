@@ -48,14 +48,14 @@ def test_study_writes_its_table(in_tmp):
 
 def test_results_line_reads_the_study(in_tmp):
     from lab import protocol
-    from lab.writers.summary import induction_line
+    from lab.writers.summary import induction_table
 
-    assert "not measured yet, `python -m lab induction`" in induction_line()
+    assert "not measured yet, `python -m lab induction`" in induction_table()
     protocol.RESULTS.mkdir(parents=True)
     induction.write(induction.measure(TINY, ("tf", "ka")))
-    line = induction_line()
-    assert line.startswith("- **Copying**") and "after 4 steps, mean of 1 seeds, chance 0.125" in line
-    assert ": tf 0." in line and ", ka 0." in line
+    text = induction_table()
+    assert "| copy task model (1 seeds, chance 0.125) | accuracy after 4 steps | first step at 0.5 |" in text
+    assert "\n| tf | 0." in text and "\n| ka | 0." in text
 
 
 def test_an_unknown_model_is_refused():

@@ -17,6 +17,15 @@ from lab.studies import gap
 from lab.writers import common, compute, fit, gap_budget, geometries, leads, results_md, size, summary
 
 
+def cells(text: str, first: str) -> list[str]:
+    """The cells of the table row of ``text`` whose first cell is ``first`` (AssertionError: no such row)."""
+    for line in text.splitlines():
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and parts[0] == first:
+            return parts
+    raise AssertionError(f"no row {first!r}")
+
+
 def run(group: str, name: str, preset: str, bpc: float, lr: float = 4e-3, seed: int = 0, tokens: int = 10_000_000,
         split: str = "test", rate: float | None = 20_000.0, params: int = 1_000_000, train: dict | None = None,
         **model) -> dict:
@@ -55,10 +64,11 @@ def test_su2_section_without_results_says_what_to_run(in_tmp):
     assert "Not run yet: `python -m lab run lr-su2" in text and "Not run yet: `python -m lab run main-su2" in text
     assert "Not run yet: `python -m lab run lr10m-su2" in text and "not plannable yet" in text
     # the costs per token are known before any run: shown in the not-run rows
-    assert f"| ka-su2-1m | main-su2 | — | 0 | not run | — | — | — | " \
-           f"{compute.fmt_per_token(groups.flops_per_token('ka-su2-1m'))} | — |" in text
-    assert "Measured:" not in text  # no verdict without numbers
-    assert "planned, not run yet: `python -m lab run main-su2" in geometries.summary_line(geometries.SU2)
+    assert cells(text, "ka-su2-1m")[1:] == ["main-su2", "—", "0", "not run", "—", "—", "—",
+                                            compute.fmt_per_token(groups.flops_per_token("ka-su2-1m")), "—"]
+    assert "| vs tf-1m |" not in text  # no differences without numbers
+    row = cells(geometries.summary_table(), "SU(2) (issue 25)")
+    assert row[3].startswith("not run yet: `python -m lab run main-su2")
 
 
 def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp):
@@ -71,33 +81,34 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
                            *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
                            *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
     text = geometries.section(geometries.SU2)
-    assert "| ka-su2-1m | lr-su2 | (preset) | 0.004 | 3.0M | 2.5000 |" in text
-    assert "Best rate at 3M tokens: 0.004" in text
-    assert "| 0.004 | 2.5000 | 2.3000 |" in text and "main-su2 train at 0.004, the best at 10M" in text
+    assert "| ka-su2-1m | lr-su2 | (preset) | 0.004 | 3.0M | 2.5000 | ✓ |" in text
+    assert cells(text, "0.004") == ["0.004", "2.5000", "2.3000", "✓"] and cells(text, "0.008")[3] == ""
     gap = statistics.mean(mine) - statistics.mean(tf)
-    assert (f"| ka-su2-1m | main-su2 | 1,000,000 | 3 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
-            f"{statistics.stdev(mine):.4f} | 2.2100 | {gap:+.4f} | "
-            f"{compute.fmt_per_token(groups.flops_per_token('ka-su2-1m'))} | 15,000 |") in text
-    assert "| tf-1m | main | 1,000,000 | 3 |" in text and "| 24,000 |" in text
+    per_token = compute.fmt_per_token(groups.flops_per_token("ka-su2-1m"))
+    rows = [line for line in text.splitlines() if line.startswith("| ka-su2-1m | main-su2 |")]
+    assert rows[0] == (f"| ka-su2-1m | main-su2 | 1,000,000 | 3 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
+                       f"{statistics.stdev(mine):.4f} | 2.2100 | {gap:+.4f} | {per_token} | 15,000 |")
+    assert cells(text, "tf-1m")[2:4] == ["1,000,000", "3"] and cells(text, "tf-1m")[-1] == "24,000"
     d_ka, d_tuned = statistics.mean(mine) - statistics.mean(ka), statistics.mean(mine) - statistics.mean(tuned)
-    assert f"ka-su2-1m beats ka-1m by {abs(d_ka):.4f} test BPC (Δ {d_ka:+.4f}, means over 3 and 3 seeds" in text
-    assert f"ka-su2-1m trails ka-1m-tuned by {d_tuned:.4f} test BPC (Δ {d_tuned:+.4f}" in text
-    assert f"the larger seed sd is {statistics.stdev(mine):.4f}, so the difference is more than twice it" in text
     med = statistics.median(mine)
-    assert (f"by medians, ka-su2-1m minus ka-1m {med - statistics.median(ka):+.4f}, ka-1m-tuned "
-            f"{med - statistics.median(tuned):+.4f}, tf-1m {med - statistics.median(tf):+.4f}") in text
     flops = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("tf-1m")
-    assert f"{flops:.2f}× tf-1m's model FLOPs" in text and f"{15_000 / 24_000:.2f}× tf-1m's" in text
-    line = geometries.summary_line(geometries.SU2)
-    assert f"test BPC 2.2100 ± {statistics.stdev(mine):.4f} over 3 seeds, gap to tf-1m {gap:+.4f}" in line
-    assert f"{d_ka:+.4f} against ka-1m, {d_tuned:+.4f} against ka-1m-tuned (means)" in line
-    assert "synchronisation" not in line  # no dynamics rows yet
+    per_ka = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("ka-1m")
+    # the differences, beside the larger seed sd of each pair: the reading is the template's
+    assert cells(text, "vs ka-1m")[1:7] == ["3 / 3", f"{d_ka:+.4f}", f"{statistics.stdev(mine):.4f}",
+                                         f"{med - statistics.median(ka):+.4f}",
+                                         f"{per_ka:.2f}×",
+                                         f"{15_000 / 20_000:.2f}×"]
+    assert cells(text, "vs ka-1m-tuned")[1:3] == ["3 / 3", f"{d_tuned:+.4f}"]
+    assert cells(text, "vs tf-1m")[1:8] == ["3 / 3", f"{gap:+.4f}", f"{statistics.stdev(mine):.4f}",
+                                         f"{med - statistics.median(tf):+.4f}", f"{flops:.2f}×",
+                                         f"{15_000 / 24_000:.2f}×", "—"]
+    row = cells(geometries.summary_table(), "SU(2) (issue 25)")
+    assert row[1:6] == ["`ka-su2-1m`", "3 of 3", f"2.2100 ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
+                        f"{d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
     dyn = [{"group": g, "run": f"{g}/{n}", "local_order": [0.9, 0.8], "global_order": [0.5, 0.4],
             "attn_saturation": [0.5, 1.0]}
            for g, n in (("main-su2", "ka-su2-1m-seed0"), ("budget40", "ka-1m-tuned-40m"))]
     (in_tmp / "results" / "dynamics.json").write_text(json.dumps(dyn))
-    line = geometries.summary_line(geometries.SU2)
-    assert "synchronisation" not in line  # the summary's line stays short: the notebook's table has it
     assert "| main-su2/ka-su2-1m-seed0 |" in geometries.sync_table(geometries.SU2)
 
 
@@ -105,10 +116,9 @@ def test_su2_line_says_how_many_of_its_seeds_are_in(in_tmp):
     write_results(in_tmp, [run("lr10m-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, split="valid")
                            for lr, b in ((4e-3, 2.3), (8e-3, 2.32))])
     write_results(in_tmp, [*seeds("main-su2", "ka-su2-1m", [2.20]), *seeds("main", "tf-1m", [2.14, 2.15, 2.13])])
-    line = geometries.summary_line(geometries.SU2)
-    assert "test BPC 2.2000 (one seed; 1 of its 3 seeds so far), gap to tf-1m +0.0600" in line
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[2:5] == ["1 of 3", "2.2000 (one seed)", "+0.0600"]
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.20, 2.22]))
-    assert "test BPC 2.2100 ± 0.0141 over 2 seeds (2 of its 3 seeds so far)" in geometries.summary_line(geometries.SU2)
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[2:4] == ["2 of 3", "2.2100 ± 0.0141"]
 
 
 def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
@@ -120,13 +130,11 @@ def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp)
                                train=groups.SU2_VARIANTS[k].train, **groups.SU2_VARIANTS[k].model)
                            for k, b in (("tuned", 2.42), ("omega-lr-1", 2.53))])
     text = geometries.section(geometries.SU2)
-    assert "its best rate when it ran, seed 0" in text
     # best first, each with its change and its difference from the plain preset's 2.5 at the same rate
     tuned = text.index("| tuned | self_coupling=False, clock=8")
     assert tuned < text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 0.004 | 2.5300 | +0.0300 |")
-    assert "| 2.4200 | -0.0800 |" in text[tuned:]
-    assert "its best variant at 3M (screen-su2), tuned: valid 2.4200 (Δ -0.0800)" in geometries.summary_line(
-        geometries.SU2)
+    assert cells(text, "tuned")[4:] == ["2.4200", "-0.0800"]
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[-1] == "tuned: 2.4200 (-0.0800)"
 
 
 def test_a_second_stage_with_one_of_its_two_rates_names_no_winner(in_tmp):
@@ -134,8 +142,8 @@ def test_a_second_stage_with_one_of_its_two_rates_names_no_winner(in_tmp):
                            for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
     write_results(in_tmp, [run("lr10m-su2", "ka-su2-1m-lr-0.004", "ka-su2-1m", 2.3, lr=4e-3, split="valid")])
     text = geometries.section(geometries.SU2)
-    assert "1 of its 2 rates so far: main-su2 trains at the better of the two once both are in" in text
-    assert "the best at 10M" not in text
+    assert "1 of its 2 rates so far: `python -m lab run lr10m-su2" in text
+    assert cells(text, "0.004") == ["0.004", "2.5000", "2.3000", ""]  # no rate chosen yet
 
 
 def test_the_studies_name_their_label_and_issue_from_the_title():
@@ -150,16 +158,14 @@ def test_sphere_section_without_results_says_what_to_run(in_tmp):
     assert "Not run yet: `python -m lab run lr-sphere" in text
     assert "Not run yet: `python -m lab run main-sphere" in text and "(after `lr-sphere`, `lr10m-sphere`)" in text
     assert "Not run yet: `python -m lab run lr10m-sphere" in text and "not plannable yet" in text
-    assert "group=sphere" in text and "layers/sphere.py, docs/sphere.md" in text
-    assert "read against ka-su2-1m (main-su2), ka-1m (main), ka-1m-tuned (main-tuned) and tf-1m (main)" in text
-    assert "### ka-sphere-1m against ka-su2-1m, the torus presets and the transformer" in text
+    assert "group=sphere" in cells(text, "`ka-sphere-1m`")[1]
+    assert "### ka-sphere-1m against ka-su2-1m, ka-1m, ka-1m-tuned, tf-1m" in text
     for p, g in (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2")):  # both non-torus rows, not run
-        assert f"| {p} | {g} | — | 0 | not run | — | — | — | " \
-               f"{compute.fmt_per_token(groups.flops_per_token(p))} | — |" in text
-    assert "Measured:" not in text
-    line = geometries.summary_line(geometries.SPHERE)
-    assert line.startswith("- **The sphere S³ ⊂ R⁴** (issue 25's stretch, `ka-sphere-1m`): planned, not run yet: "
-                           "`python -m lab run main-sphere")
+        assert cells(text, p)[1:] == [g, "—", "0", "not run", "—", "—", "—",
+                                      compute.fmt_per_token(groups.flops_per_token(p)), "—"]
+    assert "| vs tf-1m |" not in text
+    row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
+    assert row[3].startswith("not run yet: `python -m lab run main-sphere")
 
 
 def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(in_tmp):
@@ -175,9 +181,8 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
                            *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
                            *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
     text = geometries.section(geometries.SPHERE)
-    assert f"| ka-sphere-1m | lr-sphere | (preset) | {best:g} | 3.0M | 2.4500 |" in text
-    assert f"Best rate at 3M tokens: {best:g}" in text
-    assert f"main-sphere train at {best:g}, the best at 10M" in text
+    assert f"| ka-sphere-1m | lr-sphere | (preset) | {best:g} | 3.0M | 2.4500 | ✓ |" in text
+    assert cells(text, f"{best:g}")[3] == "✓"
     gap = statistics.mean(mine) - statistics.mean(tf)
     assert (f"| ka-sphere-1m | main-sphere | 1,000,000 | 3 | 2.1800, 2.1900, 2.2300 | "
             f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f} | 2.1900 | {gap:+.4f} | "
@@ -189,33 +194,21 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
         text.index("| ka-1m | main |")
     d_su, d_ka = statistics.mean(mine) - statistics.mean(su), statistics.mean(mine) - statistics.mean(ka)
     d_tuned = statistics.mean(mine) - statistics.mean(tuned)
-    spread = max(statistics.stdev(mine), statistics.stdev(su))
-    assert (f"ka-sphere-1m {'beats' if d_su < 0 else 'trails'} ka-su2-1m by {abs(d_su):.4f} test BPC "
-            f"(Δ {d_su:+.4f}, means over 3 and 3 seeds; the larger seed sd is {spread:.4f}, so the difference is "
-            f"{'more' if abs(d_su) > 2 * spread else 'less'} than twice it)") in text
-    assert f"ka-sphere-1m beats ka-1m by {abs(d_ka):.4f} test BPC (Δ {d_ka:+.4f}" in text
-    assert f"ka-sphere-1m trails ka-1m-tuned by {d_tuned:.4f} test BPC (Δ {d_tuned:+.4f}" in text
     med = statistics.median(mine)
-    assert (f"by medians, ka-sphere-1m minus ka-su2-1m {med - statistics.median(su):+.4f}, ka-1m "
-            f"{med - statistics.median(ka):+.4f}, ka-1m-tuned {med - statistics.median(tuned):+.4f}, tf-1m "
-            f"{med - statistics.median(tf):+.4f}") in text
     flops_su = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("ka-su2-1m")
-    assert f"Per token ka-sphere-1m costs {flops_su:.2f}× ka-su2-1m's" in text
-    assert f"its runs trained at {17_000 / 15_000:.2f}× ka-su2-1m's" in text
-    assert f"{17_000 / 24_000:.2f}× tf-1m's" in text
-    assert "side by side" not in text  # no bench.json here
+    assert cells(text, "vs ka-su2-1m")[1:7] == [
+        "3 / 3", f"{d_su:+.4f}", f"{max(statistics.stdev(mine), statistics.stdev(su)):.4f}",
+        f"{med - statistics.median(su):+.4f}", f"{flops_su:.2f}×", f"{17_000 / 15_000:.2f}×"]
+    assert cells(text, "vs ka-1m")[2] == f"{d_ka:+.4f}" and cells(text, "vs ka-1m-tuned")[2] == f"{d_tuned:+.4f}"
+    assert cells(text, "vs tf-1m")[4] == f"{med - statistics.median(tf):+.4f}"
+    assert cells(text, "vs tf-1m")[6:] == [f"{17_000 / 24_000:.2f}×", "—"]  # no bench.json here
     (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [
         {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-sphere-1m", "median": 20_000.0},
          "tf": {"preset": "tf-1m", "median": 25_000.0}}]}))
-    assert "side by side in `python -m benchmarks` (compile bf16): 20,000 against tf-1m's 25,000 tokens/s (0.80×)" \
-        in geometries.section(geometries.SPHERE)
-    line = geometries.summary_line(geometries.SPHERE)
-    assert line.startswith("- **The sphere S³ ⊂ R⁴** (issue 25's stretch, `ka-sphere-1m`, group main-sphere): "
-                           f"test BPC {statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f} over 3 seeds, "
-                           f"gap to tf-1m {gap:+.4f}; {d_su:+.4f} against ka-su2-1m, {d_ka:+.4f} against ka-1m, "
-                           f"{d_tuned:+.4f} against ka-1m-tuned (means)")
-    flops = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("tf-1m")
-    assert line.endswith(f"; {flops:.2f}× tf-1m's model FLOPs per token.")
+    assert cells(geometries.section(geometries.SPHERE), "vs tf-1m")[7] == "20,000 / 25,000 (0.80×)"
+    row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
+    assert row[2:6] == ["3 of 3", f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
+                        f"{d_su:+.4f} vs ka-su2-1m, {d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
     # the SU(2) section is not changed by the sphere's results: no sphere row there
     assert "ka-sphere-1m" not in geometries.section(geometries.SU2)
 
@@ -223,12 +216,13 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
 def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_budget(in_tmp):
     text = size.section()
     assert "Not run yet: `python -m lab run lr-5m-tuned" in text and "Not run yet: `python -m lab run main-5m" in text
-    assert "1.448 Kuramoto against 1.452 transformer" in text  # the paper's, from scaling.PAPER_BY_SIZE
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     ratio = groups.flops_per_token("ka-5m-tuned") / groups.flops_per_token("tf-5m")
-    assert f"costs {ratio:.2f}× tf-5m's model FLOPs per token" in text and f"at {tokens / 1e6:.2f}M tokens" in text
-    assert "not run yet: `python -m lab run main-5m --only ka-5m-tuned-flops-tf-5m-10m`" in text
-    assert size.summary_row() is None and "not run yet: `python -m lab run main-5m" in size.summary_note()
+    assert cells(text, "ka-5m-tuned's model FLOPs per token / tf-5m's")[1] == f"{ratio:.2f}×"
+    assert cells(text, "tokens at tf-5m's 10M-token training FLOPs")[1] == f"{tokens / 1e6:.2f}M"
+    assert cells(text, "ka-5m-tuned-flops-tf-5m-10m (seed 0) test BPC")[1] == \
+        "not run yet: `python -m lab run main-5m --only ka-5m-tuned-flops-tf-5m-10m`"
+    assert "| 5M tuned" not in summary.size_section()
 
 
 def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
@@ -238,25 +232,25 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     ka, tf = [1.90, 1.94, 1.91], [1.88, 1.89, 1.93]
     write_results(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
     text = size.section()
-    assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 |" in text
+    assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 | ✓ |" in text
     assert (f"| ka-5m-tuned | 1,000,000 | 3 | 1.9000, 1.9400, 1.9100 | {statistics.mean(ka):.4f} ± "
             f"{statistics.stdev(ka):.4f} | {statistics.median(ka):.4f} | 0.001 |") in text
-    assert f"means **{statistics.mean(ka) - statistics.mean(tf):+.4f}**" in text
-    assert f"medians **{statistics.median(ka) - statistics.median(tf):+.4f}**" in text
-    assert "moved test BPC by -0.1000" in text  # seed 0 against scale's best ka-5m
-    assert "--only ka-5m-tuned-flops-tf-5m-10m" in text and "at tf-5m's 10M-token training FLOPs not run yet" in \
-        size.summary_note()
-    row = size.summary_row()
-    assert row is not None and row[1:4] == ["1.9100", "1.8900", "+0.0200"]
-    assert "| 5M tuned (main-5m: ka-5m-tuned, medians of 3 / 3 seeds) | 1.9100 | 1.8900 | +0.0200 |" in \
-        summary.size_section()
+    assert cells(text, "gap of the means")[1] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
+    assert cells(text, "gap of the medians")[1] == f"{statistics.median(ka) - statistics.median(tf):+.4f}"
+    assert cells(text, "ka-5m-tuned seed 0 − ka-5m")[1] == "-0.1000"  # seed 0 against scale's best ka-5m
+    assert "--only ka-5m-tuned-flops-tf-5m-10m" in text
+    page = summary.size_section()
+    assert cells(page, "5M tuned, medians")[1:4] == ["1.9100", "1.8900", "+0.0200"]
+    assert cells(page, "5M tuned (main-5m: ka-5m-tuned)")[3] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
     # main-5m's equal-FLOP run: its gap beside the seeds', and not counted as a seed
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     write_results(in_tmp, [run("main-5m", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens, lr=1e-3)])
     text = size.section()
     assert "not run yet" not in text and "| ka-5m-tuned | 1,000,000 | 3 |" in text
-    assert f"test BPC 1.9700, a gap of **{1.97 - statistics.mean(tf):+.4f}** to tf-5m's mean" in text
-    assert f"training FLOPs **{1.97 - statistics.mean(tf):+.4f}**" in size.summary_note()
+    assert cells(text, "ka-5m-tuned-flops-tf-5m-10m (seed 0) test BPC")[1] == "1.9700"
+    assert cells(text, "its gap to tf-5m's mean")[1] == f"{1.97 - statistics.mean(tf):+.4f}"
+    assert cells(summary.size_section(), "5M tuned at tf-5m's 10M-token FLOPs")[3] == \
+        f"{1.97 - statistics.mean(tf):+.4f}"
 
 
 def _tuned_base(tmp, vals=(2.15, 2.16, 2.17, 2.14, 2.18, 2.16)):
@@ -287,16 +281,17 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     text = leads.section()
     assert "| increments on the bound, attn / ff |" in text and "| 25% / 100% |" in text  # means over layers
     mean = statistics.mean(base)
-    assert f"test BPC 2.1500; main-tuned over all its 6 seeds: {mean:.4f} ± {statistics.stdev(base):.4f}" in text
+    assert cells(text, "ka-1m-tuned-seed0")[4] == "2.1500"
+    assert cells(text, "main-tuned, all 6 seeds")[4] == f"{mean:.4f} ± {statistics.stdev(base):.4f}"
     assert f"| ka-1m-tuned-{first} | {groups.LEADS[first].change()} | 1,000,000 |" in text
     assert f"| 2.1000 | {2.10 - 2.15:+.4f} | {2.10 - mean:+.4f} |" in text
     beating = [k for k, b in sorted(bpcs.items(), key=lambda kv: kv[1]) if b < statistics.mean(base)]  # best first
     beating += [k for k, lead in groups.LEADS.items() if lead.at_budget and k not in beating]  # then the budget's
     names = ", ".join(f"ka-1m-tuned-{k}-40m" for k in beating)  # at equal FLOPs only once it wins at 40M
-    assert f"At 40M tokens (leads40: {names}): _Not run yet: `python -m lab run leads40" in text
+    assert f"At 40M tokens (leads40: {names}): Not run yet: `python -m lab run leads40" in text
     page = leads.summary_section()
-    assert f"Screened at 10M only: {first}," in page  # not yet at 40M: named, its row is the notebook's
-    assert "| ka-1m-tuned (the preset) | — | 2.1500 |" in page
+    assert f"| {first} |" not in page  # not yet at 40M: its row is the notebook's
+    assert "| ka-1m-tuned (the preset) | 2.1500 |" in page
     assert "At 40M: not run yet: `python -m lab run leads40" in page
     b40 = 40_001_536
     write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
@@ -322,8 +317,7 @@ def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
     assert f"| 1.9300 ({1.93 - 1.95:+.4f}, lr 0.004) | 1.9700 ({1.97 - 2.0:+.4f}) | {1.93 - 1.9:+.4f} / " \
            f"{1.97 - 1.9:+.4f} |" in leads.summary_section()
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])  # the target needs tf-1m at 10M
-    note = summary.target_table(compute.budget_runs(), {r["name"]: r for r in groups.with_twins("flops")})
-    assert f"ka-1m-tuned-{first}" not in note  # the presets only: the leads have their own table
+    assert f"ka-1m-tuned-{first}" not in summary.budget_section({}, str)  # the presets only: the leads have theirs
 
 
 def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
@@ -380,8 +374,8 @@ def test_a_budget_lead_is_planned_at_40m_before_any_lead_is_screened(in_tmp):
                                   train=lead.train), "final_valid_estimate": 1.94}])  # chosen on validation
     at_flops = next(s for s in groups.plan("leads40") if s.name == "ka-1m-tuned-angles-lr-5-flops-tf-40m")
     assert at_flops.train["tokens"] == groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000) < 40_000_000
-    assert ("every lead whose reason is the budget itself, whatever its score here ("
-            f"{', '.join(k for k, v in groups.LEADS.items() if v.at_budget)})") in leads.section()
+    text = leads.section()
+    assert all(cells(text, f"ka-1m-tuned-{k}")[-1] == ("✓" if v.at_budget else "") for k, v in groups.LEADS.items())
 
 
 def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -> None:
@@ -403,23 +397,23 @@ def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -
 
 def test_gap_at_40m_without_and_with_the_study(in_tmp):
     assert "Not measured yet: `python -m lab gap budget40`" in gap_budget.notebook_part()
-    assert gap_budget.summary_line() is None  # neither study: the dynamics section says what to run
+    assert gap_budget.gap_table().startswith("_Not measured yet")  # neither study: what to run
     ten = {"group": "main", "seeds": [0, 1, 2], "ka": 2.2, "tf": 2.1, "variant": 2.15, "variant_name": "x",
-           "by_position": [], "by_difficulty": [{"quartile": q, "ka_gap": 0.1} for q in range(4)]}
+           "by_position": [], "by_difficulty": [{"quartile": q, "ka_gap": 0.1 * q} for q in range(4)]}
     (in_tmp / "results").mkdir()
     (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))
-    assert "not measured yet (`python -m lab gap budget40`)" in gap_budget.summary_line()
+    assert cells(gap_budget.gap_table(), "main (seeds 0, 1, 2)")[1:] == [
+        "ka-1m (ψ(θ) itself)", "+0.100", "—", "—", "—", "+0.000", "+0.300"]
     _budget_gap(in_tmp)
     assert "## Where the gap is after 40M tokens" in gap_budget.notebook_part()
-    line = gap_budget.summary_line()
-    # pooled 2.25 − 2.0; on the copying class 2.1 − 1.5: beside gap.json's variant (another model, no recall classes)
-    assert f"ka-1m-tuned pooled gap {0.25:+.3f}, {0.6:+.3f} on the class \"seen, copying predicts the byte\"" in line
-    assert f"ka-1m pooled gap {0.4:+.3f}, {0.8:+.3f}" in line
-    assert "ka-su2-1m-tuned" not in line
-    _budget_gap(in_tmp, su2=2.1)  # the tuned SU(2) model joins once trained; the 10M study has none
-    line = gap_budget.summary_line()
-    assert f"ka-su2-1m-tuned pooled gap {0.1:+.3f}, {0.5:+.3f} on the class" in line
-    assert "ka-su2-1m-tuned pooled gap" in line and "| ka-su2-1m-tuned gap |" in gap_budget.notebook_part()
+    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| budget40")]
+    # pooled 2.25 − 2.0; on the copying class 2.1 − 1.5 (the 10M study has no recall classes)
+    assert [r.split(" | ")[1:3] + r.split(" | ")[5:6] for r in rows] == [
+        ["ka-1m-tuned", "+0.250", "+0.600"], ["ka-1m", "+0.400", "+0.800"]]
+    _budget_gap(in_tmp, su2=2.1)  # the tuned SU(2) model joins once trained
+    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| budget40")]
+    assert rows[1].split(" | ")[1:3] + rows[1].split(" | ")[5:6] == ["ka-su2-1m-tuned", "+0.100", "+0.500"]
+    assert "| ka-su2-1m-tuned gap |" in gap_budget.notebook_part()
 
 
 def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
@@ -436,10 +430,11 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert text.index("## SU(2)") < text.index("## The sphere S³") < text.index("\n## Ablations of ka-1m\n")
     assert "Not run yet: `python -m lab run main-su2" in text and "Not run yet: `python -m lab run leads" in text
     assert "Not run yet: `python -m lab run main-sphere" in text
-    assert "**SU(2)**" in page and "planned, not run yet: `python -m lab run main-su2" in page
-    assert page.index("## Closing the gap: structural leads") < page.index("**SU(2)**") < \
-        page.index("**The sphere S³ ⊂ R⁴**")
-    assert "planned, not run yet: `python -m lab run main-sphere" in page
+    assert cells(page, "SU(2) (issue 25)")[3].startswith("not run yet: `python -m lab run main-su2")
+    assert page.index("## Closing the gap: structural leads") < page.index("| SU(2) (issue 25) |") < \
+        page.index("| The sphere S³ ⊂ R⁴")
+    sphere = cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
+    assert sphere[3].startswith("not run yet: `python -m lab run main-sphere")
     assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
     # issue 46's sections before their runs exist
     assert cells(page, "successor-2")[2] == "not yet run"
@@ -449,13 +444,14 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
     assert text.index("## Where the gap is after 40M tokens: per-byte loss") > text.index("## SU(2)")
-    assert "ka-su2-1m beats ka-1m by" in text and "test BPC 2.2050 ± " in page
+    assert cells(text, "vs ka-1m")[2] == f"{2.205 - 2.245:+.4f}"
+    assert cells(page, "SU(2) (issue 25)")[3] == "2.2050 ± 0.0071"
     write_results(in_tmp, seeds("main-sphere", "ka-sphere-1m", [2.3, 2.31]))
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
-    assert "ka-sphere-1m trails ka-su2-1m by" in text and "test BPC 2.3050 ± " in page
-    assert "group main-sphere): test BPC 2.3050 ± " in page and "group main-su2): test BPC 2.2050 ± " in page
-    assert "After 40M tokens (group budget40, seed 0" in page
+    assert f"| vs ka-su2-1m | 2 / 2 | {2.305 - 2.205:+.4f} |" in text
+    assert cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")[3] == "2.3050 ± 0.0071"
+    assert "| budget40 (40M tokens) | ka-1m-tuned |" in page
 
 
 def test_readme_presets_table_is_written_from_the_presets(tmp_path):
@@ -491,65 +487,32 @@ def test_readme_headline_adds_su2_once_measured(in_tmp):
     assert f"| +0.1200 | {flops} | 0.25× |" in readme.headline()
 
 
-def test_readme_headline_follows_the_gap_along_budget_compute_and_size(in_tmp):
-    """The headline's prose after the table: each curve preset at 40M, each equal-FLOP run, the 5M pair's means, each
-    from results (nothing of it before its runs exist)."""
-    from lab.writers import readme
-
-    write_results(in_tmp, [*seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3), *seeds("main", "ka-1m", [2.25, 2.24])])
-    assert "Trained to" not in readme.headline() and "equal training FLOPs" not in readme.headline()
-    b40 = 40_001_536
-    write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3),
-                           run("budget40", "ka-1m-40m", "ka-1m", 2.10, tokens=b40),
-                           run("flops", "ka-1m-flops-tf-10m", "ka-1m", 2.30, tokens=8_000_000),
-                           *seeds("main-5m", "ka-5m-tuned", [2.08, 2.09], lr=1e-3),
-                           *seeds("main-5m", "tf-5m", [2.02, 2.03], lr=2e-3)])
-    text = readme.headline()
-    assert "Trained to 40M tokens (seed 0, `python -m lab run budget40`): tf-1m 1.9000; ka-1m 2.1000 (gap +0.2000)." \
-        in text
-    assert f"the gap of ka-1m {2.30 - 2.14:+.4f} at tf-1m's 10M-token FLOPs." in text  # main's seed 0 of tf-1m
-    assert "At 5M parameters (`python -m lab run main-5m`), ka-5m-tuned over its seeds: 2.0850 ± 0.0071; tf-5m: " \
-           "2.0250 ± 0.0071; gap of the means +0.0600" in text
-    # the best leads40 run at that budget, chosen on validation (not on test); its equal-FLOP runs are not candidates
-    write_results(in_tmp, [{**run("leads40", "ka-1m-tuned-a-40m", "ka-1m-tuned", 1.95, tokens=b40),
-                            "final_valid_estimate": 2.00},
-                           {**run("leads40", "ka-1m-tuned-b-40m", "ka-1m-tuned", 1.97, tokens=b40),
-                            "final_valid_estimate": 1.99},
-                           run("leads40", "ka-1m-tuned-a-flops-tf-40m", "ka-1m-tuned", 1.90, tokens=b40)])
-    assert f"on validation (`python -m lab run leads40`): ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f})." \
-        in readme.headline()  # no ka-1m-tuned at 40M yet: no Δ
-    assert "budget100" not in readme.headline()
-    write_results(in_tmp, [run("budget100", "tf-1m-100m", "tf-1m", 1.77, tokens=100_007_936),
-                           run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.94, lr=2e-3, tokens=100_007_936)])
-    assert ("To 100M tokens (`python -m lab run budget100`, each at the rate best at 40M): tf-1m 1.7700; ka-1m-tuned "
-            f"1.9400 (gap {1.94 - 1.77:+.4f}).") in readme.headline()
-    write_results(in_tmp, [run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=b40)])
-    assert f"ka-1m-tuned-b-40m 1.9700 (gap {1.97 - 1.90:+.4f}; Δ {1.97 - 2.00:+.4f} against ka-1m-tuned)." \
-        in readme.headline()
-
-
-def test_gap_by_position_reads_the_near_and_the_farthest_bin():
+def test_gap_cells_read_the_near_and_the_farthest_bin():
     rows = [{"from": 4, "to": 8, "tuned_gap": 0.5}, {"from": 8, "to": 16, "tuned_gap": 0.1},
             {"from": 128, "to": 256, "tuned_gap": 0.3}]
-    text = gap_budget.by_position_text({"by_position": rows}, "tuned")
-    assert text == "+0.100 at positions 8–15 and +0.300 at 128–255"
-    assert gap_budget.by_position_text({"by_position": rows[:1]}, "tuned") == ""  # no bin from 8: said nothing
+    res = {"by_position": rows, "tuned": 2.2, "tf": 2.0}
+    assert gap_budget.cells(res, "tuned") == ["+0.200", "+0.100", "+0.300", "—"]
+    assert gap_budget.bins(res) == ("8–15", "128–255")
+    assert gap_budget.cells({**res, "by_position": rows[:1]}, "tuned")[1] == "—"  # no bin from 8: no number
 
 
 def test_leads_say_what_the_40m_studies_measured(in_tmp):
-    assert leads._why() == ""  # no studies yet: nothing claimed
+    assert leads.why_table() == ""  # no studies yet: nothing claimed
     (in_tmp / "results").mkdir(exist_ok=True)
     pos = [{"from": 8, "to": 16, "tuned_gap": 0.09}, {"from": 128, "to": 256, "tuned_gap": 0.15}]
     (in_tmp / "results" / "gap-budget40.json").write_text(json.dumps(
-        {"runs": {"tuned": "ka-1m-tuned-40m", "tf": "tf-1m-40m"}, "by_position": pos,
+        {"runs": {"tuned": "ka-1m-tuned-40m", "tf": "tf-1m-40m"}, "by_position": pos, "tuned": 2.1, "tf": 2.0,
          "by_recall": [{"recall": 1, "tuned_gap": 0.2}]}))
     (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
         [{"run": "budget40/ka-1m-tuned-40m", "group": "budget40", "slow_fraction": [0.0, 0.04],
           "attn_saturation": [1.0, 0.9]}]))
-    text = leads._why()
-    assert "+0.090 at positions 8–15 and +0.150 at 128–255, and +0.200 on the bytes copying" in text
-    assert "2% of the trained oscillators drift slower than once per 256-byte context" in text
-    assert "95% of attention increments sit on the bound" in text and "% at RoPE's start" in text
+    text = leads.why_table()
+    assert [cells(text, k)[1] for k in ("gap to tf-1m, pooled (bits per byte)", "gap at positions 8–15",
+                                        "gap at positions 128–255", "gap on the bytes copying predicts")] == [
+        "+0.100", "+0.090", "+0.150", "+0.200"]
+    assert cells(text, "oscillators slower than once per 256-byte context, trained")[1] == "2%"
+    assert cells(text, "attention increments on the bound")[1] == "95%"
+    assert cells(text, "the same at RoPE's start (initialisation)")[1].endswith("%")
 
 
 def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
@@ -576,24 +539,18 @@ def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
     write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000,
                                split="valid") for lr, b in ((2e-3, 2.7), (4e-3, 2.6))])
     write_results(in_tmp, [run("lr", "ka-1m-lr-0.004", "ka-1m", 2.5, tokens=3_000_000, split="valid")])
-    line = geometries.summary_line(geometries.SU2)
-    assert "its 3M sweep (2 rates so far) is best at lr 0.004: valid 2.6000, against ka-1m's 2.5000" in line
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[6] == "0.004: 2.6000"
 
 
 def test_issue_26_targets_gaps_are_the_40m_runs_differences(in_tmp):
     """Each gap the target's table gives is the fabricated runs' difference (the judgement is a person's)."""
-    assert "not yet run" in summary.target_table({}, {})
-    tf = {"10M": run("main", "tf-1m-seed0", "tf-1m", 2.10), "40M": run("budget40", "tf-1m-40m", "tf-1m", 1.90,
-                                                                     tokens=40_000_000)}
-    near = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.915, tokens=40_000_000)
-    runs = {"10M": {"tf-1m": tf["10M"], "ka-1m-tuned": run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12)},
-            "40M": {"tf-1m": tf["40M"], "ka-1m-tuned": near}}
-    assert cells(summary.target_table(runs, {}), "ka-1m-tuned")[1:4] == ["+0.015", "not run", "+0.020"]
-    flops = {"ka-1m-tuned-flops-tf-40m": run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 1.925,
-                                             tokens=24_000_000)}
-    assert cells(summary.target_table(runs, flops), "ka-1m-tuned")[2] == "+0.025"
-    runs["10M"]["ka-1m-tuned"] = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.11)
-    assert cells(summary.target_table(runs, flops), "ka-1m-tuned")[3] == "+0.010"
+    write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.10), run("main-tuned", "ka-1m-tuned-seed0",
+                                                                          "ka-1m-tuned", 2.12),
+                           run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
+                           run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.915, tokens=40_000_000)])
+    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[2:6] == ["+0.0200", "—", "+0.0150", "—"]
+    write_results(in_tmp, [run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 1.925, tokens=24_000_000)])
+    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[5] == "+0.0250"
 
 
 def _along(r: dict, points: list[tuple[int, float, float]]) -> dict:
@@ -611,8 +568,7 @@ def test_the_40m_point_is_the_better_rate_on_validation_never_on_test(in_tmp):
     write_results(in_tmp, [{**half, "final_valid_estimate": 2.04}])
     chosen = compute.budget_runs()["40M"]["ka-1m-tuned"]
     assert chosen["name"] == "ka-1m-tuned-40m-lr-0.002" and compute.off_rate(chosen)
-    assert "2.0000†" in summary.budget_section({}, str)  # marked, and the note says what the mark means
-    assert "†: below its swept rate (40M: ka-1m-tuned at 0.002)" in summary.budget_section({}, str)
+    assert "2.0000† (lr 0.002)" in summary.budget_section({}, str)  # marked, with the rate it trained at
 
 
 def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
@@ -629,9 +585,9 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     assert cells(fit.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "40M", "+0.120", "+0.120", "40M", "5.0M"]
     # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2; anneal cost: 10M tokens into the 40M schedule against
     # the 10M schedule's end, 2.30 - 2.18 and 2.38 - 2.20
-    slopes = fit.slope_table()
-    assert cells(slopes, "tf-1m")[1:] == ["-0.115", "—", "+0.120"]
-    assert cells(slopes, "ka-1m-tuned")[1:] == ["-0.060", "—", "+0.180"]
+    slopes = summary.budget_section({}, str)
+    assert cells(slopes, "tf-1m")[7:] == ["-0.115", "—", "+0.120"]
+    assert cells(slopes, "ka-1m-tuned")[7:] == ["-0.060", "—", "+0.180"]
     # within the 40M run, from its 10M evaluation: (2.07 - 2.38) / 2
     assert compute.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and compute.valid_slope(ka10) is None
     assert fit.fit_plot(in_tmp / "fit.png") is not None
@@ -646,13 +602,13 @@ def test_fit_note_reads_the_stretch_budget(in_tmp):
                 [(50_000_000, 1.90, 2.00), (b, 1.70, 1.92)])
     write_results(in_tmp, [tf, ka])
     assert cells(fit.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "100M", "+0.200", "+0.120", "100M", "never"]
-    assert fit.slope_table() == ""  # no 40M points to measure from
+    assert cells(summary.budget_section({}, str), "tf-1m")[7:] == ["—", "—", "—"]  # no 40M points to measure from
     assert fit.clip_table(groups.all_results()) == ""  # no run kept its clipping
     write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
                            run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=40_000_000)])
     per = math.log2(b / 40_000_000)
-    assert cells(fit.slope_table(), "tf-1m")[2] == f"{(1.77 - 1.90) / per:+.3f}"
-    assert cells(fit.slope_table(), "ka-1m-tuned")[2] == f"{(1.95 - 2.00) / per:+.3f}"
+    assert cells(summary.budget_section({}, str), "tf-1m")[8] == f"{(1.77 - 1.90) / per:+.3f}"
+    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[8] == f"{(1.95 - 2.00) / per:+.3f}"
 
 
 def test_clip_table_gives_each_runs_clipped_share_and_omegas_rate(in_tmp):
@@ -690,7 +646,7 @@ def test_clip_table_names_the_parts_the_gradient_is_in(in_tmp):
 
 def test_fit_tables_are_empty_without_the_largest_budget(in_tmp):
     write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
-    assert fit.fit_note() == "" and fit.fit_plot(in_tmp / "fit.png") is None
+    assert fit.fit_table() == "" and fit.rate_table() == "" and fit.fit_plot(in_tmp / "fit.png") is None
 
 
 def test_rate_table_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
@@ -715,15 +671,16 @@ def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
     text = summary.ablation_section()
     per = compute.flops_per_token(no_ff)
     assert per < compute.flops_per_token(full)  # the feed-forward's FLOPs leave with it
-    cost = f"{compute.fmt_per_token(per)} / — | {compute.fmt_flops(per * 10_000_000)} / —"
-    assert f"| no-ff | +0.3500 | — | +0.27 | {cost} |" in text
-    assert f"ka-1m 2.2500 ({compute.fmt_per_token(compute.flops_per_token(full))} model FLOPs per token)" in text
+    assert f"| no-ff | +0.3500 | — | +0.27 | {compute.fmt_per_token(per)} / — |" in text
+    assert cells(text, "(full model: test BPC)")[1:3] == ["2.2500", "—"]
+    per_full = compute.fmt_per_token(compute.flops_per_token(full))
+    assert cells(text, "(full model: test BPC)")[4].startswith(f"{per_full} /")
 
 
 def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
     """leads-flops' table: each width's Δ against flops' ka-1m-tuned at tf-1m's 10M-token FLOPs and its gap to
     tf-1m's seed 0; one not yet run shows its planned tokens; the summary names the run ones."""
-    assert "Not run yet: `python -m lab run leads-flops" in leads.section() and not leads.widths_phrase()
+    assert "Not run yet: `python -m lab run leads-flops" in leads.section()
     k128, depth3 = groups.WIDTHS["k-128"], groups.WIDTHS["depth-3"]
     tokens = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], k128.model)
     write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.10, lr=8e-3),
@@ -736,8 +693,6 @@ def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
     later = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], depth3.model)
     assert "| ka-1m-tuned-depth-3-flops-tf-10m | depth=3, ff_hidden=484 | — | " in text
     assert f"| {later / 1e6:.2f}M | — | not run |" in text
-    assert f"k-128 2.1700 ({tokens / 1e6:.1f}M tokens, Δ {2.17 - 2.20:+.4f} against ka-1m-tuned-flops-tf-10m, gap " \
-           f"{2.17 - 2.10:+.4f} to tf-1m)" in leads.widths_phrase()
 
 
 def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
@@ -769,15 +724,6 @@ def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
     lead_run["curve"] = [{"tokens": 0, "valid_bpc": 8.0}, {"tokens": b40, "valid_bpc": 2.0}]
     write_results(in_tmp, [lead_run])
     assert "| — / — / — / -0.040 |" in leads.section()
-
-
-def cells(text: str, first: str) -> list[str]:
-    """The cells of the table row of ``text`` whose first cell is ``first`` (AssertionError: no such row)."""
-    for line in text.splitlines():
-        parts = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and parts[0] == first:
-            return parts
-    raise AssertionError(f"no row {first!r}")
 
 
 def _row(name: str, cells: str, text: str) -> bool:
@@ -851,8 +797,8 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     assert "| ka-1m-tuned-40m-lr-0.002 | (preset) | 40.0M | 2.0000 | — |" in text
     assert text.count("| ka-1m-tuned-40m | (preset) |") == 1  # each reference once
     # a lead at two rates: its best on validation against the preset's best (its validation estimate 2.02)
-    assert (f"{name}-40m at lr 0.002, 1.9800: Δ {1.98 - 2.00:+.4f} against ka-1m-tuned-40m-lr-0.002 (validation "
-            f"{1.98 - 2.02:+.4f})") in text
+    assert cells(text, f"{name}-40m (best rate)")[1:] == ["0.002", "1.9800", "ka-1m-tuned-40m-lr-0.002",
+                                                          f"{1.98 - 2.00:+.4f}", f"{1.98 - 2.02:+.4f}"]
     assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
     # the summary's row: the lead at its best rate on validation, against the preset's best
     assert f"| 1.9800 ({1.98 - 2.00:+.4f}, lr 0.002) | — | {1.98 - 1.85:+.4f} / — |" in leads.summary_section()
