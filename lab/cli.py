@@ -101,12 +101,12 @@ def _action(args: Any) -> None:
         models = tuple(args.only) if args.action == "induction" and args.only else tuple(induction.MODELS)
         print(f"wrote {induction.write(induction.measure(models=models))}")
     if args.action in ("report", "replicate"):
-        from lab.writers import readme
         from lab.writers.results_md import write_report
+        from lab.writers.summary import update_readme
 
         for path in write_report(protocol.RESULTS.parent):
             print(f"wrote {path}")
-        if (written := readme.update(protocol.RESULTS.parent / "README.md")) is not None:
+        if (written := update_readme(protocol.RESULTS.parent / "README.md")) is not None:
             print(f"wrote {written} (its headline table)")
 
 

@@ -1,21 +1,27 @@
-"""Shared pieces of the generated pages: number and table formatting, and how a run is named and described. The
-writers make tables and single numbers; the sentences around them are the templates' (lab/templates/)."""
+"""What every generated page shares: number and table formatting, row builders, how a run is named and described, and
+the learning-rate sweeps' tables. The writers make tables and numbers; the sentences are the templates'."""
 
 import math
 import statistics
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
-from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, order, plan, reads, with_twins
-from lab.protocol import TRAIN_DEFAULTS, load_results, run_command
+from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, best_lr, order, plan, reads, with_twins
+from lab.protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results, run_command
 
 Run = dict[str, Any]
 # the training settings a variant (a lead, an ablation) changes
 TRAINING_VARIANTS = ("phase_lr_mult", "omega_lr_mult", "shared_lr_mult", "weight_decay", "clip_angles_apart")
+PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's enwik8 test BPC at 1M (means)
+PAPER_DELTAS = {"value-projection": "+0.25", "no-ff": "+0.27", "no-gates": "+0.09"}  # the paper's ablations' ΔBPC
 
 
 def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.4f}"
+
+
+def signed(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:+.{digits}f}"
 
 
 def diff(a: Run | float | None, b: Run | float | None, digits: int = 4) -> str:
@@ -28,6 +34,10 @@ def mean(vals: list[float]) -> float | None:
     return statistics.mean(vals) if vals else None
 
 
+def median(vals: list[float]) -> float | None:
+    return statistics.median(vals) if vals else None
+
+
 def mean_sd(vals: list[float]) -> str:
     """Mean ± sample sd, or the one value with "(one seed)": an sd of one run is not a spread."""
     if not vals:
@@ -35,8 +45,41 @@ def mean_sd(vals: list[float]) -> str:
     return fmt(statistics.mean(vals)) + (f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed)")
 
 
+def seed_cells(vals: list[float]) -> list[str]:
+    """Three cells on a model's seeds: each one's test BPC, their mean ± sd, their median."""
+    return [", ".join(map(fmt, vals)) or "not run", mean_sd(vals), fmt(median(vals))]
+
+
 def bpcs(runs: list[Run]) -> list[float]:
     return [r["eval_bpc"] for r in runs]
+
+
+def best(runs: Any) -> Run | None:
+    """The run with the lowest test (or valid) BPC, None of none."""
+    return min(runs, key=lambda r: r["eval_bpc"], default=None)
+
+
+def by_name(*groups: str) -> dict[str, Run]:
+    """The groups' runs, twins included, by name."""
+    return {r["name"]: r for g in groups for r in with_twins(g)}
+
+
+def lr(r: Run) -> str:
+    return f"{r['train']['lr']:g}"
+
+
+def millions(tokens: float, digits: int = 1) -> str:
+    return f"{tokens / 1e6:.{digits}f}M"
+
+
+def count(r: Run | None) -> str:
+    """A run's parameter count, or "—"."""
+    return f"{r['params']:,}" if r else "—"
+
+
+def note(text: str) -> str:
+    """A line in italics below a table."""
+    return f"\n\n_{text}._"
 
 
 def not_run(group: str, lead: str = "Not run yet") -> str:
@@ -79,6 +122,10 @@ def throughput(r: Run) -> float | None:
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def changes(fields: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
 def overrides(r: Run, strip_pinned: bool = True) -> str:
@@ -139,15 +186,42 @@ def saturation(r: Run | None) -> str:
 def variant_change(name: str = BEST_VARIANT) -> str:
     """A confirmed variant's change to ka-1m (``groups.VARIANTS``, else its confirm run's overrides)."""
     if name in VARIANTS:
-        change = VARIANTS[name]
-    else:
-        run = next((r for r in load_results("confirm") if r["name"].split("-seed")[0] == f"ka-{name}"), None)
-        if run is None:
-            return "not recorded"
-        change = {k: v for k, v in run["model_overrides"].items() if UNPROJECTED.get(k, object()) != v}
-    return ", ".join(f"{k}={v}" for k, v in change.items())
+        return changes(VARIANTS[name])
+    run = next((r for r in load_results("confirm") if r["name"].split("-seed")[0] == f"ka-{name}"), None)
+    return "not recorded" if run is None else changes(
+        {k: v for k, v in run["model_overrides"].items() if UNPROJECTED.get(k, object()) != v})
 
 
 def reference_main() -> list[Run]:
     """main's transformer runs and ka-1m on ψ(θ) itself: the pair of the groups pinned to ψ(θ)."""
     return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")
+
+
+def sweep_table(rows: list[Run], chosen: dict[tuple[str, str], float]) -> str:
+    """Every run of one or more 3M sweeps by preset, group and rate; ✓ marks ``chosen[(preset, group)]``."""
+    body = [[r["preset"], r["group"], overrides(r, strip_pinned=False) if r["family"] == "kuramoto" else "—", lr(r),
+             millions(r["tokens"]), fmt(r["eval_bpc"]),
+             "✓" * (chosen.get((r["preset"], r["group"])) == r["train"]["lr"])]
+            for r in sorted(rows, key=lambda r: (r["preset"], r["group"], r["train"]["lr"]))]
+    return table(["preset", "group", "model", "lr", "tokens", "valid BPC", "best"], body)
+
+
+def sweep_section(group: str, preset: str) -> str:
+    """One preset's 3M sweep, its best rate marked, or the command that runs it."""
+    rows = [r for r in load_results(group) if r["preset"] == preset]
+    return sweep_table(rows, {(preset, group): best_lr(preset, group)}) if rows else f"_{not_run(group)}._"
+
+
+def second_stage_section(second: str, sweep: str, preset: str) -> str:
+    """The 3M sweep's two best rates at 10M beside their 3M figures, the chosen one marked."""
+    rows = sorted((r for r in load_results(second) if r["preset"] == preset), key=lambda r: r["train"]["lr"])
+    if not rows:
+        return f"_{not_run(second)}._"
+    at_sweep = {r["train"]["lr"]: r["eval_bpc"] for r in load_results(sweep) if r["preset"] == preset}
+    done = len(rows) >= min(2, len(at_sweep))  # the stage trains the sweep's two best rates: no choice before
+    chosen = best_lr(preset, second) if done else None
+    text = table(["lr", f"valid BPC at {SWEEP['tokens'] / 1e6:g}M ({sweep})",
+                  f"valid BPC at {PROTOCOL['tokens'] / 1e6:g}M ({second}, seed 0)", "chosen"],
+                 [[lr(r), fmt(at_sweep.get(r["train"]["lr"])), fmt(r["eval_bpc"]), "✓" * (r["train"]["lr"] == chosen)]
+                  for r in rows])
+    return text if done else text + f"\n\n_{len(rows)} of its 2 rates so far: `{run_command(second)}`._"

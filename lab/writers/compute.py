@@ -1,6 +1,5 @@
-"""The budget and compute tables (issue 26): test BPC and the gap per token budget, memorisation (valid − train BPC),
-model FLOPs per token and training FLOPs, the gap at equal FLOPs beside the gap at equal tokens, the bench's rates,
-and the plots of test BPC against budget and of validation BPC against training FLOPs and seconds."""
+"""The budget curve (issue 26) as tables and plots: test BPC and the gap per token budget, memorisation, FLOPs, the gap
+at equal FLOPs, the bench's rates, and why the gap grows (training against validation gaps, rates, clipping)."""
 
 import contextlib
 import json
@@ -9,47 +8,28 @@ from pathlib import Path
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
-from lab import protocol
-from lab.groups import (
-    BUDGET_PRESETS,
-    BUDGETS,
-    FLOPS_PRESETS,
-    HOMES,
-    STRETCH_BUDGET,
-    budget_best,
-    flop_matched_tokens,
-    swept_rate,
-    with_twins,
-)
-from lab.groups import flops_per_token as preset_flops_per_token
+from kuramoto_attention.training.data import CHECKSUMS
+from lab import groups, protocol
+from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, valid_estimate, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.retired import retired_settings, without_retired
-from lab.writers.common import Run, diff, fmt, table, throughput
+from lab.writers.common import Run, best, diff, fmt, lr, millions, note, signed, table, throughput
 
 REFERENCE = "tf-1m"
 PAIRS = tuple((p, REFERENCE) for p in FLOPS_PRESETS)  # each Kuramoto preset of the curve against the transformer
 COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange", "ka-su2-1m-tuned": "tab:purple"}
 BENCH_MODE = ("compile" if PROTOCOL["compile"] else "eager", PROTOCOL["precision"])  # the protocol's, as the bench's
-
-
-def _train_bytes() -> int | None:
-    """enwik7's training split (90% of the file: data.py), for the passes a budget makes over it."""
-    with contextlib.suppress(Exception):
-        from kuramoto_attention.training.data import CHECKSUMS
-
-        return int(CHECKSUMS["enwik7"][0] * 0.9)
-    return None
+TRAIN_BYTES = int(CHECKSUMS["enwik7"][0] * 0.9)  # enwik7's training split (data.py), for a budget's passes over it
+LARGEST = f"{BUDGETS[-1] // 1_000_000}M"
 
 
 def flops_per_token(r: Run) -> int | None:
     """A result's model FLOPs per training token (the bench's count), None for a model the library no longer builds."""
-    if retired_settings(r.get("model_overrides", {})):
-        return None
-    try:
-        return preset_flops_per_token(r["preset"], without_retired(r.get("model_overrides", {})),
-                                      r["train"].get("context", PROTOCOL["context"]))
-    except Exception:  # a record of a model the library no longer builds (a retired field)
-        return None
+    with contextlib.suppress(Exception):
+        if not retired_settings(changed := r.get("model_overrides", {})):
+            return groups.flops_per_token(r["preset"], without_retired(changed),
+                                          r["train"].get("context", PROTOCOL["context"]))
+    return None
 
 
 def training_flops(r: Run | None) -> int | None:
@@ -72,33 +52,26 @@ def costs(r: Run | None) -> list[str]:
 
 def overfit(r: Run) -> list[str]:
     """Memorisation: valid − train BPC within one pass and at the end (passes), and valid's rise (after)."""
-    curve, passes = [p for p in r.get("curve", []) if p.get("train_bpc") is not None], _train_bytes()
-    if not curve or not passes:
+    curve = [p for p in r.get("curve", []) if p.get("train_bpc") is not None]
+    if not curve:
         return ["—"] * 3
-    first, last = [p for p in curve if p["tokens"] <= passes], curve[-1]
+    first, last = [p for p in curve if p["tokens"] <= TRAIN_BYTES], curve[-1]
     low = min(curve, key=lambda p: p["valid_bpc"])
     rose = last["valid_bpc"] - low["valid_bpc"]
-    return [*(f"{p['valid_bpc'] - p['train_bpc']:+.3f} ({p['tokens'] / passes:.1f})" if p else "—"
+    return [*(f"{p['valid_bpc'] - p['train_bpc']:+.3f} ({p['tokens'] / TRAIN_BYTES:.1f})" if p else "—"
               for p in (first[-1] if first and first[-1] is not last else None, last)),
-            f"{rose:+.3f} ({low['tokens'] / 1e6:.1f}M)" if rose > 0.005 else "—"]
-
-
-def _best(group: str, preset: str) -> Run | None:
-    return min((r for r in load_results(group) if r["preset"] == preset), key=lambda r: r["eval_bpc"], default=None)
+            f"{rose:+.3f} ({millions(low['tokens'])})" if rose > 0.005 else "—"]
 
 
 def budget_runs() -> dict[str, dict[str, Run]]:
     """Per budget label, each preset's run there (seed 0, its own schedule; 3M: its sweep's best, on valid)."""
-    rows: dict[str, dict[str, Run]] = {
-        "3M": {p: r for p, home in HOMES.items() if (r := _best(home.sweep, p)) is not None},
-        "10M": {p: r for p, home in HOMES.items()
-                if (r := next((x for x in with_twins(home.main) if x["preset"] == p
-                               and x["train"].get("seed", 0) == 0), None)) is not None},
-        "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")},
-    }
-    for b, groups in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",))]:
-        rows[f"{b // 1_000_000}M"] = {p: r for p in HOMES if (r := budget_best(p, b, groups)) is not None}
-    return {k: v for k, v in rows.items() if v}
+    rows = {"3M": {p: best(r for r in load_results(home.sweep) if r["preset"] == p) for p, home in HOMES.items()},
+            "10M": {p: next((r for r in with_twins(home.main) if r["preset"] == p and r["train"].get("seed", 0) == 0),
+                            None) for p, home in HOMES.items()},
+            "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")}}
+    for b, among in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",))]:
+        rows[f"{b // 1_000_000}M"] = {p: groups.budget_best(p, b, among) for p in HOMES}
+    return {k: kept for k, by in rows.items() if (kept := {p: r for p, r in by.items() if r is not None})}
 
 
 def valid_points(r: Run) -> list[tuple[int, float]]:
@@ -117,14 +90,14 @@ def valid_slope(r: Run | None, start: int = PROTOCOL["tokens"]) -> float | None:
 
 
 def fmt_slope(r: Run | None) -> str:
-    return "—" if (x := valid_slope(r)) is None else f"{x:+.3f}"
+    return signed(valid_slope(r))
 
 
 def off_rate(r: Run) -> bool:
     """Whether a curve run trained at a rate other than its preset's swept one (lr40's; budget100's)."""
     if r.get("group") == "budget100":
         with contextlib.suppress(ConfigError):  # no sweep here: not marked
-            return r["train"]["lr"] != swept_rate(r["preset"])
+            return r["train"]["lr"] != groups.swept_rate(r["preset"])
         return False
     return r.get("group") == "lr40" or str(r.get("twin", "")).startswith("lr40/")
 
@@ -140,11 +113,11 @@ def budget_section() -> str:
     if not runs:
         return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget`, `... budget40`)._"
     body = [[label, p + model_note(r), r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"], fmt(r["eval_bpc"]),
-             diff(r, by.get(REFERENCE)) if p != REFERENCE else "—", f"{r['train']['lr']:g}", *costs(r), *overfit(r)]
+             diff(r, by.get(REFERENCE)) if p != REFERENCE else "—", lr(r), *costs(r), *overfit(r)]
             for label, by in runs.items() for p in BUDGET_PRESETS if (r := by.get(p)) is not None]
     return table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "lr", "model FLOPs/token",
                   "training FLOPs", "valid − train within 1 pass (passes)", "valid − train at the end (passes)",
-                  "valid rose (after)"], body) + "".join(f"\n\n_Not run yet: `python -m lab run {g}`._" for g, b in (
+                  "valid rose (after)"], body) + "".join(note(f"Not run yet: `python -m lab run {g}`") for g, b in (
                       ("budget40", BUDGETS[-1]), ("budget100", STRETCH_BUDGET)) if f"{b // 1_000_000}M" not in runs)
 
 
@@ -156,7 +129,7 @@ def flops_rows() -> list[tuple[str, str, Run | None, Run | None, Run | None, str
         label = f"{b // 1_000_000}M"
         for p in FLOPS_PRESETS:
             try:
-                tokens = f"{flop_matched_tokens(p, REFERENCE, b) / 1e6:.2f}M"
+                tokens = f"{groups.flop_matched_tokens(p, REFERENCE, b) / 1e6:.2f}M"
             except Exception:  # a preset the library cannot build here
                 tokens = "—"
             out.append((label, p, runs.get(label, {}).get(REFERENCE), runs.get(label, {}).get(p),
@@ -169,97 +142,19 @@ def flops_section() -> str:
     body = [[f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p, tokens, fmt(same and same["eval_bpc"]),
              diff(same, tf), fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(training_flops(eq)), diff(eq, tf)]
             for label, p, tf, same, eq, tokens in flops_rows()]
-    note = "" if with_twins("flops") else "\n\n_Not run yet: `python -m lab run flops`._"
     return table(["reference", "tf-1m test BPC", "model", "tokens at equal FLOPs", "BPC at equal tokens",
-                  "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"], body) + note
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, out: Path) -> Path:
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    pyplot().close(fig)
-    return out
-
-
-def budget_plot(out: Path) -> Path | None:
-    """Test BPC (3M: valid) against the token budget, log scale, one line per 1M preset (seed 0)."""
-    runs = budget_runs()
-    series = {p: sorted((r["tokens"], r["eval_bpc"]) for by in runs.values() if (r := by.get(p)) is not None
-                        and not model_note(r)) for p in BUDGET_PRESETS}
-    if sum(len(v) for v in series.values()) < 2:
-        return None
-    fig, ax = pyplot().subplots(figsize=(6.4, 4), dpi=120)
-    for p, pts in series.items():
-        if pts:
-            ax.plot([t for t, _ in pts], [b for _, b in pts], "o-", color=COLOURS[p], label=p)
-    ax.set(xscale="log", xlabel="training tokens (log scale)", ylabel="enwik7 test BPC (3M: validation)",
-           title="test BPC against the budget (seed 0, own schedule)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
-    return _save(fig, out)
-
-
-def _curves(p: str) -> list[tuple[Run, list[dict[str, float]]]]:
-    """Every seed-0 run of preset ``p`` on its own model, with its validation points."""
-    pool = [r for g in (HOMES[p].main, "budget40", "flops") for r in with_twins(g)]
-    return [(r, [x for x in (r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])])
-                 if x["tokens"] > 0])
-            for r in pool if r["preset"] == p and r["train"].get("seed", 0) == 0 and not model_note(r)]
+                  "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"], body) + (
+        "" if with_twins("flops") else note("Not run yet: `python -m lab run flops`"))
 
 
 def bench_rates(pair: tuple[str, str]) -> dict[str, float] | None:
     """The pair's training tokens/s side by side in `python -m benchmarks` (protocol's mode), or None."""
     path = protocol.RESULTS / "bench.json"
-    if not path.exists():
-        return None
-    for row in json.loads(path.read_text()).get("training", []):
+    for row in json.loads(path.read_text()).get("training", []) if path.exists() else []:
         if "ka" in row and "tf" in row and (row["ka"]["preset"], row["tf"]["preset"]) == pair \
                 and (row["mode"], row["precision"]) == BENCH_MODE:
             return {row["ka"]["preset"]: row["ka"]["median"], row["tf"]["preset"]: row["tf"]["median"]}
     return None
-
-
-def compute_plot(out: Path) -> Path | None:
-    """Validation BPC against training FLOPs and against seconds at the bench's side-by-side rates, a row per pair."""
-    if not any(_curves(p) for pair in PAIRS for p in pair):
-        return None
-    fig, axes = pyplot().subplots(len(PAIRS), 2, figsize=(11, 4 * len(PAIRS)), dpi=110, squeeze=False)
-    for row, pair in zip(axes, PAIRS, strict=True):
-        rates = bench_rates(pair)
-        for ax, x in zip(row, ("flops", "seconds"), strict=True):
-            drawn = False
-            for p in pair:
-                for r, pts in _curves(p):
-                    per = flops_per_token(r)
-                    xs = [(q["tokens"] * per if per else None) if x == "flops" else
-                          (q["tokens"] / rates[p] if rates else None) for q in pts]
-                    keep = [(a, q["valid_bpc"]) for a, q in zip(xs, pts, strict=True) if a]
-                    if keep:
-                        ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
-                                label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
-                        drawn = True
-            ax.set(xlabel="training FLOPs" if x == "flops" else
-                   f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates",
-                   ylabel="validation BPC (estimate)", title=f"{pair[0]} vs {pair[1]}")
-            ax.set_ylim(top=3.2)
-            ax.grid(alpha=0.3, which="both")
-            if drawn:
-                ax.set_xscale("log")
-                ax.legend(fontsize=7)
-            else:
-                ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else "no bench row for this pair",
-                        ha="center", va="center", transform=ax.transAxes)
-    return _save(fig, out)
 
 
 def bench_table() -> str:
@@ -276,6 +171,214 @@ def bench_table() -> str:
     return table(["training tokens/s", "value"], body)
 
 
+def fit_gaps(r: Run, tf: Run) -> list[tuple[int, float, float]]:
+    """(tokens, training-BPC gap, validation-BPC gap) of ``r`` to ``tf`` at every evaluation both made."""
+    own, ref = ({q["tokens"]: q for q in x.get("curve", []) if q.get("train_bpc") is not None} for x in (r, tf))
+    return [(t, q["train_bpc"] - ref[t]["train_bpc"], q["valid_bpc"] - ref[t]["valid_bpc"])
+            for t, q in sorted(own.items()) if t in ref]
+
+
+def per_doubling(runs: dict[str, dict[str, Run]], preset: str, lo: str = "10M", hi: str = LARGEST) -> float | None:
+    """Test BPC gained per doubling of the token budget between two budgets of the curve (seed 0, own schedules)."""
+    a, b = runs.get(lo, {}).get(preset), runs.get(hi, {}).get(preset)
+    if a is None or b is None or model_note(a) or model_note(b):
+        return None
+    return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
+
+
+def anneal_cost(runs: dict[str, dict[str, Run]], preset: str) -> float | None:
+    """The largest-budget run's validation estimate at the protocol's tokens minus the protocol run's at its end."""
+    short = runs.get(f"{PROTOCOL['tokens'] // 1_000_000}M", {}).get(preset)
+    long = next((r for r in with_twins("budget40") if r["preset"] == preset and not model_note(r)
+                 and abs(r["tokens"] - BUDGETS[-1]) <= 0.1 * BUDGETS[-1]), None)  # at the swept rate, as the 10M run
+    if short is None or long is None or model_note(short) or not (pts := valid_points(short)):
+        return None
+    end = pts[-1]
+    near = min(valid_points(long), key=lambda q: abs(q[0] - end[0]), default=None)
+    return near[1] - end[1] if near and abs(near[0] - end[0]) <= 0.05 * end[0] else None
+
+
+def fit_runs(budget: int = BUDGETS[-1], runs: dict[str, dict[str, Run]] | None = None) -> list[tuple[str, Run]]:
+    """Every Kuramoto run of the budget curve at ``budget`` (at the largest, leads40's too), by name."""
+    at = (budget_runs() if runs is None else runs).get(f"{budget // 1_000_000}M", {})
+    leads = ([(r["name"], r) for r in load_results("leads40") if not groups.flop_matched(r["name"])]
+             if budget == BUDGETS[-1] else [])
+    return [(p, r) for p, r in at.items() if p != REFERENCE] + leads
+
+
+def _fits(budget: int, runs: dict[str, dict[str, Run]]) -> list[tuple[str, list[tuple[int, float, float]]]]:
+    tf = runs.get(f"{budget // 1_000_000}M", {}).get(REFERENCE)
+    return [(name, g) for name, r in fit_runs(budget, runs) if tf is not None and (g := fit_gaps(r, tf))]
+
+
+def fit_table() -> str:
+    """Each Kuramoto run of the largest budgets against tf-1m: the training-BPC and validation-BPC gaps at its end."""
+    runs = budget_runs()
+    rows = [[name, f"{budget // 1_000_000}M", f"{gaps[-1][1]:+.3f}", f"{gaps[-1][2]:+.3f}", millions(gaps[-1][0], 0),
+             millions(ahead[-1][0]) if (ahead := [g for g in gaps if g[1] < 0]) else "never"]
+            for budget in (BUDGETS[-1], STRETCH_BUDGET) for name, gaps in _fits(budget, runs)]
+    return table(["run", "budget", "training-BPC gap to tf-1m", "validation-BPC gap to tf-1m", "at", "ahead in "
+                  "training BPC until"], rows) if rows else ""
+
+
+def rate_table() -> str:
+    """lr40's runs against budget40's at the swept rate, and the gaps to tf-1m at the best and the swept rates."""
+    swept = {r["preset"]: r for r in with_twins("budget40") if not model_note(r)}
+    lower = sorted((r for r in with_twins("lr40") if r["preset"] in swept),
+                   key=lambda r: (r["preset"], -r["train"]["lr"]))
+    top, tried = budget_runs().get(LARGEST, {}), {r["preset"] for r in lower}
+
+    def gaps(q: str) -> list[str]:
+        if q == REFERENCE or REFERENCE not in tried or not {q, REFERENCE} <= top.keys() or REFERENCE not in swept:
+            return ["—", "—"]
+        return [diff(top[q], top[REFERENCE]), diff(swept[q], swept[REFERENCE])]
+
+    rows = [[r["preset"], lr(r), fmt(r["eval_bpc"]), lr(w), fmt(w["eval_bpc"]), diff(r, w),
+             diff(valid_estimate(r), valid_estimate(w)), *gaps(r["preset"])]
+            for r in lower if (w := swept[r["preset"]])]
+    return table(["model", "lower lr", f"test BPC at {LARGEST}", "swept lr", "test BPC at the swept lr", "Δ",
+                  "Δ validation", "gap to tf-1m at best rates", "gap at swept rates"], rows) if lower else ""
+
+
+def _top(shares: dict[str, float], top: int = 3) -> str:
+    return ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])[:top])
+
+
+def clip_table(results: list[Run], least: int = 10) -> str:
+    """Each run's clipped steps after its warmup (runner.clipping) and where its gradient sits (all, clipped)."""
+    rows = []
+    for r in sorted((r for r in results if r.get("clipping")),
+                    key=lambda r: (-r["clipping"]["clipped_steps"] / r["clipping"]["steps"], r["name"])):
+        c, parts, t = r["clipping"], r["clipping"].get("parts"), r["train"]
+        omega = t["omega_lr_mult"] if t.get("omega_lr_mult") is not None else t["phase_lr_mult"]  # make_optimizer's
+        rows.append([r["name"], r["group"], f"×{omega:g}" if r["family"] == "kuramoto" else "—",
+                     "—" if t.get("clip_angles_apart") else f"{c['clipped_steps'] / c['steps']:.2%}",
+                     f"{c['clipped_steps']} of {c['steps']:,}", _top(parts["all"]) if parts else "—",
+                     _top(parts["clipped"]) if parts and c["clipped_steps"] >= least else "—"])
+    return table(["run", "group", "ω lr", "steps above the clip", "count", "gradient share, all steps",
+                  "gradient share, clipped steps"], rows) if rows else ""
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def axes(size: tuple[float, float] = (6.4, 4), rows: int = 0, dpi: int = 120) -> tuple[Any, Any]:
+    """A new figure and its axes (``rows``: a grid of that many rows of two)."""
+    if rows:
+        return pyplot().subplots(rows, 2, figsize=size, dpi=dpi, squeeze=False)
+    return pyplot().subplots(figsize=size, dpi=dpi)
+
+
+def save(fig: Any, out: Path) -> Path:
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    pyplot().close(fig)
+    return out
+
+
+def curve_plot(out: Path) -> Path | None:
+    """Validation BPC against tokens of main's and main-tuned's runs (before main: the first screen's)."""
+    shown = ["main", "main-tuned"] if with_twins("main") else ["screen"]
+    rows = [r for g in shown for r in with_twins(g)]
+    if not rows:
+        return None
+    fig, ax = axes((7, 4.2))
+    for r in rows:
+        ax.plot([t / 1e6 for t, _ in r["valid_curve"]], [b for _, b in r["valid_curve"]], lw=1.2, alpha=0.8,
+                color=COLOURS.get(r["preset"], "tab:gray"), label=r["preset"])
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=True))
+    ax.legend(uniq.values(), uniq.keys())
+    ax.set(xlabel="training tokens (millions)", ylabel="validation bits per byte (estimate)",
+           title=f"{', '.join(shown)}: validation BPC vs tokens")
+    ax.set_ylim(top=min(4.0, ax.get_ylim()[1]))
+    ax.grid(alpha=0.3)
+    return save(fig, out)
+
+
+def budget_plot(out: Path) -> Path | None:
+    """Test BPC (3M: valid) against the token budget, log scale, one line per 1M preset (seed 0)."""
+    runs = budget_runs()
+    series = {p: sorted((r["tokens"], r["eval_bpc"]) for by in runs.values() if (r := by.get(p)) is not None
+                        and not model_note(r)) for p in BUDGET_PRESETS}
+    if sum(len(v) for v in series.values()) < 2:
+        return None
+    fig, ax = axes()
+    for p, pts in series.items():
+        if pts:
+            ax.plot([t for t, _ in pts], [b for _, b in pts], "o-", color=COLOURS[p], label=p)
+    ax.set(xscale="log", xlabel="training tokens (log scale)", ylabel="enwik7 test BPC (3M: validation)",
+           title="test BPC against the budget (seed 0, own schedule)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    return save(fig, out)
+
+
+def _curves(p: str) -> list[tuple[Run, list[tuple[int, float]]]]:
+    """Every seed-0 run of preset ``p`` on its own model, with its validation points."""
+    pool = [r for g in (HOMES[p].main, "budget40", "flops") for r in with_twins(g)]
+    return [(r, [q for q in valid_points(r) if q[0] > 0]) for r in pool
+            if r["preset"] == p and r["train"].get("seed", 0) == 0 and not model_note(r)]
+
+
+def compute_plot(out: Path) -> Path | None:
+    """Validation BPC against training FLOPs and against seconds at the bench's side-by-side rates, a row per pair."""
+    if not any(_curves(p) for pair in PAIRS for p in pair):
+        return None
+    fig, grid = axes((11, 4 * len(PAIRS)), len(PAIRS), 110)
+    for row, pair in zip(grid, PAIRS, strict=True):
+        rates = bench_rates(pair)
+        for ax, x in zip(row, ("flops", "seconds"), strict=True):
+            drawn = False
+            for p in pair:
+                for r, pts in _curves(p):
+                    per = flops_per_token(r)
+                    xs = [(t * per if per else None) if x == "flops" else (t / rates[p] if rates else None)
+                          for t, _ in pts]
+                    if keep := [(a, v) for a, (_, v) in zip(xs, pts, strict=True) if a]:
+                        ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
+                                label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
+                        drawn = True
+            ax.set(xlabel="training FLOPs" if x == "flops" else
+                   f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates",
+                   ylabel="validation BPC (estimate)", title=f"{pair[0]} vs {pair[1]}")
+            ax.set_ylim(top=3.2)
+            ax.grid(alpha=0.3, which="both")
+            if drawn:
+                ax.set_xscale("log")
+                ax.legend(fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else "no bench row for this pair",
+                        ha="center", va="center", transform=ax.transAxes)
+    return save(fig, out)
+
+
+def fit_plot(out: Path) -> Path | None:
+    """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
+    series = _fits(BUDGETS[-1], budget_runs())
+    if not series:
+        return None
+    fig, ax = axes()
+    cycle = pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, gaps) in enumerate(series):
+        colour, xs = COLOURS.get(name, cycle[i % len(cycle)]), [t / 1e6 for t, _, _ in gaps]
+        ax.plot(xs, [g for _, g, _ in gaps], "-", color=colour, label=f"{name}: training")
+        ax.plot(xs, [g for _, _, g in gaps], ":", color=colour, label=f"{name}: validation")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="training tokens (M)", ylabel="BPC minus tf-1m's at the same tokens",
+           title=f"the gap along the {LARGEST}-token runs (seed 0)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, out)
+
+
 def plots() -> dict[str, Path | None]:
-    return {"budget": budget_plot(protocol.RESULTS / "budget.png"),
-            "compute": compute_plot(protocol.RESULTS / "compute.png")}
+    return {name: draw(protocol.RESULTS / f"{name}.png") for name, draw in (
+        ("curves", curve_plot), ("budget", budget_plot), ("compute", compute_plot), ("fit", fit_plot))}

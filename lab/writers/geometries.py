@@ -1,7 +1,5 @@
-"""The non-torus states (issue 25 and its stretch): ka-su2-1m (unit quaternions, SU(2)), ka-su2-1m-tuned and
-ka-sphere-1m (unit vectors of R⁴, the sphere S³). Each is one ``Study``: swept in two stages (its lr group at 3M
-tokens, then its two best rates at 10M) and run over seeds at the protocol (its main group), beside the torus presets
-and the transformer. Every comparison is a table of differences beside the seeds' spread; the template reads them."""
+"""The non-torus states (issue 25 and its stretch): ka-su2-1m (SU(2)), ka-su2-1m-tuned and ka-sphere-1m (the sphere
+S³), each a ``Study`` swept in two stages and run over seeds, beside the torus presets and the transformer."""
 
 import json
 import re
@@ -15,9 +13,9 @@ from kuramoto_attention.models.presets import get_preset
 from lab import protocol
 from lab.groups import SU2_TUNED_TRAIN, SU2_VARIANTS, Lead, flops_per_token, plan
 from lab.protocol import load_results
-from lab.writers.common import bpcs, diff, fmt, label, mean, mean_sd, not_run, planned, seed_runs, table, throughput
+from lab.writers import common
+from lab.writers.common import bpcs, count, diff, fmt, lr, mean, median, not_run, planned, table
 from lab.writers.compute import BENCH_MODE, bench_rates, fmt_per_token
-from lab.writers.sweeps import second_stage_section, sweep_section
 
 REFERENCE = "tf-1m"
 TORUS = (("ka-1m", "main"), ("ka-1m-tuned", "main-tuned"))  # the torus presets every study is read against
@@ -65,49 +63,42 @@ STUDIES = (SU2, SU2_TUNED, SPHERE)  # the notebook's order
 
 def comparison(study: Study) -> dict[str, list[dict[str, Any]]]:
     """Each compared preset's runs at the protocol (seed order; twins included), empty where none exist."""
-    return {p: seed_runs(g, p) for p, g in study.compared}
+    return {p: common.seed_runs(g, p) for p, g in study.compared}
 
 
 def _rate(runs: list[dict[str, Any]]) -> float | None:
-    return mean([x for x in map(throughput, runs) if x is not None])
+    return mean([x for x in map(common.throughput, runs) if x is not None])
 
 
-def comparison_table(study: Study, runs: dict[str, list[dict[str, Any]]]) -> str:
-    tf = mean(bpcs(runs[REFERENCE]))
-    body = [[p, group, f"{rs[0]['params']:,}" if rs else "—", str(len(rs)), ", ".join(fmt(v) for v in bpcs(rs)) or
-             "not run", mean_sd(bpcs(rs)), fmt(statistics.median(bpcs(rs))) if rs else "—",
-             diff(mean(bpcs(rs)), tf) if p != REFERENCE else "—", fmt_per_token(flops_per_token(p)),
-             f"{_rate(rs):,.0f}" if _rate(rs) else "—"] for p, group in study.compared for rs in [runs[p]]]
-    return table(["model", "group", "params", "seeds", "test BPC per seed", "mean ± sd", "median",
-                  f"gap to {REFERENCE} mean", "model FLOPs/token", "training tokens/s (mean over seeds)"], body)
-
-
-def versus_table(study: Study, runs: dict[str, list[dict[str, Any]]]) -> str:
-    """The preset against each other: Δ of means and medians beside the larger seed sd, cost ratios."""
-    mine, rate = bpcs(runs[study.preset]), _rate(runs[study.preset])
-    bench = bench_rates((study.preset, REFERENCE))
-    body = []
+def comparison_tables(study: Study, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Every compared model over its seeds, then the study's preset against each: Δ of means and medians beside the
+    larger seed sd, cost ratios (none before its own runs)."""
+    tf, mine, rate = mean(bpcs(runs[REFERENCE])), bpcs(runs[study.preset]), _rate(runs[study.preset])
+    seeds = table(["model", "group", "params", "seeds", "test BPC per seed", "mean ± sd", "median",
+                   f"gap to {REFERENCE} mean", "model FLOPs/token", "training tokens/s (mean over seeds)"],
+                  [[p, group, count(rs[0] if rs else None), str(len(rs)), *common.seed_cells(bpcs(rs)),
+                    diff(mean(bpcs(rs)), tf) if p != REFERENCE else "—", fmt_per_token(flops_per_token(p)),
+                    f"{_rate(rs):,.0f}" if _rate(rs) else "—"] for p, group in study.compared for rs in [runs[p]]])
+    if not mine:
+        return [seeds, f"_{not_run(study.main)}; its runs: {planned(study.main)}._"]
+    bench, body = bench_rates((study.preset, REFERENCE)), []
     for p, _ in study.compared[1:]:
         other = bpcs(runs[p])
         sds = [statistics.stdev(v) for v in (mine, other) if len(v) > 1]
         body.append([f"vs {p}", f"{len(mine)} / {len(other)}", diff(mean(mine), mean(other)),
                      f"{max(sds):.4f}" if sds and other else "—",
-                     diff(statistics.median(mine), statistics.median(other)) if other else "—",
+                     diff(median(mine), median(other)) if other else "—",
                      f"{flops_per_token(study.preset) / flops_per_token(p):.2f}×",
                      f"{rate / _rate(runs[p]):.2f}×" if rate and _rate(runs[p]) else "—",
                      f"{bench[study.preset]:,.0f} / {bench[REFERENCE]:,.0f} "
                      f"({bench[study.preset] / bench[REFERENCE]:.2f}×)" if bench and p == REFERENCE else "—"])
-    return table([study.preset, "seeds", "Δ of means", "larger seed sd", "Δ of medians",
-                  "model FLOPs/token ratio", "recorded tokens/s ratio",
-                  f"bench tokens/s side by side ({' '.join(BENCH_MODE)})"], body)
+    return [seeds, table([study.preset, "seeds", "Δ of means", "larger seed sd", "Δ of medians",
+                          "model FLOPs/token ratio", "recorded tokens/s ratio",
+                          f"bench tokens/s side by side ({' '.join(BENCH_MODE)})"], body)]
 
 
-def _pct(values: list[float | None] | None) -> str:
-    return " → ".join("—" if v is None else f"{v:.0%}" for v in values) if values else "—"
-
-
-def _arrow(values: list[float | None] | None) -> str:
-    return " → ".join("—" if v is None else f"{v:.2f}" for v in values) if values else "—"
+def _arrow(values: list[float | None] | None, spec: str = ".2f") -> str:
+    return " → ".join("—" if v is None else format(v, spec) for v in values) if values else "—"
 
 
 def sync_table(study: Study) -> str:
@@ -120,7 +111,7 @@ def sync_table(study: Study) -> str:
         return (f"_Synchronisation not measured yet: `python -m lab dynamics {study.second}` (then "
                 f"`{study.main}`) once trained._")
     body = [[r["run"], _arrow(r["local_order"]), _arrow(r["global_order"]), _arrow(r.get("timescale_tokens")),
-             _pct(r.get("slow_fraction")), _pct(r.get("attn_saturation"))]
+             _arrow(r.get("slow_fraction"), ".0%"), _arrow(r.get("attn_saturation"), ".0%")]
             for r in [*own, *(r for r in rows if r["group"] in SYNC_REFERENCE)]]
     return table(["run", "local order \\|G\\|", "global order (embedding → last)", "timescale 2π/\\|ω\\| (tokens)",
                   "ω slower than the context", "attention on the bound"], body)
@@ -133,33 +124,26 @@ def screen_rows(study: Study) -> list[tuple[str, dict[str, Any], float]]:
             for r in load_results(study.screen) if r["train"]["lr"] in base]
 
 
-def screen_section(study: Study) -> str:
-    rows = screen_rows(study)
-    if not rows:
-        return f"_{not_run(study.screen)}; its runs: {planned(study.screen)}._"
-    return table(["variant", "change", "params", "lr", "valid BPC at 3M", f"Δ against {study.preset} at that rate"],
-                 [[name, study.variants[name].change(), f"{r['params']:,}", f"{r['train']['lr']:g}",
-                   fmt(r["eval_bpc"]), f"{d:+.4f}"] for name, r, d in sorted(rows, key=lambda x: x[2])])
-
-
 def section(study: Study) -> str:
     """The notebook's section on one study (its words are the template's)."""
     base, mine = flat_fields(get_preset(BASE)[1]), flat_fields(get_preset(study.preset)[1])
-    runs = comparison(study)
-    reused = [label(r) for r in runs[study.preset] if "trained_in" in r]
+    runs, screened = comparison(study), sorted(screen_rows(study), key=lambda x: x[2]) if study.screen else []
+    reused = [common.label(r) for r in runs[study.preset] if "trained_in" in r]
     what = table(["preset", f"its change to {BASE}", "training overrides (every stage)", "groups"],
-                 [[f"`{study.preset}`", ", ".join(f"{k}={v}" for k, v in mine.items() if base.get(k) != v),
+                 [[f"`{study.preset}`", common.changes({k: v for k, v in mine.items() if base.get(k) != v}),
                    ", ".join(f"{k}={v:g}" for k, v in study.train.items()) or "—",
                    ", ".join((study.sweep, study.second, *([study.screen] if study.screen else []), study.main))]])
-    parts = [what, f"### Its learning rate: the 3M sweep ({study.sweep})", sweep_section(study.sweep, study.preset),
+    screen = table(["variant", "change", "params", "lr", "valid BPC at 3M", f"Δ against {study.preset} at that rate"],
+                   [[name, study.variants[name].change(), count(r), lr(r), fmt(r["eval_bpc"]), f"{d:+.4f}"]
+                    for name, r, d in screened]) if screened else \
+        f"_{not_run(study.screen)}; its runs: {planned(study.screen)}._"
+    parts = [what, f"### Its learning rate: the 3M sweep ({study.sweep})",
+             common.sweep_section(study.sweep, study.preset),
              f"### The 3M sweep's two best rates at 10M tokens ({study.second})",
-             second_stage_section(study.second, study.sweep, study.preset),
-             *([f"### Variants of {study.preset} at 3M tokens ({study.screen})", screen_section(study)]
-               if study.screen else []),
+             common.second_stage_section(study.second, study.sweep, study.preset),
+             *([f"### Variants of {study.preset} at 3M tokens ({study.screen})", screen] if study.screen else []),
              f"### {study.preset} against {', '.join(p for p, _ in study.compared[1:])} (test BPC, 10M tokens)",
-             comparison_table(study, runs),
-             versus_table(study, runs) if runs[study.preset] else
-             f"_{not_run(study.main)}; its runs: {planned(study.main)}._",
+             *comparison_tables(study, runs),
              *([f"Scored again, not trained again: {'; '.join(reused)}."] if reused else []), sync_table(study)]
     return "\n\n".join(parts)
 
@@ -177,10 +161,10 @@ def summary_table() -> str:
         sweep = min(load_results(study.sweep), key=lambda r: r["eval_bpc"], default=None)
         screened = min(screen_rows(study), key=lambda x: x[2], default=None) if study.screen else None
         body.append([f"{study.label} ({study.issue})", f"`{study.preset}`", seeds,
-                     mean_sd(mine) if mine else not_run(study.main, "not run yet"), diff(mean(mine), mean(tf)),
+                     common.mean_sd(mine) if mine else not_run(study.main, "not run yet"), diff(mean(mine), mean(tf)),
                      ", ".join(f"{diff(mean(mine), mean(bpcs(runs[p])))} vs {p}" for p, _ in study.compared[1:-1]
                                if mine and runs[p]) or "—",
-                     f"{sweep['train']['lr']:g}: {fmt(sweep['eval_bpc'])}" if sweep else "—",
+                     f"{lr(sweep)}: {fmt(sweep['eval_bpc'])}" if sweep else "—",
                      f"{screened[0]}: {fmt(screened[1]['eval_bpc'])} ({screened[2]:+.4f})" if screened else "—"])
     return table(["study", "preset", "seeds", "test BPC", "gap to tf-1m", "Δ of means vs the others",
                   "3M sweep: best lr: valid BPC", "best 3M variant (Δ)"], body)

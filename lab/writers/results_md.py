@@ -1,13 +1,11 @@
 """The lab notebook (docs/notebook.md) and, through summary.py, RESULTS.md, with their plots, from results/*/*.json
 only (``python -m lab report``): the templates (lab/templates/) hold the sentences, the slots the tables."""
 
-import json
 import os
 import re
 import statistics
 from pathlib import Path
 from string import Template
-from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
@@ -16,51 +14,12 @@ from lab import protocol
 from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, all_results, best_lr, with_twins
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
 from lab.retired import RETIRED, retired_options, retired_settings
-from lab.writers import compute, fit, gap_budget, geometries, leads, size, summary
-from lab.writers.common import (
-    TRAINING_VARIANTS,
-    bpcs,
-    diff,
-    fmt,
-    label,
-    mean,
-    mean_sd,
-    overrides,
-    planned,
-    reference_main,
-    saturation,
-    settings,
-    table,
-    variant_change,
-)
-from lab.writers.compute import costs
-from lab.writers.scaling import budget_section, scale_section, tuning10m_section
-from lab.writers.sweeps import second_stage_section, sweep_table
+from lab.writers import common, compute, geometries, leads, scaling, studies, summary
+from lab.writers.common import Run, bpcs, diff, fmt, label, lr, mean, millions, overrides, seed_cells, table
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "notebook.md"
-PAPER_1M = {"kuramoto": "1.637 ± 0.010", "transformer": "1.616 ± 0.004"}  # enwik8 test BPC at 1M, the paper's
-PRESET_COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange"}
-PAPER_DELTAS = {"ka-value-projection": "+0.25", "ka-no-ff": "+0.27", "ka-no-gates": "+0.09"}
 SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5", "screen6")
 LR_GROUPS = ("lr", "lr-tuned", "lr-unprojected", "lr-wrapped")
-
-
-def _curve_plot(groups: list[str], out: Path) -> Path | None:
-    rows = [r for g in groups for r in with_twins(g)]
-    if not rows:
-        return None
-    fig, ax = compute.pyplot().subplots(figsize=(7, 4.2), dpi=120)
-    for r in rows:
-        ax.plot([t / 1e6 for t, _ in r["valid_curve"]], [b for _, b in r["valid_curve"]], lw=1.2, alpha=0.8,
-                color=PRESET_COLOURS.get(r["preset"], "tab:gray"), label=r["preset"])
-    handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles, strict=True))
-    ax.legend(uniq.values(), uniq.keys())
-    ax.set(xlabel="training tokens (millions)", ylabel="validation bits per byte (estimate)",
-           title=f"{', '.join(groups)}: validation BPC vs tokens")
-    ax.set_ylim(top=min(4.0, ax.get_ylim()[1]))
-    ax.grid(alpha=0.3)
-    return compute._save(fig, out)
 
 
 def screen_section(group: str) -> str:
@@ -70,14 +29,15 @@ def screen_section(group: str) -> str:
     base = next((r for r in rows if r["name"] == "ka-default"), None)
     return table(["run", "settings", "lr", "tokens", "valid BPC", "Δ vs ka-default",
                   "saturated increments attn / ff (mean over layers)"],
-                 [[label(r), settings(r), f"{r['train']['lr']:g}", f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]),
-                   diff(r, base) if base else "n/a", saturation(r)] for r in sorted(rows, key=lambda r: r["eval_bpc"])])
+                 [[label(r), common.settings(r), lr(r), millions(r["tokens"]), fmt(r["eval_bpc"]),
+                   diff(r, base) if base else "n/a", common.saturation(r)]
+                  for r in sorted(rows, key=lambda r: r["eval_bpc"])])
 
 
 def lr_section() -> str:
     """The 3M sweeps, each preset's best rate in each group marked."""
     rows = [r for g in LR_GROUPS for r in load_results(g)]
-    return sweep_table(rows, {(p, g): best_lr(p, g) for p, g in {(r["preset"], r["group"]) for r in rows}})
+    return common.sweep_table(rows, {(p, g): best_lr(p, g) for p, g in {(r["preset"], r["group"]) for r in rows}})
 
 
 def transformer_group(group: str) -> str:
@@ -109,10 +69,10 @@ def comparison_section(group: str, unit: str) -> str:
     rows.sort(key=lambda r: r["train"]["seed"])
     by = {f: [r for r in rows if r["family"] == f] for f in ("kuramoto", "transformer")}
     tf = mean(bpcs(by["transformer"]))
-    body = [[rs[0]["preset"] + f" ({rs[0]['group']})", ", ".join(map(str, (r["train"]["seed"] for r in rs))),
-             ", ".join(fmt(v) for v in bpcs(rs)), mean_sd(bpcs(rs)), fmt(statistics.median(bpcs(rs))),
-             diff(mean(bpcs(rs)), tf) if f == "kuramoto" else "—", f"{rs[0]['train']['lr']:g}",
-             f"{rs[0]['tokens'] / 1e6:.1f}M", *costs(rs[0]), PAPER_1M[f] if ref == "main" else "not reported"]
+    body = [[rs[0]["preset"] + f" ({rs[0]['group']})", ", ".join(str(r["train"]["seed"]) for r in rs),
+             *seed_cells(bpcs(rs)), diff(mean(bpcs(rs)), tf) if f == "kuramoto" else "—", lr(rs[0]),
+             millions(rs[0]["tokens"]), *compute.costs(rs[0]),
+             common.PAPER_1M["ka-1m" if f == "kuramoto" else "tf-1m"] if ref == "main" else "not reported"]
             for f, rs in by.items() if rs]
     extra = []  # (what, seeds, values): main-tuned's seeds that chose nothing, main's best confirmed variants
     if group == "main-tuned":
@@ -120,28 +80,25 @@ def comparison_section(group: str, unit: str) -> str:
                       [r["eval_bpc"] for r in by["kuramoto"] if r["train"]["seed"] in TUNED_FRESH_SEEDS]))
     if group == "main":
         seeds = _confirm_seeds()
-        extra += [(f"confirm: {n} ({variant_change(n)})", str(len(seeds[n])), seeds[n])
+        extra += [(f"confirm: {n} ({common.variant_change(n)})", str(len(seeds[n])), seeds[n])
                   for n in dict.fromkeys([*_confirm_ranking()[:1], BEST_VARIANT]) if len(seeds.get(n, [])) >= 3]
-    body += [[what, which, ", ".join(fmt(v) for v in vals), mean_sd(vals), fmt(statistics.median(vals)),
-              diff(mean(vals), tf), "", "", "", "", ""] for what, which, vals in extra if len(vals) > 1]
+    body += [[what, which, *seed_cells(vals), diff(mean(vals), tf), *[""] * 5] for what, which, vals in extra
+             if len(vals) > 1]
     text = table(["model (group)", "seeds", f"test {unit} per seed", "mean ± sd", "median",
                   f"gap to {ref}'s transformer mean", "lr", "tokens", "model FLOPs/token", "training FLOPs",
                   "paper (enwik8, 1M)" if ref == "main" else "paper (1M)"], body)
-    twins = [f"{r['name']} = {r['twin']}" for r in rows if "twin" in r and r["group"] == group]
-    if twins:
+    if twins := [f"{r['name']} = {r['twin']}" for r in rows if "twin" in r and r["group"] == group]:
         text += f"\n\nRuns another group made identically: {', '.join(twins)}."
-    return text + ("\n\n" + _gap_along_training(by) if by["transformer"] and by["kuramoto"] else "")
-
-
-def _gap_along_training(by: dict[str, list[dict[str, Any]]]) -> str:
-    """The gap of the mean validation estimates at a quarter, half and the end of the same runs."""
+    if not (by["transformer"] and by["kuramoto"]):
+        return text
+    # the gap of the mean validation estimates at a quarter, half and the end of the same runs
     curves = {f: [r["valid_curve"] for r in rs] for f, rs in by.items()}
-    c, body = curves["kuramoto"][0], []
-    for i in sorted({len(c) // 4, len(c) // 2, len(c) - 1} if c else set()):
-        if all(len(x) > i and x[i][0] == c[i][0] for f in curves for x in curves[f]):
-            body.append([f"{c[i][0] / 1e6:.1f}M", diff(*(statistics.mean(x[i][1] for x in curves[f])
-                                                           for f in ("kuramoto", "transformer")), digits=3)])
-    return table(["tokens", "gap of the mean validation estimates"], body) if body else ""
+    c = curves["kuramoto"][0]
+    along = [[f"{c[i][0] / 1e6:.1f}M", diff(*(statistics.mean(x[i][1] for x in curves[f])
+                                              for f in ("kuramoto", "transformer")), digits=3)]
+             for i in sorted({len(c) // 4, len(c) // 2, len(c) - 1} if c else set())
+             if all(len(x) > i and x[i][0] == c[i][0] for f in curves for x in curves[f])]
+    return text + ("\n\n" + table(["tokens", "gap of the mean validation estimates"], along) if along else "")
 
 
 def superseded_section() -> str:
@@ -151,8 +108,8 @@ def superseded_section() -> str:
                         ("main-raw", "raw θ"), ("main-wrapped", "wrap(θ)")):
         ka, vals = load_results(group), bpcs(load_results(group))
         tf = [r for r in load_results(transformer_group(group)) if r["family"] == "transformer"]
-        body.append([group, what, f"{ka[0]['params']:,}" if ka else "—", ", ".join(fmt(v) for v in vals) or "not run",
-                     mean_sd(vals), fmt(statistics.median(vals)) if vals else "—", diff(mean(vals), mean(bpcs(tf)))])
+        body.append([group, what, f"{ka[0]['params']:,}" if ka else "—", *seed_cells(vals),
+                     diff(mean(vals), mean(bpcs(tf)))])
     return table(["group", "ka-1m's feed-forward on", "params", "test per seed", "mean ± sd", "median",
                   "gap to the transformer's mean"], body)
 
@@ -166,13 +123,13 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
     return table(["ablation", "change", "params", "model FLOPs/token", "training FLOPs", "tokens", "test BPC", "ΔBPC",
                   "paper Δ"],
                  [[label(r) + " (full model)" * (r is full), "—" if r is full else overrides(r), f"{r['params']:,}",
-                   *costs(r), f"{r['tokens'] / 1e6:.1f}M", fmt(r["eval_bpc"]), "—" if r is full else diff(r, full),
-                   PAPER_DELTAS.get(r["name"], "—")] for r in [full, *rows]])
+                   *compute.costs(r), millions(r["tokens"]), fmt(r["eval_bpc"]), "—" if r is full else diff(r, full),
+                   common.PAPER_DELTAS.get(r["name"].removeprefix("ka-"), "—")] for r in [full, *rows]])
 
 
-def _screen_delta(run: dict[str, Any]) -> str:
+def _screen_delta(run: Run) -> str:
     """A confirm run's Δ against ka-default in the last screening round that ran the same change."""
-    keys = (*TRAINING_VARIANTS, "beta1", "beta2", "grad_clip", "precision", "warmup")
+    keys = (*common.TRAINING_VARIANTS, "beta1", "beta2", "grad_clip", "precision", "warmup")
     name = run["name"].split("-seed")[0]
     for group in reversed(SCREENS):
         rows = {r["name"]: r for r in with_twins(group)}
@@ -184,32 +141,27 @@ def _screen_delta(run: dict[str, Any]) -> str:
     return "—"
 
 
-def _change(r: dict[str, Any], main_lr: float | None) -> str:
-    """A confirm run's change: its model overrides, and its rate where it is not its base ka-1m's rate."""
-    lr = r["train"]["lr"]
-    return overrides(r) if main_lr is None or lr == main_lr else f"{overrides(r)}, lr={lr:g}"
-
-
 def confirm_sections(group: str = "confirm") -> tuple[str, str]:
     """Confirm's candidates against the ka-1m they change: over seeds (best first), and run by run."""
-    main = reference_main()
+    main = common.reference_main()
     ka = {r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"}
     tf = mean([r["eval_bpc"] for r in main if r["family"] == "transformer"])
     rows, main_lr = load_results(group), next((m["train"]["lr"] for m in load_results("main-unprojected")), None)
     if not rows or not ka or tf is None:
         return (f"_No runs yet (`python -m lab run {group}`, after `main`)._",) * 2
-    by: dict[str, list[dict[str, Any]]] = {}
+
+    def change(r: Run) -> str:  # its model overrides, and its rate where it is not its base ka-1m's
+        return overrides(r) if main_lr is None or r["train"]["lr"] == main_lr else f"{overrides(r)}, lr={lr(r)}"
+
+    by: dict[str, list[Run]] = {}
     for r in rows:
         by.setdefault(r["name"].split("-seed")[0], []).append(r)
-    ranked = []
-    for name, runs in by.items():
-        seeds = sorted(r["train"]["seed"] for r in runs)
-        if set(seeds) <= set(ka):
-            same = statistics.mean(ka[s] for s in seeds)
-            ranked.append([name, _change(runs[0], main_lr), ", ".join(map(str, seeds)), mean_sd(bpcs(runs)),
-                           fmt(same), diff(mean(bpcs(runs)), same), diff(mean(bpcs(runs)), tf)])
-    ranked.sort(key=lambda row: float(row[5]))
-    by_run = [[r["name"], _change(r, main_lr), str(r["train"]["seed"]), _screen_delta(r), fmt(r["eval_bpc"]),
+    ranked = sorted(([name, change(runs[0]), ", ".join(map(str, seeds)), common.mean_sd(bpcs(runs)), fmt(same),
+                      diff(mean(bpcs(runs)), same), diff(mean(bpcs(runs)), tf)]
+                     for name, runs in by.items() for seeds in [sorted(r["train"]["seed"] for r in runs)]
+                     if set(seeds) <= set(ka) for same in [statistics.mean(ka[s] for s in seeds)]),
+                    key=lambda row: float(row[5]))
+    by_run = [[r["name"], change(r), str(r["train"]["seed"]), _screen_delta(r), fmt(r["eval_bpc"]),
                diff(r["eval_bpc"], ka.get(r["train"]["seed"])), diff(r["eval_bpc"], tf)] for r in rows]
     return (table(["candidate", "change", "seeds", "mean ± sd test BPC", "ka-1m on ψ(θ), same seeds",
                    "Δ vs ka-1m on ψ(θ)", "gap to tf-1m mean"], ranked),
@@ -217,37 +169,22 @@ def confirm_sections(group: str = "confirm") -> tuple[str, str]:
                    "gap to tf-1m mean"], by_run))
 
 
-def _predates_projection(name: str) -> str:
-    """A note under a study measured before ka-1m's feed-forward read P ψ(θ) (its rows lack ``ff_proj``)."""
-    source = protocol.RESULTS / f"{name}.json"
-    data = json.loads(source.read_text()) if source.exists() else None
-    rows = data if isinstance(data, list) else (data or {}).get("runs", [data] if data else [])
-    if not any("ff_proj" not in r and "ka_ff_proj" not in r for r in rows):
-        return ""
-    return f"\n_Measured on ka-1m on ψ(θ) itself (main-unprojected): `python -m lab {name}` measures today's._\n"
-
-
 def tuned_table() -> str:
     """What ka-1m-tuned is: confirm's candidate, its rank there, its changes to ka-1m (from the presets)."""
-    base = flat_fields(get_preset("ka-1m")[1])
-    ranked = _confirm_ranking()
-    rank = ranked.index(TUNED_CANDIDATE) + 1 if TUNED_CANDIDATE in ranked else None
+    base, ranked = flat_fields(get_preset("ka-1m")[1]), _confirm_ranking()
+    rank = f"{ranked.index(TUNED_CANDIDATE) + 1} of {len(ranked)}" if TUNED_CANDIDATE in ranked else "—"
+    tuned = {k: v for k, v in flat_fields(get_preset("ka-1m-tuned")[1]).items() if base.get(k) != v}
     return table(["confirm candidate", "rank by mean test BPC (3+ seeds)", "its change to ka-1m"],
-                 [[TUNED_CANDIDATE, f"{rank} of {len(ranked)}" if rank else "—",
-                   ", ".join(f"{k}={v}" for k, v in flat_fields(get_preset("ka-1m-tuned")[1]).items()
-                             if base.get(k) != v)]])
-
-
-def _retired_used(r: dict) -> list[str]:
-    return retired_settings(r["model"]) + retired_options(r["train"])
+                 [[TUNED_CANDIDATE, rank, common.changes(tuned)]])
 
 
 def retired_section() -> str:
     """The retired groups: what each measured, its runs, the retired settings they used, the commit and command."""
     return table(["group", "what it measured", "runs", "retired settings its runs used", "commit", "rerun"],
                  [[group, ret.what, str(len(rows := load_results(group))),
-                   ", ".join(sorted({s for r in rows for s in _retired_used(r)})) or "—",
-                   f"`{ret.commit}`", f"`{ret.rerun(group)}`"] for group, ret in RETIRED.items()])
+                   ", ".join(sorted({s for r in rows for s in retired_settings(r["model"]) + retired_options(
+                       r["train"])})) or "—", f"`{ret.commit}`", f"`{ret.rerun(group)}`"]
+                  for group, ret in RETIRED.items()])
 
 
 def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
@@ -262,36 +199,28 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
     slots = {
         "results_link": link(notebook.parent.parent / "RESULTS.md"),
         "protocol": ", ".join(f"{k}={v}" for k, v in PROTOCOL.items() if k != "progress"),
-        "moved_gap": moved_gap, "confirm": confirm, "comparison_main": comparison_section("main", "BPC"),
-        "tuned": tuned_table(), "lr10m_tuned": second_stage_section("lr10m-tuned", "lr-tuned", "ka-1m-tuned"),
-        "comparison_main_tuned": comparison_section("main-tuned", "BPC"),
-        "ablation_tuned": ablation_section("ablation-tuned", "main-tuned"),
-        "planned_ablation_tuned": planned("ablation-tuned"),
-        "comparison_pycode_tuned": comparison_section("pycode-tuned", "BPB"),
+        "moved_gap": moved_gap, "confirm": confirm, "tuned": tuned_table(),
+        "lr10m_tuned": common.second_stage_section("lr10m-tuned", "lr-tuned", "ka-1m-tuned"),
+        **{f"comparison_{g.replace('-', '_')}": comparison_section(g, "BPB" if "pycode" in g else "BPC")
+           for g in ("main", "main-tuned", "pycode", "pycode-tuned")},
+        **{f"ablation{g.removeprefix('ablation').replace('-', '_')}": ablation_section(g, full) for g, full in (
+            ("ablation", "main"), ("ablation-tuned", "main-tuned"), ("ablation-unprojected", "main-unprojected"),
+            ("ablation-raw", "main-raw"), ("ablation-wrapped", "main-wrapped"))},
+        "planned_ablation": common.planned("ablation"), "planned_ablation_tuned": common.planned("ablation-tuned"),
         **{f"geometry_{i}": geometries.section(s) for i, s in enumerate(geometries.STUDIES)},
-        "ablation": ablation_section(), "planned_ablation": planned("ablation"), "superseded": superseded_section(),
-        "ablation_unprojected": ablation_section("ablation-unprojected", "main-unprojected"),
-        "ablation_raw": ablation_section("ablation-raw", "main-raw"),
-        "ablation_wrapped": ablation_section("ablation-wrapped", "main-wrapped"),
-        "budget_curve": budget_section(), "compute_budget": compute.budget_section(),
-        "budget_plot": image("budget", "test BPC against budget"), "fit_table": fit.fit_table(),
-"rate_table": fit.rate_table(), "clip_table": fit.clip_table(all_results()),
+        "superseded": superseded_section(), "budget_curve": scaling.budget_section(),
+        "compute_budget": compute.budget_section(), "budget_plot": image("budget", "test BPC against budget"),
+        "fit_table": compute.fit_table(), "rate_table": compute.rate_table(),
+        "clip_table": compute.clip_table(all_results()),
         "fit_plot": image("fit", "the gap along the largest budget's runs"), "flops": compute.flops_section(),
         "compute_plot": image("compute", "validation BPC against training FLOPs and seconds"),
-        "bench": compute.bench_table(), "leads_why": leads.why_table(), "leads": leads.section(),
-        "scale": scale_section(), "size_tuned": size.section(), "lr10m": tuning10m_section("lr10m", "lr"),
-        "warmup10m": tuning10m_section("warmup10m", "warmup"), "comparison_pycode": comparison_section("pycode", "BPB"),
-        "lr": lr_section(),
-        "retired": retired_section(), **{f"screen_{g}": screen_section(g) for g in SCREENS},
+        "bench": compute.bench_table(), "leads_why": studies.why_table(), "leads": leads.section(),
+        "scale": scaling.scale_section(), "size_tuned": scaling.size_section(),
+        **{g: scaling.tuning10m_section(g, option) for g, option in (("lr10m", "lr"), ("warmup10m", "warmup"))},
+        "lr": lr_section(), "retired": retired_section(), **{f"screen_{g}": screen_section(g) for g in SCREENS},
         "curves": image("curves", "validation curves"),
     }
-    parts = [Template(TEMPLATE.read_text()).substitute(slots)]
-    for name in ("gap", "probe", "dynamics", "induction"):  # written by `python -m lab gap`, `... probe`, …
-        if (protocol.RESULTS / f"{name}.md").exists():
-            parts.append((protocol.RESULTS / f"{name}.md").read_text()
-                         + ("" if name == "induction" else _predates_projection(name)))
-        if name == "gap":  # `python -m lab gap budget40`, beside the 10M study
-            parts.append(gap_budget.notebook_part())
+    parts = [Template(TEMPLATE.read_text()).substitute(slots), *studies.notebook_parts()]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(parts))
 
 
@@ -300,8 +229,7 @@ def write_report(root: Path = Path(".")) -> list[Path]:
     if not any(protocol.RESULTS.glob("*/*.json")):
         raise ConfigError(f"no results in {protocol.RESULTS}/: nothing to report (run `python -m lab run GROUP` first, "
                           "or report from the repository root, or pass --out DIR where `run --out DIR` wrote them)")
-    plots = {"curves": _curve_plot(["main", "main-tuned"] if with_twins("main") else ["screen"],
-                                   protocol.RESULTS / "curves.png"), **compute.plots(), **fit.plots()}
+    plots = compute.plots()
     notebook = root / "docs" / "notebook.md"
     notebook.parent.mkdir(parents=True, exist_ok=True)
     notebook.write_text(notebook_text(notebook, plots))

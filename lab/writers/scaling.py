@@ -1,60 +1,53 @@
-"""The notebook's tables on how the gap moved before the budget curve: with the budget (group budget, 20M), with size
-(group scale, 5M; scale-variant) and with the training settings checked again at 10M (lr10m, warmup10m)."""
+"""How the gap moved with the budget (group budget, 20M), with size (scale, scale-variant, and the tuned recipe at 5M:
+lr-5m-tuned, main-5m) and with the training settings checked again at 10M (lr10m, warmup10m)."""
 
-from typing import Any
-
-from lab.groups import BUDGET_VARIANT, SCALE_VARIANTS, SCALE_WIDTHS, UNPROJECTED
-from lab.protocol import TRAIN_DEFAULTS, load_results
-from lab.writers.common import diff, fmt, reference_main, table, variant_change
-from lab.writers.compute import costs
+from lab import groups
+from lab.groups import BUDGET_VARIANT, EQUAL_FLOPS_5M, flops_per_token
+from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
+from lab.writers import common
+from lab.writers.common import Run, best, bpcs, diff, fmt, lr, mean, median, reference_main, table, variant_change
+from lab.writers.compute import costs, fmt_flops, fmt_per_token
 
 PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.452", "−0.004 (medians)")}
+KA, TF = "ka-5m-tuned", "tf-5m"  # the tuned recipe at 5M
+SWEEP_GROUP, MAIN_GROUP = "lr-5m-tuned", "main-5m"
 
 
 def budget_section() -> str:
     """The seed-0 pair (ka-1m on ψ(θ) itself) at 3M, 10M and 20M, and a confirmed variant."""
     runs, variant = {}, {}
-    pool = reference_main() + load_results("budget") + load_results("confirm")
-    for r in (r for r in pool if r["train"]["seed"] == 0):
-        if r["name"] in (f"ka-{BUDGET_VARIANT}", f"ka-1m-{BUDGET_VARIANT}-20m"):
+    for r in reference_main() + load_results("budget") + load_results("confirm"):
+        if r["train"]["seed"] == 0 and r["name"] in (f"ka-{BUDGET_VARIANT}", f"ka-1m-{BUDGET_VARIANT}-20m"):
             variant[r["tokens"] // 1_000_000] = r
-        elif r["group"] != "confirm" and r["model_overrides"] in ({}, UNPROJECTED):
+        elif r["train"]["seed"] == 0 and r["group"] != "confirm" and r["model_overrides"] in ({}, groups.UNPROJECTED):
             runs[(r["family"], r["tokens"] // 1_000_000)] = r
     body = [[f"{ka['tokens'] / 1e6:.1f}M", ka["group"], fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]), diff(ka, tf),
              fmt(v and v["eval_bpc"]), diff(v, tf)]
             for m in sorted({m for _, m in runs}) if (ka := runs.get(("kuramoto", m))) and
             (tf := runs.get(("transformer", m))) for v in [variant.get(m)]]
-    sweep = {p: min((r["eval_bpc"] for r in load_results(g) if r["preset"] == p), default=None)
-             for p, g in (("ka-1m", "lr-unprojected"), ("tf-1m", "lr"))}
-    if None not in sweep.values():
+    ka, tf = (best(r for r in load_results(g) if r["preset"] == p) for p, g in (("ka-1m", "lr-unprojected"),
+                                                                                 ("tf-1m", "lr")))
+    if ka and tf:
         v = next((r for r in load_results("screen5") if r["name"] == f"ka-{BUDGET_VARIANT}"), None)
-        body.insert(0, ["3.0M", "lr (best of each sweep, valid BPC)", fmt(sweep["ka-1m"]), fmt(sweep["tf-1m"]),
-                        diff(sweep["ka-1m"], sweep["tf-1m"]), fmt(v and v["eval_bpc"]) + " (screen5)" * bool(v),
-                        diff(v, sweep["tf-1m"])])
+        body.insert(0, ["3.0M", "lr (best of each sweep, valid BPC)", fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]),
+                        diff(ka, tf), fmt(v and v["eval_bpc"]) + " (screen5)" * bool(v), diff(v, tf)])
     if len(body) < 2:
         return "_No longer-budget runs yet (`python -m lab run budget`)._"
     return table(["tokens", "group", "ka-1m", "tf-1m", "gap",
                   f"ka-1m {BUDGET_VARIANT} ({variant_change(BUDGET_VARIANT)})", "its gap"], body)
 
 
-def _scale_runs() -> dict[str, dict[str, Any]]:
-    """Each preset's seed-0 run at 1M (main; ka-1m on ψ(θ) itself) and 5M (scale), the best rate tried."""
-    runs: dict[str, dict[str, Any]] = {}
+def scale_section() -> str:
+    """The seed-0 pair at 1M and 5M parameters (the best rate tried), beside the paper's; then scale-variant."""
+    runs: dict[str, Run] = {}
     for r in (r for r in reference_main() + load_results("scale") if r["train"]["seed"] == 0):
         if r["preset"] not in runs or r["eval_bpc"] < runs[r["preset"]]["eval_bpc"]:
             runs[r["preset"]] = r
-    return runs
-
-
-def scale_section() -> str:
-    """The seed-0 pair at 1M and 5M parameters, test BPC, beside the paper's enwik8 numbers; then scale-variant."""
-    runs = _scale_runs()
     tried = {p: ", ".join(f"{x:g}" for x in sorted(r["train"]["lr"] for r in load_results("scale") if r["preset"] == p))
              for p in ("ka-5m", "tf-5m")}
-    body = [[size.upper(), ka["group"], f"{ka['params']:,} / {tf['params']:,}",
-             f"{ka['train']['lr']:g} / {tf['train']['lr']:g}", " / ".join(tried.get(f"{f}-{size}", "—") or "—"
-                                                                            for f in ("ka", "tf")),
-             fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]), diff(ka, tf), f"{p_ka} / {p_tf}, {p_gap}",
+    body = [[size.upper(), ka["group"], f"{ka['params']:,} / {tf['params']:,}", f"{lr(ka)} / {lr(tf)}",
+             " / ".join(tried.get(f"{f}-{size}", "—") or "—" for f in ("ka", "tf")), fmt(ka["eval_bpc"]),
+             fmt(tf["eval_bpc"]), diff(ka, tf), f"{p_ka} / {p_tf}, {p_gap}",
              *(" / ".join(c) for c in zip(costs(ka), costs(tf), strict=True))]
             for size, (p_ka, p_tf, p_gap) in PAPER_BY_SIZE.items()
             if (ka := runs.get(f"ka-{size}")) and (tf := runs.get(f"tf-{size}"))]
@@ -65,22 +58,21 @@ def scale_section() -> str:
                    "training FLOPs ka / tf"], body) + "\n\n" + _variants_at_5m(runs))
 
 
-def _variants_at_5m(runs: dict[str, dict[str, Any]]) -> str:
+def _variants_at_5m(runs: dict[str, Run]) -> str:
     """The 1M variants on ka-5m (scale-variant) against ka-5m at the same rate, beside their Δ at 1M (seed 0)."""
     done = {r["name"]: r for r in load_results("scale-variant")}
     if not done:
         return "_The best 1M variants at 5M: not run yet (`python -m lab run scale-variant`, after `scale`)._"
     one = {r["name"]: r for g in ("confirm", "main-unprojected") for r in load_results(g)}
     body = []
-    for name in (n for n in SCALE_VARIANTS if f"ka-5m-{n}" in done):
-        v = done[f"ka-5m-{name}"]
+    for name in (n for n in groups.SCALE_VARIANTS if f"ka-5m-{n}" in done):
+        v, at1 = done[f"ka-5m-{name}"], one.get(f"ka-{name}")
         base = next((r for r in load_results("scale") if r["preset"] == "ka-5m" and r["train"]["lr"] == v["train"]["lr"]
                      and r["train"]["seed"] == v["train"]["seed"]), None)
-        widths = ", ".join(f"at 5M {k}={x}" for k, x in SCALE_WIDTHS.get(name, {}).items())
-        at1 = one.get(f"ka-{name}")
-        body.append([name, variant_change(name) + (f"; {widths}" if widths else ""), f"{v['train']['lr']:g}",
-                     fmt(v["eval_bpc"]), diff(v, base), diff(v, runs.get("tf-5m")),
-                     diff(at1, one.get("ka-1m-seed0")), diff(at1, runs.get("tf-1m")), *costs(v)])
+        widths = ", ".join(f"at 5M {k}={x}" for k, x in groups.SCALE_WIDTHS.get(name, {}).items())
+        body.append([name, variant_change(name) + (f"; {widths}" if widths else ""), lr(v), fmt(v["eval_bpc"]),
+                     diff(v, base), diff(v, runs.get("tf-5m")), diff(at1, one.get("ka-1m-seed0")),
+                     diff(at1, runs.get("tf-1m")), *costs(v)])
     return table(["1M variant", "change", "lr at 5M", "test BPC at 5M (seed 0)", "Δ vs ka-5m at the same rate",
                   "gap to the best tf-5m", "Δ at 1M (seed 0, vs main-unprojected)", "gap at 1M",
                   "model FLOPs/token", "training FLOPs"], body)
@@ -88,20 +80,54 @@ def _variants_at_5m(runs: dict[str, dict[str, Any]]) -> str:
 
 def tuning10m_section(group: str, option: str) -> str:
     """Each 1M model at main's and the group's setting of ``option`` (seed 0, 10M), and the gaps."""
-    def value(r: dict[str, Any]) -> float:
+    def value(r: Run) -> float:
         return r["train"].get(option, TRAIN_DEFAULTS[option])
 
     pool = [r for r in reference_main() + load_results(group) if r["train"]["seed"] == 0]
     rows = {p: sorted([r for r in pool if r["preset"] == p], key=value) for p in ("ka-1m", "tf-1m")}
     if not all(len({r["group"] for r in rs}) == 2 and group in {r["group"] for r in rs} for rs in rows.values()):
         return f"_Not run yet (`python -m lab run {group}`, after `main`)._"
-    best = {p: min(rs, key=lambda r: r["eval_bpc"]) for p, rs in rows.items()}
-    main = {p: next(r for r in rs if r["group"] != group) for p, rs in rows.items()}
+    top = {p: best(rs) for p, rs in rows.items()}
+    pick = {"each at its better setting": top,
+            "at main's settings": {p: next(r for r in rs if r["group"] != group) for p, rs in rows.items()}}
     return table(["preset", "group", option, "test BPC", "the better"],
-                 [[p, r["group"], f"{value(r):g}", fmt(r["eval_bpc"]), "✓" if r is best[p] else ""]
+                 [[p, r["group"], f"{value(r):g}", fmt(r["eval_bpc"]), "✓" * (r is top[p])]
                   for p, rs in rows.items() for r in rs]) + "\n\n" + table(
         ["seed-0 gap, ka-1m − tf-1m", option, "gap"],
-        [["each at its better setting", f"{value(best['ka-1m']):g} / {value(best['tf-1m']):g}",
-          diff(best["ka-1m"], best["tf-1m"])],
-         ["at main's settings", f"{value(main['ka-1m']):g} / {value(main['tf-1m']):g}",
-          diff(main["ka-1m"], main["tf-1m"])]])
+        [[what, f"{value(by['ka-1m']):g} / {value(by['tf-1m']):g}", diff(by["ka-1m"], by["tf-1m"])]
+         for what, by in pick.items()])
+
+
+def size_runs() -> dict[str, list[Run]]:
+    """The tuned recipe's and tf-5m's seeds at the protocol's budget (main-5m, not its equal-FLOP run)."""
+    return {p: [r for r in common.seed_runs(MAIN_GROUP, p) if r["name"] != EQUAL_FLOPS_5M] for p in (KA, TF)}
+
+
+def equal_flops_run() -> Run | None:
+    return next((r for r in groups.with_twins(MAIN_GROUP) if r["name"] == EQUAL_FLOPS_5M), None)
+
+
+def size_section() -> str:
+    """The tuned recipe at 5M: its sweep, the seeds, the gaps and the equal-FLOP run."""
+    by = size_runs()
+    ka, tf = bpcs(by[KA]), bpcs(by[TF])
+    untuned, eq = groups.best_result("ka-5m", "scale"), equal_flops_run()
+    seed0 = next((r for r in by[KA] if r["train"]["seed"] == 0), None)
+    tokens = groups.flop_matched_tokens(KA, TF, PROTOCOL["tokens"])
+    seeds = table(["model", "params", "seeds", "test BPC per seed", "mean ± sd", "median", "lr", "model FLOPs/token",
+                   "training FLOPs"],
+                  [[p, common.count(rs[0] if rs else None), str(len(rs)), *common.seed_cells(bpcs(rs)),
+                    lr(rs[0]) if rs else "—", fmt_per_token(flops_per_token(p)),
+                    fmt_flops(flops_per_token(p) * rs[0]["tokens"]) if rs else "—"]
+                   for p, rs in by.items()])
+    rows = [["gap of the means", diff(mean(ka), mean(tf))], ["gap of the medians", diff(median(ka), median(tf))],
+            ["ka-5m (scale, its best rate, seed 0): lr, test BPC",
+             f"{lr(untuned)}, {fmt(untuned['eval_bpc'])}" if untuned else "—"],
+            [f"{KA} seed 0 − ka-5m", diff(seed0, untuned)],
+            [f"{KA}'s model FLOPs per token / {TF}'s", f"{flops_per_token(KA) / flops_per_token(TF):.2f}×"],
+            [f"tokens at {TF}'s {PROTOCOL['tokens'] / 1e6:g}M-token training FLOPs", f"{tokens / 1e6:.2f}M"],
+            [f"{EQUAL_FLOPS_5M} (seed 0) test BPC", fmt(eq["eval_bpc"]) if eq else
+             f"not run yet: `python -m lab run {MAIN_GROUP} --only {EQUAL_FLOPS_5M}`"],
+            [f"its gap to {TF}'s mean", diff(eq, mean(tf))]]
+    unrun = [f"_{common.not_run(MAIN_GROUP)}._"] if not ka and not tf else []
+    return "\n\n".join([common.sweep_section(SWEEP_GROUP, KA), seeds, *unrun, table(["", "value"], rows)])

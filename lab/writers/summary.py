@@ -1,37 +1,31 @@
-"""RESULTS.md: the one-page summary's tables (issue 23, point 7), from results/*/*.json only; its sentences are the
-template's (lab/templates/RESULTS.md) and everything else is in the lab notebook it links to."""
+"""RESULTS.md's tables and README.md's generated ones, from results/*/*.json only: their sentences are the templates'
+(lab/templates/RESULTS.md) and the README's own, and everything else is in the lab notebook RESULTS.md links to."""
 
-import json
 import os
 import re
-import statistics
 from pathlib import Path
 from string import Template
 from typing import Any
 
-from lab import groups, protocol
-from lab.groups import (
-    ABLATIONS,
-    BUDGET_PRESETS,
-    BUDGETS,
-    STRETCH_BUDGET,
-    TUNED_ABLATIONS,
-    TUNED_FRESH_SEEDS,
-    with_twins,
-)
+from kuramoto_attention.models.presets import preset_table
+from lab import groups
+from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.retired import RETIRED_FIXES
-from lab.studies import induction
-from lab.writers import compute, fit, gap_budget, geometries, leads, size
-from lab.writers.common import bpcs, diff, fmt, mean, mean_sd, not_run, overrides, seed_runs, table
+from lab.writers import common, compute, geometries, leads, scaling, studies
+from lab.writers.common import PAPER_1M, best, bpcs, diff, fmt, lr, mean, mean_sd, median, seed_runs, signed, table
 from lab.writers.compute import costs, fmt_slope
-from lab.writers.scaling import PAPER_BY_SIZE
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "RESULTS.md"
-PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's enwik8 test BPC at 1M (means)
-PAPER_DELTAS = {"value-projection": "+0.25", "no-ff": "+0.27", "no-gates": "+0.09"}
 MAIN = (("tf-1m", "main"), ("ka-1m", "main"), ("ka-1m-tuned", "main-tuned"))
 CODE = (("tf-1m", "pycode"), ("ka-1m", "pycode"), ("ka-1m-tuned", "pycode-tuned"))
+START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /headline -->"
+PRESETS_START, PRESETS_END = "<!-- presets: written by `python -m lab report` -->", "<!-- /presets -->"
+HEADLINE = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
+            ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration on the torus"))
+# shown once their groups have runs: the same layer on SU(2), the paper's non-abelian case (issue 25)
+MEASURED = (("ka-su2-1m", "main-su2", "the same layer on SU(2) (unit quaternions)"),
+            ("ka-su2-1m-tuned", "main-su2-tuned", "on SU(2) with the tuned recipe"))
 
 
 def main_section() -> str:
@@ -39,9 +33,9 @@ def main_section() -> str:
     body = []
     for corpus, pairs in (("enwik7", MAIN), ("pycode (BPB)", CODE)):
         runs = {p: seed_runs(g, p) for p, g in pairs}
-        fresh = [r for r in runs["ka-1m-tuned"] if r["train"]["seed"] in TUNED_FRESH_SEEDS]
+        fresh = [r for r in runs["ka-1m-tuned"] if r["train"]["seed"] in groups.TUNED_FRESH_SEEDS]
         tf = mean(bpcs(runs["tf-1m"]))
-        body += [[p + f" (seeds {', '.join(map(str, TUNED_FRESH_SEEDS))})" * (rs is fresh), corpus,
+        body += [[p + f" (seeds {', '.join(map(str, groups.TUNED_FRESH_SEEDS))})" * (rs is fresh), corpus,
                   str(len(rs)), mean_sd(bpcs(rs)) if rs else "not run",
                   "—" if p == "tf-1m" else diff(mean(bpcs(rs)), tf),
                   PAPER_1M.get(p, "—") if corpus == "enwik7" else "—", costs(rs[0] if rs else None)[0]]
@@ -67,10 +61,9 @@ def ablation_section() -> str:
     body = [["(full model: test BPC)", *(fmt(r and r["eval_bpc"]) for r in full.values()), "—",
              " / ".join(costs(r)[0] for r in full.values())]]
     for name in dict.fromkeys([*ABLATIONS, *TUNED_ABLATIONS]):
-        runs = [done[g].get(f"ka-{name}") for g in full]
-        if any(runs):
+        if any(runs := [done[g].get(f"ka-{name}") for g in full]):
             body.append([name, *(diff(r, ref) for r, ref in zip(runs, full.values(), strict=True)),
-                         PAPER_DELTAS.get(name, "—"), " / ".join(costs(r)[0] for r in runs)])
+                         common.PAPER_DELTAS.get(name, "—"), " / ".join(costs(r)[0] for r in runs)])
     return table(["ablation", "Δ on ka-1m", "Δ on ka-1m-tuned", "paper Δ", "FLOPs/token ka-1m / tuned"], body)
 
 
@@ -81,9 +74,9 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
         return "_No runs yet (`python -m lab run budget40`)._"
     body = [[label + " (valid)" * (label == "3M"), *(
         "—" if (r := by.get(p)) is None else fmt(r["eval_bpc"]) + "*" * bool(compute.model_note(r))
-        + (f"† (lr {r['train']['lr']:g})" if compute.off_rate(r) else "")
-        + ("" if p == "tf-1m" else f" ({diff(r, by.get('tf-1m'), 3)})") for p in BUDGET_PRESETS)]
-        for label, by in runs.items()]
+        + (f"† (lr {lr(r)})" if compute.off_rate(r) else "")
+        + ("" if p == "tf-1m" else f" ({diff(r, by.get('tf-1m'), 3)})")
+        for p in BUDGET_PRESETS)] for label, by in runs.items()]
     text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") for p in BUDGET_PRESETS)], body)
     eq = {(label, p): (tf, same, at) for label, p, tf, same, at, _ in compute.flops_rows()}
     b, s = f"{BUDGETS[-1] // 1_000_000}M", f"{STRETCH_BUDGET // 1_000_000}M"
@@ -91,12 +84,11 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     for p in BUDGET_PRESETS:
         tf10, same10, at10 = eq.get(("10M", p), (None, None, None))
         tf40, same40, at40 = eq.get((b, p), (None, None, None))
+        moved = at40 and same40 and at40["train"]["lr"] != same40["train"]["lr"]
         gaps.append([p, compute.fmt_per_token(groups.flops_per_token(p)), diff(same10, tf10), diff(at10, tf10),
-                     diff(same40, tf40), diff(at40, tf40) + (f" (lr {at40['train']['lr']:g})" if at40 and same40 and
-                                                             at40["train"]["lr"] != same40["train"]["lr"] else ""),
-                     fmt_slope(runs.get(b, {}).get(p)), *("—" if x is None else f"{x:+.3f}" for x in (
-                         fit.per_doubling(runs, p, "10M", b), fit.per_doubling(runs, p, b, s),
-                         fit.anneal_cost(runs, p)))])
+                     diff(same40, tf40), diff(at40, tf40) + (f" (lr {lr(at40)})" if moved else ""),
+                     fmt_slope(runs.get(b, {}).get(p)), signed(compute.per_doubling(runs, p, "10M", b)),
+                     signed(compute.per_doubling(runs, p, b, s)), signed(compute.anneal_cost(runs, p))])
     text += "\n\n" + table(["model", "FLOPs/token", "gap at 10M", "at tf-1m's 10M FLOPs", f"at {b}",
                             f"at tf-1m's {b} FLOPs", f"valid slope/doubling 10M→{b}", f"test/doubling 10M→{b}",
                             f"{b}→{s}", "anneal cost"], gaps)
@@ -110,15 +102,14 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
 def fixes_section() -> str:
     """Issue 46's fixes at 40M tokens against their preset's best and tf-1m's, with their slopes."""
     done = {r["name"]: r for g in ("fixes40", "fixes40-flops") for r in with_twins(g)}
-    tf = groups.budget_best("tf-1m", groups.FIX_BUDGET)
-    rows = [[name, ", ".join(f"{k}={v}" for k, v in {**fix.model, **fix.train}.items()),
-             fmt(r["eval_bpc"]) if (r := done.get(f"{name}-40m")) else "not yet run",
-             diff(r, groups.budget_best(fix.preset, groups.FIX_BUDGET)), diff(r, tf),
+    tf = groups.budget_best("tf-1m", FIX_BUDGET)
+    rows = [[name, common.changes({**fix.model, **fix.train}), fmt(r["eval_bpc"]) if (r := done.get(f"{name}-40m"))
+             else "not yet run", diff(r, groups.budget_best(fix.preset, FIX_BUDGET)), diff(r, tf),
              diff(done.get(f"{name}-flops-tf-40m"), tf), fmt_slope(r)] for name, fix in groups.FIXES.items()]
-    rows += [[f"{r['name'].removesuffix('-40m')} (retired)", overrides(r), fmt(r["eval_bpc"]),  # marked, as run
-              diff(r, groups.budget_best(r["preset"], groups.FIX_BUDGET)), diff(r, tf), "—", fmt_slope(r)]
+    rows += [[f"{r['name'].removesuffix('-40m')} (retired)", common.overrides(r), fmt(r["eval_bpc"]),  # marked, as run
+              diff(r, groups.budget_best(r["preset"], FIX_BUDGET)), diff(r, tf), "—", fmt_slope(r)]
              for g in RETIRED_FIXES for r in load_results(g)]
-    rows += [[f"{p} (its best at 40M)", "—", fmt(b["eval_bpc"]) if (b := groups.budget_best(p, groups.FIX_BUDGET))
+    rows += [[f"{p} (its best at 40M)", "—", fmt(b["eval_bpc"]) if (b := groups.budget_best(p, FIX_BUDGET))
               else "not yet run", "—", diff(b, tf) if p != "tf-1m" else "—", "—", fmt_slope(b)]
              for p in dict.fromkeys([*(f.preset for f in groups.FIXES.values()), "tf-1m"])]
     return table(["fix", "change", "test BPC at 40M", "Δ vs its preset at 40M", "gap to tf-1m",
@@ -129,76 +120,39 @@ def probes46_section() -> str:
     """Issue 46's probes of the pair: capacity and pycode40."""
     if not any(with_twins(g) for g in ("capacity", "pycode40")):
         return "Not yet run: `python -m lab run capacity`, `python -m lab run pycode40`."
-    rows = []
-    for group in ("capacity", "pycode40"):
-        by = {r["preset"]: r for r in with_twins(group)}
-        rows += [[group, p, fmt(r["eval_bpc"]) if (r := by.get(p)) else "not yet run",
-                  diff(r, by.get("tf-1m")) if p != "tf-1m" else "—", fmt_slope(r)] for p in groups.PROBE_PAIR]
+    rows = [[group, p, fmt(r["eval_bpc"]) if (r := by.get(p)) else "not yet run",
+             diff(r, by.get("tf-1m")) if p != "tf-1m" else "—", fmt_slope(r)]
+            for group in ("capacity", "pycode40") for by in [{r["preset"]: r for r in with_twins(group)}]
+            for p in groups.PROBE_PAIR]
     return table(["group", "model", "score", "gap to tf-1m", "validation slope per doubling 10M→end"], rows)
 
 
 def size_section() -> str:
     """The pair at 1M and 5M (scale, main-5m, scale-variant), beside the paper's."""
     scale = load_results("scale")
-    best = {p: min((r for r in scale if r["preset"] == p), key=lambda r: r["eval_bpc"], default=None)
-            for p in ("ka-5m", "tf-5m")}
-    one, five = {p: seed_runs("main", p) for p in ("ka-1m", "tf-1m")}, size.runs()
-    variant = min(load_results("scale-variant"), key=lambda r: r["eval_bpc"], default=None)
-    paper = {s: f"{a} / {b}, {g}" for s, (a, b, g) in PAPER_BY_SIZE.items()}
+    top = {p: best(r for r in scale if r["preset"] == p) for p in ("ka-5m", "tf-5m")}
+    one, five = {p: seed_runs("main", p) for p in ("ka-1m", "tf-1m")}, scaling.size_runs()
+    variant = best(load_results("scale-variant"))
+    paper = {s: f"{a} / {b}, {g}" for s, (a, b, g) in scaling.PAPER_BY_SIZE.items()}
 
     def row(what: str, ka: list[float], tf: list[float], p: str = "") -> list[str]:
         return [what, mean_sd(ka) if len(ka) > 1 else fmt(mean(ka)), mean_sd(tf) if len(tf) > 1 else fmt(mean(tf)),
                 diff(mean(ka), mean(tf)), p]
 
-    rows = [row("1M (main)", bpcs(one["ka-1m"]), bpcs(one["tf-1m"]), paper["1m"])] \
-        if all(one.values()) else []
-    rows += [row("5M (scale, the best rate tried)", [best["ka-5m"]["eval_bpc"]], [best["tf-5m"]["eval_bpc"]],
-                 paper["5m"])] if all(best.values()) else []
-    ka5, tf5 = bpcs(five[size.KA]), bpcs(five[size.TF])
+    rows = [row("1M (main)", bpcs(one["ka-1m"]), bpcs(one["tf-1m"]), paper["1m"])] if all(one.values()) else []
+    rows += [row("5M (scale, the best rate tried)", bpcs([top["ka-5m"]]), bpcs([top["tf-5m"]]), paper["5m"])] \
+        if all(top.values()) else []
+    ka5, tf5 = bpcs(five[scaling.KA]), bpcs(five[scaling.TF])
     if ka5 and tf5:
-        med = [fmt(statistics.median(ka5)), fmt(statistics.median(tf5)), diff(statistics.median(ka5),
-                                                                             statistics.median(tf5))]
-        rows += [row(f"5M tuned ({size.MAIN_GROUP}: {size.KA})", ka5, tf5),
-                 ["5M tuned, medians", *med, paper["5m"]]]
-        if eq := size.equal_flops_run():
-            rows.append(row(f"5M tuned at {size.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5))
-    if variant and best["tf-5m"]:
-        rows.append(row(f"5M, the best 1M variant ({variant['name']})", [variant["eval_bpc"]],
-                        [best["tf-5m"]["eval_bpc"]]))
+        rows += [row(f"5M tuned ({scaling.MAIN_GROUP}: {scaling.KA})", ka5, tf5),
+                 ["5M tuned, medians", fmt(median(ka5)), fmt(median(tf5)), diff(median(ka5), median(tf5)), paper["5m"]]]
+        if eq := scaling.equal_flops_run():
+            rows.append(row(f"5M tuned at {scaling.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5))
+    if variant and top["tf-5m"]:
+        rows.append(row(f"5M, the best 1M variant ({variant['name']})", [variant["eval_bpc"]], bpcs([top["tf-5m"]])))
     return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap"], rows) if rows
-            else "_No runs yet._") + (
-        "" if ka5 and tf5 else f"\n\n_5M tuned: {not_run(size.MAIN_GROUP, 'not run yet')}._")
-
-
-def induction_table() -> str:
-    """The copy task's final accuracies and the step each model first reached 0.5 (``python -m lab induction``)."""
-    source = protocol.RESULTS / "induction.json"
-    if not source.exists():
-        return "_Copying (a synthetic induction task): not measured yet, `python -m lab induction`._"
-    res = json.loads(source.read_text())
-    task = res["task"]
-    return table([f"copy task model ({len(task['seeds'])} seeds, chance {1 / task['alphabet']:.3f})",
-                  f"accuracy after {task['steps']:,} steps", "first step at 0.5"],
-                 [[m, f"{curve[-1][1]:.3f}", next((f"{step:,}" for step, acc in curve if acc >= 0.5), "—")]
-                  for m, curve in induction.mean_curves(res).items()])
-
-
-def dynamics_section() -> str:
-    """The paper's dynamics claims on the first group measured (runs satisfying each, of all), then the loss gaps."""
-    path = protocol.RESULTS / "dynamics.json"
-    text = ""
-    if path.exists():
-        rows = json.loads(path.read_text())
-        judged = [r for r in rows if r["group"] == rows[0]["group"]]
-        n, group = len(judged), rows[0]["group"] + (" (ψ(θ) itself)" if any(r.get("ff_proj") is None for r in judged)
-                                                   else "")
-        text = table(["paper claim", "measured on", "runs where it holds"], [
-            ["1: local \\|G\\| ≥ 0.9 at every layer", group, f"{sum(r['local_near_one'] for r in judged)} of {n}"],
-            ["1: global order falls from the first layer to the last", group,
-             f"{sum(r['global_falls'] for r in judged)} of {n}"],
-            ["2: median \\|ω\\| strictly decreasing with depth", group,
-             f"{sum(r['omega_decreasing'] for r in judged)} of {n}"]]) + "\n\n"
-    return text + gap_budget.gap_table()
+            else "_No runs yet._") + ("" if ka5 and tf5 else
+                                      f"\n\n_5M tuned: {common.not_run(scaling.MAIN_GROUP, 'not run yet')}._")
 
 
 def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> str:
@@ -212,6 +166,43 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
              "curves": f"![validation curves]({link(plots['curves'])})" if plots.get("curves") else "",
              "ablation": ablation_section(), "budget": budget_section(plots, link), "leads": leads.summary_section(),
              "fixes": fixes_section(), "probes46": probes46_section(), "size": size_section(),
-             "geometries": geometries.summary_table(), "induction": induction_table(), "dynamics": dynamics_section(),
-             **main_gaps()}
+             "geometries": geometries.summary_table(), "induction": studies.induction_table(),
+             "dynamics": studies.dynamics_section(), **main_gaps()}
     return re.sub(r"\n{3,}", "\n\n", Template(TEMPLATE.read_text()).substitute(slots))
+
+
+def headline() -> str:
+    """README's headline: the 1M presets (and SU(2)'s once run) over seeds on enwik7, costs, the paper's numbers."""
+    runs = {p: seed_runs(g, p) for p, g, _ in (*HEADLINE, *MEASURED)}
+    if not runs["tf-1m"]:
+        return "_No main runs yet: `python -m lab run lr`, then `python -m lab run main`._"
+    tf, body = mean(bpcs(runs["tf-1m"])), []
+    for p, _, what in (*HEADLINE, *((p, g, w) for p, g, w in MEASURED if runs[p])):
+        paper, rates = PAPER_1M.get(p, "—"), compute.bench_rates((p, "tf-1m"))
+        paper_gap = "—" if p != "ka-1m" else f"{float(paper.split()[0]) - float(PAPER_1M['tf-1m'].split()[0]):+.3f}"
+        ratios = ["1×", "1×"] if p == "tf-1m" else [
+            f"{groups.flops_per_token(p) / groups.flops_per_token('tf-1m'):.2f}×",
+            f"{rates[p] / rates['tf-1m']:.2f}×" if rates else "—"]
+        body.append([f"`{p}`", what, str(len(runs[p])), mean_sd(bpcs(runs[p])) if runs[p] else "not run",
+                     "—" if p == "tf-1m" else diff(mean(bpcs(runs[p])), tf), *ratios, paper, paper_gap])
+    return table(["preset", "", "seeds", "enwik7 test BPC", "gap", "FLOPs/token", "tokens/s", "paper (enwik8)",
+                  "paper gap"], body)
+
+
+def presets() -> str:
+    """Every preset with its exact parameter count (embeddings included) and what it is."""
+    body = [[f"`{r['name']}`", r["family"], f"{r['params']:,}", str(r["depth"]), str(r["width"]), str(r["heads"]),
+             str(r["ff_hidden"]), r["what"]] for r in preset_table()]
+    return table(["preset", "family", "params", "depth", "width", "heads", "ff hidden", "what"], body)
+
+
+def update_readme(readme: Path = Path("README.md")) -> Path | None:
+    """Rewrite the README's tables between their markers; None (and nothing written) when it has no markers."""
+    text = readme.read_text() if readme.exists() else ""
+    if START not in text and PRESETS_START not in text:
+        return None
+    for start, end, body in ((START, END, headline), (PRESETS_START, PRESETS_END, presets)):
+        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+        text = pattern.sub(lambda _, s=start, e=end, b=body: f"{s}\n{b()}\n{e}", text)
+    readme.write_text(text)
+    return readme

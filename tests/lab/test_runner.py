@@ -14,9 +14,9 @@ from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import groups, protocol, records, retired
 from lab import runner as experiment
-from lab.writers import common
+from lab.writers import common, scaling
 from lab.writers import results_md as results
-from lab.writers.sweeps import second_stage_section
+from lab.writers.common import second_stage_section
 
 
 def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3, seed: int = 0, **model) -> dict:
@@ -511,7 +511,7 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
              {**fake_result("budget", f"ka-1m-{groups.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
               "tokens": 20_000_000}]
     write_results(in_tmp, rows)
-    text = results.budget_section()
+    text = scaling.budget_section()
     assert "| 10.0M | main-unprojected | 2.3000 | 2.1500 | +0.1500 | 2.2500 | +0.1000 |" in text
     assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 | 2.1000 | +0.1000 |" in text
     assert "| 3.0M | lr (best of each sweep, valid BPC) | 2.6000 | 2.5000 | +0.1000 |" in text
@@ -520,14 +520,14 @@ def test_budget_section_compares_the_gap_across_budgets(in_tmp):
 
 
 def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
-    assert "lab run scale" in results.scale_section()
+    assert "lab run scale" in scaling.scale_section()
     rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
     rows += [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
              fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
              fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3),
              fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
     write_results(in_tmp, rows)
-    text = results.scale_section()
+    text = scaling.scale_section()
     assert cells(text, "1M")[1:9] == ["main-unprojected", "1 / 1", "0.004 / 0.008", "— / —", "2.3000", "2.1500",
                                       "+0.1500", "1.637 / 1.616, +0.021 (means)"]
     # the 5M rates tried, each model's: the reader sees which had more
@@ -543,7 +543,7 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
             fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.95, lr=2e-3),
             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
     write_results(in_tmp, rows)
-    assert "not run yet (`python -m lab run scale-variant`" in results.scale_section()
+    assert "not run yet (`python -m lab run scale-variant`" in scaling.scale_section()
     specs = groups.plan("scale-variant")
     assert [sp.model for sp in specs] == [{**groups.VARIANTS[v], **groups.SCALE_WIDTHS.get(v, {})}
                                           for v in groups.SCALE_VARIANTS]  # widths re-matched at 5M
@@ -557,23 +557,23 @@ def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_
     assert spec.preset == "ka-5m" and spec.model == groups.VARIANTS[groups.BEST_VARIANT]
     assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)
     write_results(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
-    text = results.scale_section()
+    text = scaling.scale_section()
     # at 5M against ka-5m at the same rate and the best tf-5m; at 1M against main-unprojected's seed 0 and tf-1m's
     assert cells(text, groups.BEST_VARIANT)[2:8] == ["0.002", "1.9300", "-0.0200", "+0.0300", "-0.0400", "+0.1100"]
     assert groups.SCALE_VARIANTS[1] not in text  # the second variant not run yet: no row for it
     write_results(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
-    assert cells(results.scale_section(), groups.SCALE_VARIANTS[1])[3:5] == ["1.9700", "+0.0200"]
+    assert cells(scaling.scale_section(), groups.SCALE_VARIANTS[1])[3:5] == ["1.9700", "+0.0200"]
 
 
 def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
-    assert "lab run lr10m" in results.tuning10m_section("lr10m", "lr")
+    assert "lab run lr10m" in scaling.tuning10m_section("lr10m", "lr")
     write_results(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
                            # other seeds: not compared
                            fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),
                            fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
                            fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
                            fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
-    text = results.tuning10m_section("lr10m", "lr")
+    text = scaling.tuning10m_section("lr10m", "lr")
     assert "| ka-1m | lr10m | 0.002 | 2.2500 | ✓ |" in text and "| tf-1m | main | 0.008 | 2.1500 | ✓ |" in text
     assert cells(text, "each at its better setting")[1:] == ["0.002 / 0.008", "+0.1000"]
     assert cells(text, "at main's settings")[1:] == ["0.004 / 0.008", "+0.1500"]
@@ -847,7 +847,7 @@ def test_the_flop_count_is_the_benchs():
 def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc():
     from lab.writers import compute
 
-    passes = compute._train_bytes()
+    passes = compute.TRAIN_BYTES
     pts = [{"tokens": t, "train_bpc": tr, "valid_bpc": v}
            for t, tr, v in ((passes // 2, 2.4, 2.5), (passes, 2.2, 2.3), (2 * passes, 1.9, 2.2),
                             (3 * passes, 1.8, 2.25))]

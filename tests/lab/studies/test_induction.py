@@ -48,7 +48,7 @@ def test_study_writes_its_table(in_tmp):
 
 def test_results_line_reads_the_study(in_tmp):
     from lab import protocol
-    from lab.writers.summary import induction_table
+    from lab.writers.studies import induction_table
 
     assert "not measured yet, `python -m lab induction`" in induction_table()
     protocol.RESULTS.mkdir(parents=True)

@@ -14,7 +14,7 @@ from conftest import write_results
 from lab import groups, protocol
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
 from lab.studies import gap
-from lab.writers import common, compute, fit, gap_budget, geometries, leads, results_md, size, summary
+from lab.writers import common, compute, geometries, leads, results_md, scaling, studies, summary
 
 
 def cells(text: str, first: str) -> list[str]:
@@ -214,7 +214,7 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
 
 
 def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_budget(in_tmp):
-    text = size.section()
+    text = scaling.size_section()
     assert "Not run yet: `python -m lab run lr-5m-tuned" in text and "Not run yet: `python -m lab run main-5m" in text
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     ratio = groups.flops_per_token("ka-5m-tuned") / groups.flops_per_token("tf-5m")
@@ -231,7 +231,7 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     write_results(in_tmp, [run("scale", "ka-5m", "ka-5m", 2.0, lr=2e-3), run("scale", "tf-5m", "tf-5m", 1.9, lr=1e-3)])
     ka, tf = [1.90, 1.94, 1.91], [1.88, 1.89, 1.93]
     write_results(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
-    text = size.section()
+    text = scaling.size_section()
     assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 | ✓ |" in text
     assert (f"| ka-5m-tuned | 1,000,000 | 3 | 1.9000, 1.9400, 1.9100 | {statistics.mean(ka):.4f} ± "
             f"{statistics.stdev(ka):.4f} | {statistics.median(ka):.4f} | 0.001 |") in text
@@ -245,7 +245,7 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     # main-5m's equal-FLOP run: its gap beside the seeds', and not counted as a seed
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     write_results(in_tmp, [run("main-5m", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens, lr=1e-3)])
-    text = size.section()
+    text = scaling.size_section()
     assert "not run yet" not in text and "| ka-5m-tuned | 1,000,000 | 3 |" in text
     assert cells(text, "ka-5m-tuned-flops-tf-5m-10m (seed 0) test BPC")[1] == "1.9700"
     assert cells(text, "its gap to tf-5m's mean")[1] == f"{1.97 - statistics.mean(tf):+.4f}"
@@ -396,24 +396,24 @@ def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -
 
 
 def test_gap_at_40m_without_and_with_the_study(in_tmp):
-    assert "Not measured yet: `python -m lab gap budget40`" in gap_budget.notebook_part()
-    assert gap_budget.gap_table().startswith("_Not measured yet")  # neither study: what to run
+    assert "Not measured yet: `python -m lab gap budget40`" in studies.notebook_part()
+    assert studies.gap_table().startswith("_Not measured yet")  # neither study: what to run
     ten = {"group": "main", "seeds": [0, 1, 2], "ka": 2.2, "tf": 2.1, "variant": 2.15, "variant_name": "x",
            "by_position": [], "by_difficulty": [{"quartile": q, "ka_gap": 0.1 * q} for q in range(4)]}
     (in_tmp / "results").mkdir()
     (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))
-    assert cells(gap_budget.gap_table(), "main (seeds 0, 1, 2)")[1:] == [
+    assert cells(studies.gap_table(), "main (seeds 0, 1, 2)")[1:] == [
         "ka-1m (ψ(θ) itself)", "+0.100", "—", "—", "—", "+0.000", "+0.300"]
     _budget_gap(in_tmp)
-    assert "## Where the gap is after 40M tokens" in gap_budget.notebook_part()
-    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| budget40")]
+    assert "## Where the gap is after 40M tokens" in studies.notebook_part()
+    rows = [line for line in studies.gap_table().splitlines() if line.startswith("| budget40")]
     # pooled 2.25 − 2.0; on the copying class 2.1 − 1.5 (the 10M study has no recall classes)
     assert [r.split(" | ")[1:3] + r.split(" | ")[5:6] for r in rows] == [
         ["ka-1m-tuned", "+0.250", "+0.600"], ["ka-1m", "+0.400", "+0.800"]]
     _budget_gap(in_tmp, su2=2.1)  # the tuned SU(2) model joins once trained
-    rows = [line for line in gap_budget.gap_table().splitlines() if line.startswith("| budget40")]
+    rows = [line for line in studies.gap_table().splitlines() if line.startswith("| budget40")]
     assert rows[1].split(" | ")[1:3] + rows[1].split(" | ")[5:6] == ["ka-su2-1m-tuned", "+0.100", "+0.500"]
-    assert "| ka-su2-1m-tuned gap |" in gap_budget.notebook_part()
+    assert "| ka-su2-1m-tuned gap |" in studies.notebook_part()
 
 
 def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
@@ -456,27 +456,23 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
 
 def test_readme_presets_table_is_written_from_the_presets(tmp_path):
     from kuramoto_attention.models.presets import preset_table
-    from lab.writers import readme
-
     path = tmp_path / "README.md"
-    path.write_text(f"intro\n{readme.PRESETS_START}\nstale\n{readme.PRESETS_END}\noutro\n")
-    assert readme.update(path) == path
+    path.write_text(f"intro\n{summary.PRESETS_START}\nstale\n{summary.PRESETS_END}\noutro\n")
+    assert summary.update_readme(path) == path
     text = path.read_text()
     ka = next(r for r in preset_table() if r["name"] == "ka-1m")
     assert f"| `ka-1m` | kuramoto | {ka['params']:,} | 4 | 128 | 4 | 312 | {ka['what']} |" in text
     assert "stale" not in text and text.startswith("intro\n") and text.endswith("outro\n")
     plain = tmp_path / "OTHER.md"
     plain.write_text("no markers\n")
-    assert readme.update(plain) is None and plain.read_text() == "no markers\n"
+    assert summary.update_readme(plain) is None and plain.read_text() == "no markers\n"
 
 
 def test_readme_headline_adds_su2_once_measured(in_tmp):
-    from lab.writers import readme
-
     write_results(in_tmp, [*seeds("main", "tf-1m", [2.14, 2.15], lr=8e-3), *seeds("main", "ka-1m", [2.25, 2.24])])
-    assert "ka-su2-1m" not in readme.headline()  # not measured: no row
+    assert "ka-su2-1m" not in summary.headline()  # not measured: no row
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.27, 2.26]))
-    text = readme.headline()
+    text = summary.headline()
     flops = f"{groups.flops_per_token('ka-su2-1m') / groups.flops_per_token('tf-1m'):.2f}×"
     row = f"| `ka-su2-1m` | the same layer on SU(2) (unit quaternions) | 2 | 2.2650 ± 0.0071 | +0.1200 | {flops} | — |"
     assert row in text  # no bench here: its throughput unknown
@@ -484,20 +480,20 @@ def test_readme_headline_adds_su2_once_measured(in_tmp):
     bench = {"training": [{"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-su2-1m", "median": 8_000.0},
                            "tf": {"preset": "tf-1m", "median": 32_000.0}}]}
     (in_tmp / "results" / "bench.json").write_text(json.dumps(bench))
-    assert f"| +0.1200 | {flops} | 0.25× |" in readme.headline()
+    assert f"| +0.1200 | {flops} | 0.25× |" in summary.headline()
 
 
 def test_gap_cells_read_the_near_and_the_farthest_bin():
     rows = [{"from": 4, "to": 8, "tuned_gap": 0.5}, {"from": 8, "to": 16, "tuned_gap": 0.1},
             {"from": 128, "to": 256, "tuned_gap": 0.3}]
     res = {"by_position": rows, "tuned": 2.2, "tf": 2.0}
-    assert gap_budget.cells(res, "tuned") == ["+0.200", "+0.100", "+0.300", "—"]
-    assert gap_budget.bins(res) == ("8–15", "128–255")
-    assert gap_budget.cells({**res, "by_position": rows[:1]}, "tuned")[1] == "—"  # no bin from 8: no number
+    assert studies.cells(res, "tuned") == ["+0.200", "+0.100", "+0.300", "—"]
+    assert studies.bins(res) == ("8–15", "128–255")
+    assert studies.cells({**res, "by_position": rows[:1]}, "tuned")[1] == "—"  # no bin from 8: no number
 
 
 def test_leads_say_what_the_40m_studies_measured(in_tmp):
-    assert leads.why_table() == ""  # no studies yet: nothing claimed
+    assert studies.why_table() == ""  # no studies yet: nothing claimed
     (in_tmp / "results").mkdir(exist_ok=True)
     pos = [{"from": 8, "to": 16, "tuned_gap": 0.09}, {"from": 128, "to": 256, "tuned_gap": 0.15}]
     (in_tmp / "results" / "gap-budget40.json").write_text(json.dumps(
@@ -506,7 +502,7 @@ def test_leads_say_what_the_40m_studies_measured(in_tmp):
     (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
         [{"run": "budget40/ka-1m-tuned-40m", "group": "budget40", "slow_fraction": [0.0, 0.04],
           "attn_saturation": [1.0, 0.9]}]))
-    text = leads.why_table()
+    text = studies.why_table()
     assert [cells(text, k)[1] for k in ("gap to tf-1m, pooled (bits per byte)", "gap at positions 8–15",
                                         "gap at positions 128–255", "gap on the bytes copying predicts")] == [
         "+0.100", "+0.090", "+0.150", "+0.200"]
@@ -580,9 +576,9 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     tf10 = _along(run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3), [(10_000_000, 2.10, 2.18)])
     ka10 = _along(run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.15), [(10_000_000, 2.12, 2.20)])
     write_results(in_tmp, [tf, ka, tf10, ka10])
-    flat = [x for point in fit.fit_gaps(ka, tf) for x in point]
+    flat = [x for point in compute.fit_gaps(ka, tf) for x in point]
     assert flat == pytest.approx([5_000_000, -0.05, -0.05, 10_000_000, 0.08, 0.08, b, 0.12, 0.12])
-    assert cells(fit.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "40M", "+0.120", "+0.120", "40M", "5.0M"]
+    assert cells(compute.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "40M", "+0.120", "+0.120", "40M", "5.0M"]
     # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2; anneal cost: 10M tokens into the 40M schedule against
     # the 10M schedule's end, 2.30 - 2.18 and 2.38 - 2.20
     slopes = summary.budget_section({}, str)
@@ -590,7 +586,7 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     assert cells(slopes, "ka-1m-tuned")[7:] == ["-0.060", "—", "+0.180"]
     # within the 40M run, from its 10M evaluation: (2.07 - 2.38) / 2
     assert compute.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and compute.valid_slope(ka10) is None
-    assert fit.fit_plot(in_tmp / "fit.png") is not None
+    assert compute.fit_plot(in_tmp / "fit.png") is not None
 
 
 def test_fit_note_reads_the_stretch_budget(in_tmp):
@@ -601,9 +597,9 @@ def test_fit_note_reads_the_stretch_budget(in_tmp):
     ka = _along(run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b, train=clip),
                 [(50_000_000, 1.90, 2.00), (b, 1.70, 1.92)])
     write_results(in_tmp, [tf, ka])
-    assert cells(fit.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "100M", "+0.200", "+0.120", "100M", "never"]
+    assert cells(compute.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "100M", "+0.200", "+0.120", "100M", "never"]
     assert cells(summary.budget_section({}, str), "tf-1m")[7:] == ["—", "—", "—"]  # no 40M points to measure from
-    assert fit.clip_table(groups.all_results()) == ""  # no run kept its clipping
+    assert compute.clip_table(groups.all_results()) == ""  # no run kept its clipping
     write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
                            run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=40_000_000)])
     per = math.log2(b / 40_000_000)
@@ -621,12 +617,12 @@ def test_clip_table_gives_each_runs_clipped_share_and_omegas_rate(in_tmp):
             rough("leads", "ka-b", "ka-1m-tuned", 2, phase_lr_mult=20.0, omega_lr_mult=1.0),
             rough("budget100", "tf-1m-100m", "tf-1m", 0), rough("leads", "ka-c", "ka-1m-tuned", 74),
             rough("leads", "ka-apart", "ka-1m-tuned", 500, clip_angles_apart=True)]  # not one norm: left out
-    text = fit.clip_table(rows)
+    text = compute.clip_table(rows)
     assert [cells(text, n)[2:5] for n in ("ka-c", "ka-a", "ka-b", "tf-1m-100m")] == [
         ["×20", "7.40%", "74 of 1,000"], ["×20", "2.00%", "20 of 1,000"], ["×1", "0.20%", "2 of 1,000"],
         ["—", "0.00%", "0 of 1,000"]]
     assert cells(text, "ka-apart")[3] == "—"  # its clip is not one norm
-    assert fit.clip_table([run("leads", "x", "ka-1m", 2.0)]) == ""
+    assert compute.clip_table([run("leads", "x", "ka-1m", 2.0)]) == ""
 
 
 def test_clip_table_names_the_parts_the_gradient_is_in(in_tmp):
@@ -638,7 +634,7 @@ def test_clip_table_names_the_parts_the_gradient_is_in(in_tmp):
             {**run("leads40", "ka-c", "ka-1m-tuned", 2.0), "clipping": {**spikes, "clipped_steps": 0}},
             run("leads40", "ka-d", "ka-1m", 2.1),
             {**run("leads40", "ka-e", "ka-1m", 2.1), "clipping": {"clip": 1.0, "steps": 9, "clipped_steps": 0}}]
-    text = fit.clip_table(rows)
+    text = compute.clip_table(rows)
     assert cells(text, "ka-b")[4:] == ["40 of 2,000", "attn 40%, ff 20%, angles 20%", "ff 50%, attn 30%, angles 10%"]
     assert cells(text, "ka-a")[4:] == ["3 of 2,000", "attn 40%, ff 20%, angles 20%", "—"]  # too few to rank
     assert cells(text, "ka-e")[5:] == ["—", "—"]  # its log kept no part's norm
@@ -646,11 +642,11 @@ def test_clip_table_names_the_parts_the_gradient_is_in(in_tmp):
 
 def test_fit_tables_are_empty_without_the_largest_budget(in_tmp):
     write_results(in_tmp, seeds("main", "tf-1m", [2.13]))
-    assert fit.fit_table() == "" and fit.rate_table() == "" and fit.fit_plot(in_tmp / "fit.png") is None
+    assert compute.fit_table() == "" and compute.rate_table() == "" and compute.fit_plot(in_tmp / "fit.png") is None
 
 
 def test_rate_table_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
-    assert fit.rate_table() == ""
+    assert compute.rate_table() == ""
     b = 40_000_000
     rows = [{**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b), "final_valid_estimate": 1.91},
             {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b), "final_valid_estimate": 2.04},
@@ -658,7 +654,7 @@ def test_rate_table_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
             {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 1.95, lr=2e-3, tokens=b),
              "final_valid_estimate": 1.97}]
     write_results(in_tmp, rows)
-    text = fit.rate_table()
+    text = compute.rate_table()
     assert cells(text, "ka-1m-tuned")[1:] == ["0.002", "1.9500", "0.004", "2.0300", "-0.0800", "-0.0700", "+0.0800",
                                              "+0.1500"]
     assert cells(text, "tf-1m")[1:7] == ["0.004", "1.8700", "0.008", "1.8800", "-0.0100", "-0.0100"]
@@ -701,7 +697,7 @@ def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
     write_results(in_tmp, [run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40),
                            run("leads40", "ka-1m-tuned-omega-lr-1-flops-tf-40m", "ka-1m-tuned", 1.95,
                                tokens=24_330_240)])
-    assert [name for name, _ in fit.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
+    assert [name for name, _ in compute.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
     assert groups.flop_matched("ka-1m-tuned-omega-lr-1-flops-tf-40m")
     assert not groups.flop_matched("ka-1m-tuned-omega-lr-1-40m")
 
