@@ -1,16 +1,5 @@
-"""The lab's entry point, run from the repository root: ``python -m lab ACTION [GROUP ...]``.
-
-    run GROUP        train and evaluate every run of a group (resuming, skipping finished runs); it first says the
-                     order of the groups it needs (a sweep before the groups that read its rate) and how long each takes
-    report           regenerate RESULTS.md (the summary) and docs/notebook.md (the lab notebook) from results/ only
-    replicate        every protocol group in order, then the studies and the report
-    dynamics | gap | probe   the studies (they read trained runs under runs/experiments/)
-    induction        the synthetic copy task: which layers learn an induction head (trains its own small models)
-
-``--out DIR`` works in a folder of one's own (DIR/results, DIR/runs; the report: DIR/RESULTS.md and
-DIR/docs/notebook.md) instead of the repository's, e.g. to rerun a group from scratch; ``run --rerun`` trains a
-group's recorded runs again.
-"""
+"""The lab's entry point, run from the repository root: ``python -m lab ACTION [GROUP ...]`` (``--help`` says each
+action)."""
 
 import argparse
 import sys

@@ -1,6 +1,5 @@
-"""What every run of the replication protocol (issue 4) shares: the training settings of its budgets,
-a run's specification, where results and run directories live, and the summaries that finished runs leave
-under ``results/GROUP/``."""
+"""What every run of the replication protocol shares: its budgets' training settings, a run's specification, and
+where results and run directories live."""
 
 import contextlib
 import json
@@ -42,8 +41,7 @@ class Spec:
 
 @contextlib.contextmanager
 def rooted(out: str | Path | None) -> Iterator[None]:
-    """Work under ``out``/results and ``out``/runs for the duration (``--out DIR``: a rerun from scratch of one's
-    own); None: where the lab works now (the repository's results/ and runs/experiments/)."""
+    """Work under ``out``/results and ``out``/runs for the duration (``--out DIR``); None: where it works now."""
     if out is None:
         yield
         return

@@ -1,9 +1,6 @@
 """The lab's record of what was run: the full configs a spec trains with, whether a recorded result still matches
-its spec (a changed default makes it stale), and runs that another group already made identically (twins;
-``groups.with_twins`` reads a group's results with them).
-
-A record made before the retired fields left the library (retired.py) carries them: at their defaults they are what
-every model is now and are ignored; at any other value the record is of another model."""
+its spec, and runs another group already made identically (twins). Retired fields count only away from their
+defaults."""
 
 from dataclasses import asdict
 from pathlib import Path
@@ -35,9 +32,7 @@ RECORDED_BEFORE: dict[str, Any] = {"self_coupling": True, "phase_lag": False, "c
 
 
 def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) -> list[str]:
-    """How recorded model and training configs (a run.json's or a result's) differ from the spec's.
-    A field the record lacks was added later: it counts at ``RECORDED_BEFORE`` or the config's default. A retired
-    field or training option the record has counts only away from its default (retired.py)."""
+    """How recorded model and training configs differ from the spec's, missing fields at their first defaults."""
     expected = dict(zip(("model", "train"), expected_configs(spec), strict=True))
     expected["model"] = {k: v for k, v in expected["model"].items() if k not in RETIRED_FIELDS}
     model = flat_record(model)
@@ -52,9 +47,7 @@ def _config_diffs(spec: Spec, model: dict[str, Any], train_cfg: dict[str, Any]) 
 
 
 def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
-    """Why a results file no longer records what its spec asks for (None: it does). A preset or training
-    default, an override or a best learning rate that moved makes a finished run stale; it is reported,
-    never silently reused."""
+    """Why a results file no longer records what its spec asks for (None: it does): reported, never reused."""
     diffs = _config_diffs(spec, result["model"], result["train"])
     if without_retired(result["model_overrides"]) != spec.model:
         diffs.append(f"model overrides {result['model_overrides']} (spec {spec.model})")
@@ -62,10 +55,7 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
 
 
 def same_run(spec: Spec, pool: list[dict[str, Any]], any_split: bool = False) -> dict[str, Any] | None:
-    """A finished run of another group that trained and evaluated exactly what ``spec`` asks for (same
-    full model and training configs, seed and split), or None: a spec need not be run twice. ``pool``:
-    the results to search (``groups.all_results()``, read once by callers that ask about many specs).
-    ``any_split``: trained the same, scored on any split (``same_training``)."""
+    """A finished run of another group with exactly the spec's configs and split (``any_split``: any), or None."""
     family = get_preset(spec.preset)[0]
     for r in pool:
         if (r["group"], r["name"]) != (spec.group, spec.name) and (any_split or r["eval_split"] == spec.eval_split) \
@@ -75,9 +65,7 @@ def same_run(spec: Spec, pool: list[dict[str, Any]], any_split: bool = False) ->
 
 
 def same_training(spec: Spec, pool: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A finished run of another group that trained exactly what ``spec`` asks for but was scored on another split
-    (a sweep's second stage picks its rate on valid; the seeds at that rate are scored on test), whose checkpoint is
-    on this machine: the spec needs only its evaluation, not its training (runner.py records it as ``trained_in``)."""
+    """A run of another group trained as ``spec`` but scored on another split, with its checkpoint here."""
     r = same_run(spec, pool, any_split=True)
     if r is None or r["eval_split"] == spec.eval_split:
         return None
@@ -85,8 +73,7 @@ def same_training(spec: Spec, pool: list[dict[str, Any]]) -> dict[str, Any] | No
 
 
 def run_dir_of(result: dict[str, Any]) -> Path:
-    """Where a result's model was trained (a twin's, or a run scored on a split of its own that another group
-    trained: the other group's run)."""
+    """Where a result's model was trained (a twin's, or the group that trained it: ``trained_in``)."""
     # a twin's row carries the twin's own trained_in, if it has one
     source = result.get("trained_in") or result.get("twin") or f"{result['group']}/{result['name']}"
     return protocol.RUNS / source

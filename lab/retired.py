@@ -1,11 +1,5 @@
-"""The lab's retired groups (issue 23, point 5): research dead ends whose model fields (or training options) the
-library no longer has.
-
-Their runs are not planned or runnable here any more, but nothing measured is lost: their results/GROUP/*.json stay,
-the lab notebook reports them (and RESULTS.md cites them), another group's planned run that one of them made
-identically is still found there (a twin: ``records.same_run``), and each is named with the commit at which it was run
-and can be rerun, with the command of that commit.
-"""
+"""The lab's retired groups: research dead ends whose model fields or training options left the library. Their
+results stay and are reported, and each names the commit and command that rerun it."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,19 +1,5 @@
-"""The replication protocol of issue 4 as code: ``python -m lab run GROUP`` trains and
-evaluates every run of a group (one at a time, resuming interrupted runs, skipping finished
-ones) and writes one small JSON summary per run under ``results/GROUP/``;
-``python -m lab report`` regenerates RESULTS.md, the notebook and the plots from those files only.
-
-``--out DIR`` runs into a folder of one's own (DIR/results, DIR/runs) instead of the repository's results/ and
-runs/experiments/, so that a group is rerun from scratch beside the committed results; ``--rerun`` trains a group's
-runs again even where they are recorded (the committed results count as finished otherwise). Before training, the
-runner says in which order the groups run (a sweep before the groups that read its best rate) and about how long
-each takes (the recorded wall-clock seconds of the committed runs). A run another group already made identically is
-not made again (a twin: the notebook reads it under both names); one another group trained identically but scored on
-another split (a sweep's second stage scores on valid, the seeds at its chosen rate on test) is evaluated from that
-group's checkpoint, when it is on this machine, and its result names where it was trained (``trained_in``).
-
-The groups and their runs are defined in ``groups.py``; the settings they share in ``protocol.py``.
-"""
+"""``python -m lab run GROUP``: train and evaluate a group's runs one at a time (resuming, skipping finished ones and
+runs another group made identically, a twin) and write one JSON summary per run under ``results/GROUP/``."""
 
 import json
 import math
@@ -43,9 +29,8 @@ from lab.records import _config_diffs, mismatch, run_dir_of, same_run, same_trai
 
 
 def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train (resuming if interrupted), evaluate on the whole split, write results/GROUP/NAME.json. ``trained``:
-    another group's result that trained exactly this spec (``records.same_training``): its checkpoint is evaluated
-    on this spec's split instead, and the result says where it was trained (``trained_in``) and what that cost."""
+    """Train (resuming), evaluate on the whole split, write results/GROUP/NAME.json; ``trained``: another group's
+    result that trained this spec, whose checkpoint is evaluated instead (``trained_in``)."""
     out = protocol.RESULTS / spec.group / f"{spec.name}.json"
     run_dir = run_dir_of(trained) if trained else protocol.RUNS / spec.group / spec.name
     train_overrides = {**spec.train, "data_dir": data_dir}
@@ -95,10 +80,7 @@ def read_log(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def log_fields(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any]:
-    """What a result keeps of its run's log (metrics.jsonl): the validation curve; per evaluation, training seconds
-    so far, the mean training BPC since the previous one (overfitting, wall clock), and that window's median gradient
-    norm and share of steps clipped (how rough the loss is at the current rate); and where the clipped steps'
-    gradient sat (``clipping``)."""
+    """What a result keeps of its run's log: the validation curve with training figures per evaluation, clipping."""
     points, window, norms = [], [], []
     for m in metrics:
         if "train_bpc" in m:
@@ -120,9 +102,7 @@ def log_fields(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[
 
 
 def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
-    """A result recorded before the runner kept a field of its run's log (the curve's gradient norms, clipping),
-    with those fields read from the log now; None when it has them all, the run's log is not here, or the log is not
-    this result's run (its validation curve differs): the evaluation, the cost and everything else stay as recorded."""
+    """A result with the log fields it lacks read from its run's log now; None: nothing to add, or not its log."""
     try:
         metrics = read_log(run_dir)
     except (OSError, json.JSONDecodeError):  # not on this machine, or not a whole log: the record stays as it is
@@ -135,10 +115,7 @@ def relogged(result: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
 
 
 def clipping(metrics: list[dict[str, Any]], clip: float, warmup: int) -> dict[str, Any] | None:
-    """How rough a run's training was after its warmup (the first steps' large norms are the start's, not spikes):
-    how many steps' gradient norm exceeded the clip, and, when the log kept each part's norm, where the gradient sat
-    (``parts``: each part's median share of the squared norm at those steps, and over all steps; medians, so they
-    need not add up to 1). None: the log has no gradient norms, or the run had no clip."""
+    """How many steps after the warmup exceeded the clip, and where their gradient sat; None: no norms or no clip."""
     steps = [m for m in metrics if "grad_norm" in m and m["step"] > warmup and math.isfinite(m["grad_norm"])
              and m["grad_norm"] > 0]
     if not steps or clip <= 0:
@@ -187,8 +164,7 @@ def run_diagnostics(run_dir: Path, data_dir: str | None) -> dict[str, Any]:
 
 
 def estimate(group: str) -> tuple[int, float, int] | None:
-    """(runs, seconds, runs estimated) for ``group`` from the committed results: each planned run's recorded wall_s
-    (its own, or its twin's); a run without one at its preset's median seconds per token. None: not plannable."""
+    """(runs, seconds, runs estimated) for ``group`` from the committed results' wall_s; None: not plannable."""
     with protocol.at_root(protocol.COMMITTED):
         try:
             specs = plan(group)
@@ -249,8 +225,7 @@ def _move_aside(path: Path) -> None:
 
 def run_group(group: str, data_dir: str | None, only: list[str] | None = None, rerun: bool = False,
               dry_run: bool = False) -> None:
-    """Train the group's runs that are not done. ``rerun``: train them again even where recorded (here or as another
-    group's twin); each replaced result and run directory is kept as NAME.replaced. ``dry_run``: say what would run."""
+    """Train the group's runs that are not done (``rerun``: all, keeping NAME.replaced; ``dry_run``: say what)."""
     try:
         specs = plan(group)
     except ConfigError as exc:

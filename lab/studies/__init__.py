@@ -8,8 +8,7 @@ from lab.retired import RETIRED, rerun_command
 
 
 def missing_runs(runs: list[Path], action: str) -> None:
-    """Refuse, in one line, a study whose trained runs are not here (a fresh clone has the results, not the models):
-    name the missing run directories and the commands that train them."""
+    """Refuse, in one line, a study whose trained runs are not here, naming them and the commands that train them."""
     missing = list(dict.fromkeys(run for run in runs if not (run / "run.json").exists()))
     if not missing:
         return

@@ -1,15 +1,5 @@
-"""The paper's two dynamics claims, measured on trained Kuramoto runs (issue 5, RESULTS.md).
-
-``python -m lab dynamics [GROUP ...]`` (default: ``groups.DYNAMICS_GROUPS``) diagnoses every Kuramoto run of
-the groups on its validation split and writes ``results/dynamics.json`` and ``results/dynamics.md`` (which
-RESULTS.md includes); with GROUPs named, their rows replace (or join) those of the recorded file, the rest kept.
-The verdicts are computed from the numbers, with the rule stated:
-
-* local synchronisation without global collapse: mean local |G| ≥ 0.9 at every layer, and the
-  global order parameter after the last layer below its value after the first layer;
-* depth-to-timescale: median |ω| per layer strictly decreasing with depth (Spearman ρ < 0 is
-  also reported, as a softer reading).
-"""
+"""The paper's two dynamics claims on trained Kuramoto runs (``python -m lab dynamics [GROUP ...]``): local
+synchronisation without global collapse, and median |ω| decreasing with depth; writes results/dynamics.{json,md}."""
 
 import itertools
 import json
@@ -83,8 +73,7 @@ def measure(group: str, data_dir: str | None, batch: int = 8) -> list[dict[str, 
 
 
 def merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` in place of the same groups' rows of the recorded results/dynamics.json, the other groups' rows kept
-    (a group's runs that are no longer on this machine keep their measurements); new groups go last."""
+    """``rows`` in place of the same groups' rows of the recorded results/dynamics.json, the others kept."""
     path = protocol.RESULTS / "dynamics.json"
     old = json.loads(path.read_text()) if path.exists() else []
     new_groups = dict.fromkeys(r["group"] for r in rows)

@@ -1,24 +1,5 @@
-"""Where the Kuramoto model loses to the transformer: the per-byte loss gap, broken down (RESULTS.md).
-
-``python -m lab gap [GROUP]`` (default: main) loads each seed's ka-1m and tf-1m runs of the group (a group
-of ka-1m runs only, such as main-unprojected, against main's tf-1m runs),
-scores both on the same validation windows (evenly spaced, ``diagnostics.valid_batch``; float32) and
-writes ``results/gap.json`` and ``results/gap.md``:
-
-* by position in the window: is the gap a long-context effect (growing with t) or local (flat)?
-* by how predictable the byte is: bytes grouped by the transformer's own loss (its quartiles).
-
-Where group confirm holds ``GAP_VARIANT`` on the same seeds (the preset ka-1m-tuned, outside the paper), it gets a
-column too: what is left of the gap once the variant has closed part of it.
-
-``python -m lab gap budget40`` does the same for the 40M-token runs (seed 0: ka-1m-tuned and, once trained, ka-1m
-and the best run of ``LEADS_AT_BUDGET`` (leads40), against tf-1m) and writes ``results/gap-budget40.{json,md}``, with
-one more breakdown (both modes):
-
-* by recall: bytes whose preceding ``RECALL_ORDER`` bytes occurred earlier in the window, split by whether the byte
-  after their latest occurrence is this byte (copying predicts it: what an induction head does) or not, against
-  bytes whose context is new to the window.
-"""
+"""Where the Kuramoto model loses to the transformer (``python -m lab gap [GROUP]``): the per-byte loss gap on the
+same validation windows, by position, by the byte's difficulty and (budget40) by whether copying predicts it."""
 
 import itertools
 import json
@@ -80,9 +61,7 @@ def by_difficulty(bits: dict[str, Tensor]) -> list[dict[str, float]]:
 
 
 def recall_classes(windows: Tensor, order: int = RECALL_ORDER) -> Tensor:
-    """(B, T − 1): for each predicted byte windows[:, t + 1], 0 when the ``order`` bytes ending at t never occurred
-    earlier in the window, 1 when they did and the byte after their latest occurrence is this byte, 2 otherwise.
-    The first ``order − 1`` predictions (too little context) count as new."""
+    """(B, T − 1) 0 where its ``order`` bytes of context are new, 1 where copying predicts it, 2 else."""
     rows = windows.tolist()
     out = torch.zeros(windows.shape[0], windows.shape[1] - 1, dtype=torch.long)
     for b, row in enumerate(rows):
@@ -175,8 +154,7 @@ DIFFICULTY_NAMES = ("easiest quarter", "second", "third", "hardest quarter")
 
 
 def _tables(res: dict[str, Any], labels: dict[str, str], gap_labels: dict[str, str]) -> list[str]:
-    """The breakdowns as Markdown tables: each model's bits (``labels``: key -> column), then each Kuramoto model's
-    gap to "tf" (``gap_labels``)."""
+    """The breakdowns as Markdown tables: each model's bits (``labels``), then each Kuramoto model's gap."""
     models = list(labels)
     cols = [*labels.values(), *gap_labels.values()]
 

@@ -1,21 +1,5 @@
-"""Can a layer learn to copy? Two-layer models on a synthetic induction task (RESULTS.md's leads, issue 26).
-
-At 40M tokens the gap to the transformer is largest on the bytes that copying the earlier context predicts (`python
--m lab gap budget40`). Copying an earlier continuation takes an induction head: one layer writes each token's
-predecessor into the token's state, the next finds the token whose predecessor is the current byte and reads what
-followed it. This study asks which layers can learn that, on data where nothing else helps:
-
-    x = (r_1 … r_L, r_s … r_L, n_1 … n_{s−1})      r, n random over an alphabet of V symbols, s uniform in [1, L/2]
-
-so the copy starts at a random offset (no fixed position finds its source), and the score is the next-symbol accuracy
-on the copy's first L/2 predictions (chance 1/V). Every model has 2 layers, 32 oscillators or channels and 2 heads,
-trained alike (AdamW, constant rate, fresh batches); the Kuramoto models are ka-1m-tuned's layer (no self term, a
-phase lag) with and without the cross-coupling mixes (layers/cross_coupling.py) and with the value-projection
-ablation. It is a capability probe, not a comparison at equal size: each model's parameter count is in the table.
-
-``python -m lab induction [--only MODEL ...]`` writes ``results/induction.json`` and ``results/induction.md`` (about
-5 minutes per Kuramoto run on one core, 2 for the transformer's).
-"""
+"""Can a layer learn to copy? Two-layer models on a synthetic induction task, x = (r_1 … r_L, r_s … r_L, n_1 …
+n_{s−1}), scored on the copy's first L/2 predictions (``python -m lab induction``: results/induction.{json,md})."""
 
 from __future__ import annotations
 
@@ -65,8 +49,7 @@ MODELS: dict[str, dict[str, Any]] = {  # name -> the Kuramoto layer's fields ("t
 
 
 def sequences(task: Task, n: int, gen: torch.Generator) -> torch.Tensor:
-    """n sequences (n, 2L): L random symbols, then the copy of them from a random start (0-based s < L/2) to the end,
-    then fresh random symbols."""
+    """n sequences (n, 2L): L random symbols, their copy from a random start s < L/2, then fresh symbols."""
     length = task.segment
     first = torch.randint(0, task.alphabet, (n, length), generator=gen)
     fresh = torch.randint(0, task.alphabet, (n, length), generator=gen)

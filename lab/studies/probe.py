@@ -1,17 +1,5 @@
-"""Do the states along depth still hold the bytes before the current one? Linear probes (RESULTS.md).
-
-The gap analysis (gap.py) finds ka-1m behind the transformer already at positions 2–3 of a window, where
-only two or three bytes of context exist: it combines a few recent bytes less well. One reading: the
-Kuramoto step can only pull a token's phases toward the attended tokens' phases in the same coordinates
-(it has no value/output map to write them into a free subspace), so what a token learns about its
-neighbours is blended into its own phases. Linear probes test what survives: for every state along depth
-(the embedding, then after each block), a ridge least-squares linear classifier from the features the
-readout would see at that depth (ka: ψ(θ), 2k wide; tf: the final RMSNorm of the residual stream, d wide)
-to the byte j positions back (j = 0: the current byte), fitted on half of the validation windows and
-scored on the other half. Float64, closed form, no seed.
-
-``python -m lab probe`` writes ``results/probe.json`` and ``results/probe.md``.
-"""
+"""Do the states along depth still hold the bytes before the current one? Ridge linear probes of every state
+(``python -m lab probe``: results/probe.{json,md})."""
 
 import json
 from pathlib import Path
@@ -41,10 +29,7 @@ RIDGE = 1e-3  # λ relative to the mean diagonal of XᵀX: a small, scale-free r
 
 
 def states(model: Any, idx: Tensor) -> list[Tensor]:
-    """The readout's view of every state along depth: depth + 1 tensors (B, T, D), float64.
-
-    ka: ψ(θ) of the phases (the readout's input); tf: the final RMSNorm of the residual stream (its head's
-    input). Both models' forward is embed, blocks, readout (lm.py), so the states are the same points."""
+    """The readout's view of every state along depth (ka: ψ(θ); tf: the final RMSNorm): depth + 1 (B, T, D)."""
     model = model.float().eval()
     with torch.no_grad():
         h = model.embed(idx)
@@ -57,8 +42,7 @@ def states(model: Any, idx: Tensor) -> list[Tensor]:
 
 
 def ridge_accuracy(fit_x: Tensor, fit_y: Tensor, eval_x: Tensor, eval_y: Tensor, classes: int = 256) -> float:
-    """Accuracy on (eval_x, eval_y) of the least-squares linear classifier to one-hot targets fitted on
-    (fit_x, fit_y); features standardised with the fit half's statistics, a bias column added. x: (N, D)."""
+    """Accuracy on the eval half of the least-squares linear classifier fitted on the fit half."""
     mean, std = fit_x.mean(0), fit_x.std(0).clamp_min(1e-8)
 
     def design(x: Tensor) -> Tensor:
@@ -74,8 +58,7 @@ def ridge_accuracy(fit_x: Tensor, fit_y: Tensor, eval_x: Tensor, eval_y: Tensor,
 
 
 def probe_run(model: Any, windows: Tensor, offsets: tuple[int, ...] = OFFSETS) -> list[list[float]]:
-    """accuracy[j][l]: the byte j back from state l; windows (B, T) split in halves (fit, eval) by window.
-    Positions t ≥ max(offsets) only, so every offset has a byte."""
+    """accuracy[j][l]: the byte j back from state l, fitted on half the windows and scored on the other half."""
     if len(windows) < 2:
         raise ConfigError("probing needs at least 2 windows (one half to fit, one to score)")
     first = max(offsets)
@@ -100,8 +83,7 @@ def probe_runs() -> list[tuple[str, str]]:
 
 
 def _run_dirs(names: list[tuple[str, str]]) -> list[Path]:
-    """Each run's directory: its own, or that of the identical run another group made (main's ka-1m may be one);
-    each group's results read once."""
+    """Each run's directory: its own, or that of the identical run another group made."""
     from lab.groups import with_twins
     from lab.records import run_dir_of
 

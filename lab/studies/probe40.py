@@ -1,16 +1,5 @@
-"""Issue 46's evaluation-only probes of why the gap grows, on the 40M-token pair (tf-1m and ka-1m-tuned, each at its
-best rate there: ``groups.budget_best``) and on every Kuramoto run of ``fixes40`` whose model is on this machine.
-
-* the gap by copy depth: each predicted byte's largest order k ≤ 8 such that copying an earlier occurrence of its k
-  bytes of context predicts it (the byte after their latest occurrence in the window is this byte); 0: none does;
-* a fitted output temperature: the one scalar T that minimises each model's loss of logits / T, fitted on half the
-  windows and scored on the other half (does a miscalibrated confidence explain part of the gap?);
-* the step lengths: per Kuramoto layer, the bound's drive (how far past the tanh's knee each token's increment is:
-  past about 2 the step's length no longer follows the increment) and the bounded step's length ‖bound(x)‖ per
-  token, as quantiles, for the attention and the feed-forward steps.
-
-``python -m lab probe40`` writes ``results/probe40.json``; the report turns it into tables.
-"""
+"""Issue 46's evaluation-only probes of the 40M-token pair and fixes40's runs (``python -m lab probe40``): the
+gap by copy depth, a fitted output temperature, and the bound's drive and step lengths per layer."""
 
 import json
 import math
@@ -35,8 +24,7 @@ PAIR = ("tf-1m", "ka-1m-tuned")
 
 
 def copy_depth(windows: Tensor, max_order: int = MAX_ORDER) -> Tensor:
-    """(B, T − 1): for each predicted byte windows[:, t + 1], the largest k ≤ ``max_order`` such that the k bytes
-    ending at t occurred earlier in the window and the byte after their latest occurrence is this byte; 0 if none."""
+    """(B, T − 1): the largest k ≤ ``max_order`` whose k bytes of context copy-predict the byte; 0 if none."""
     out = torch.zeros(windows.shape[0], windows.shape[1] - 1, dtype=torch.long)
     for b, row in enumerate(windows.tolist()):
         latest: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_order + 1)]  # k -> k-gram -> follower
@@ -70,8 +58,7 @@ def logits_of(model: Any, windows: Tensor) -> Tensor:
 
 
 def fitted_temperature(logits: Tensor, targets: Tensor) -> dict[str, float]:
-    """The temperature T minimising the mean loss of logits / T on the first half of the windows (golden-section
-    search on log T ∈ [−2, 2]), and the bits per byte of the second half at T = 1 and at the fitted T."""
+    """The temperature minimising the loss on half the windows, and the other half's bits at 1 and at it."""
     half = logits.shape[0] // 2
 
     def bits(rows: slice, temp: float) -> float:
@@ -96,8 +83,7 @@ def _quantiles(x: Tensor) -> list[float]:
 
 
 def step_lengths(model: Any, windows: Tensor) -> list[dict[str, Any]]:
-    """Per layer: the quantiles of the bound's drive and of the bounded step's length per token (attention and
-    feed-forward), and the share of tokens past the knee (drive > 2). Float32, no gradients."""
+    """Per layer: quantiles of the bound's drive and of the step's length, and the share past the knee."""
     model = model.float().eval()
     geo, rows = model.geometry, []
     with torch.no_grad():
