@@ -9,9 +9,8 @@ from kuramoto_attention.models.config import RETIRED_AT
 from kuramoto_attention.models.config import RETIRED_VALUES as LIBRARY_RETIRED_VALUES
 from kuramoto_attention.training.config import RETIRED_OPTIONS
 
-# The model fields removed from the library, at the default every run not about them trained with (a record carries
-# them at these values unless it was made to vary them), and the values removed from fields it keeps: the library's
-# own record of them (``models/config.py``), so that both read one list
+# The model fields removed from the library at the default every other run trained with, and the values removed
+# from fields it keeps: the library's own record of them (``models/config.py``)
 RETIRED_FIELDS: dict[str, Any] = RETIRED_AT_DEFAULTS
 RETIRED_VALUES: dict[str, tuple[Any, ...]] = LIBRARY_RETIRED_VALUES
 # the training options removed, at the value every run not about them trained with
@@ -49,26 +48,18 @@ RETIRED: dict[str, Retired] = {
     "leads-retired": Retired("issue 26's structural leads worse than ka-1m-tuned at the protocol: lag_from_state "
                              "(the phase lag also read from the token's state, β_t = β + W_β u_t)", "4c98f00",
                              "python -m lab run leads --only ka-1m-tuned-lag-from-state"),
-    # clip-angles-apart: ω's gradient grows with the position it rotates by, so its spikes could have set the clip and
-    # shrunk every weight's step; its own log says they did not: at its steps above the clip the angles held a median
-    # 9% of the squared norm (19% over all steps). The spikes are the weights'. shared-lr-0.25: the shared P holds
-    # about half the gradient's squared norm with 5% of the weights, and a step of P's moves all four layers' inputs
-    # at once; at a quarter of the rate it was slower in the schedule's second half, with P still half the gradient
+    # clip-angles-apart: the spikes above the clip were the weights', not the angles'; shared-lr-0.25: slower late
     "leads-retired-optim": Retired("issue 26's leads on the optimiser worse than ka-1m-tuned at the protocol: "
                                    "clip_angles_apart (the angles' gradient clipped by its own norm, apart from the "
                                    "weights') and shared_lr_mult=0.25 (the weights several layers share, the shared "
                                    "gates and P, at a quarter of the rate)", "25e20b6",
                                    "python -m lab run leads --only ka-1m-tuned-clip-angles-apart "
                                    "--only ka-1m-tuned-shared-lr-0.25"),
-    # issue 46's fixes that lost at 40M tokens: each run stays in the fixes table, marked. The scaled step (after the
-    # normalised transformer's per-dimension "eigen learning rates") let a step's length follow its increment's
+    # issue 46's fixes that lost at 40M tokens: each run stays in the fixes table, marked
     "fixes40-retired": Retired("issue 46's fixes worse than ka-1m-tuned's best at 40M tokens: the scaled step "
                                "(bound='scaled': a learned step size per oscillator times the increment, clipped "
                                "only far away)", "25e20b6", "python -m lab run fixes40 --only scaled-step-40m"),
-    # the norm bound's scale s learned (r·tanh(‖x‖/s), s from r): with s = 1 nearly every trained increment of
-    # ka-1m-tuned sits on the bound, so every token moves by r whatever its coupling; a learned s lets a step's length
-    # follow its increment's. It lost its screen at 10M tokens (+0.0465) and, with ω at the base rate, at 40M (+0.0442
-    # against the preset's best there, +0.052 against omega-lr-1 at the same rate)
+    # the norm bound's scale s learned, so that a step's length follows its increment's: it lost at 10M and at 40M
     "leads-retired-bound-scale": Retired("issue 26's lead bound_scale='learned' (the norm bound's scale s in "
                                          "r·tanh(‖x‖/s) learned, from s = r), worse than ka-1m-tuned at the protocol",
                                          "34fef35", "python -m lab run leads --only ka-1m-tuned-bound-scale-learned"),

@@ -259,27 +259,23 @@ def clip_table(results: list[Run], least: int = 10) -> str:
                   "gradient share, clipped steps"], rows) if rows else ""
 
 
-def pyplot() -> Any:
+def axes(size: tuple[float, float] = (6.4, 4), rows: int = 0, dpi: int = 120) -> tuple[Any, Any]:
+    """A new off-screen figure and its axes (``rows``: a grid of that many rows of two)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def axes(size: tuple[float, float] = (6.4, 4), rows: int = 0, dpi: int = 120) -> tuple[Any, Any]:
-    """A new figure and its axes (``rows``: a grid of that many rows of two)."""
-    if rows:
-        return pyplot().subplots(rows, 2, figsize=size, dpi=dpi, squeeze=False)
-    return pyplot().subplots(figsize=size, dpi=dpi)
+    return plt.subplots(rows, 2, figsize=size, dpi=dpi, squeeze=False) if rows else plt.subplots(figsize=size, dpi=dpi)
 
 
 def save(fig: Any, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
-    pyplot().close(fig)
+    plt.close(fig)
     return out
 
 
@@ -366,9 +362,8 @@ def fit_plot(out: Path) -> Path | None:
     if not series:
         return None
     fig, ax = axes()
-    cycle = pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, gaps) in enumerate(series):
-        colour, xs = COLOURS.get(name, cycle[i % len(cycle)]), [t / 1e6 for t, _, _ in gaps]
+        colour, xs = COLOURS.get(name, f"C{i % 10}"), [t / 1e6 for t, _, _ in gaps]  # else the default cycle
         ax.plot(xs, [g for _, g, _ in gaps], "-", color=colour, label=f"{name}: training")
         ax.plot(xs, [g for _, _, g in gaps], ":", color=colour, label=f"{name}: validation")
     ax.axhline(0, color="grey", lw=0.8)
