@@ -17,6 +17,7 @@ import platform
 import re
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,6 +96,9 @@ class Plan:
     generation_presets: tuple[str, ...] = ()  # the generation section's models (none given: the first pair)
     # (preset, reference preset, batch, T): one whole training step's peak memory of the one over the other's
     step_memory: tuple[str, str, int, int] | None = None
+    # the README's first command, timed whole (start-up, data, training, validation) as a user runs it: its steps
+    # and extra arguments (quick: a tiny model, a few steps)
+    quickstart: tuple[int, tuple[str, ...]] = (100, ())
 
     def all_pairs(self) -> tuple[tuple[str, str], ...]:
         return self.pairs + self.extra_pairs
@@ -130,7 +134,7 @@ def make_plan(args: Any) -> Plan:
     if args.quick:
         return Plan((("ka-tiny", "tf-tiny"),), modes, (64, 128), cap, batch=8, context=32, gen_total=64,
                     matmul_n=256, repeats=args.repeats or 1, steps=1, warmup=1,
-                    step_memory=("ka-tiny", "tf-tiny", 2, 32))
+                    step_memory=("ka-tiny", "tf-tiny", 2, 32), quickstart=(2, ("--preset", "ka-tiny")))
     return Plan(HEADLINE_PAIRS, modes, (256, 512, 1024, 2048, 4096), cap, repeats=args.repeats or 5,
                 generation_presets=("ka-1m", "tf-1m", "ka-su2-1m", "ka-su2-1m-tuned"),
                 step_memory=("ka-su2-1m-tuned", "ka-1m", 4, 4096))
@@ -514,6 +518,27 @@ def bench_generation(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+def bench_quickstart(plan: Plan) -> list[dict[str, Any]]:
+    """Wall-clock seconds of the README's first command (``kuramoto train --steps N``, in a fresh process), in the
+    precision ``auto`` picks on this machine and in fp32 (what ``auto`` picks where bf16 is not native)."""
+    steps, extra = plan.quickstart
+    auto = resolve_precision("auto", torch.device("cpu"))
+    rows = []
+    for precision in dict.fromkeys(["auto", "fp32"] if auto != "fp32" else ["auto"]):
+        _log(f"quickstart: kuramoto train --steps {steps} --precision {precision}")
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = ["train", "--steps", str(steps), "--precision", precision, "--run-dir", f"{tmp}/run", *extra]
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "kuramoto_attention.cli", *argv], capture_output=True,
+                                  text=True)
+            wall = time.perf_counter() - start
+        row = {"command": shlex.join(["kuramoto", *argv[:5], *extra]), "precision": precision,
+               "resolved": auto if precision == "auto" else precision}
+        rows.append({**row, "wall_s": wall} if proc.returncode == 0
+                    else {**row, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]})
+    return rows
+
+
 def flop_parity(row: dict[str, Any]) -> float | None:
     """The ka/tf tokens/s of a training row at equal achieved FLOP/s: tf's model FLOPs per token over ka's
     (``FLOPS_METHOD``). None for a row recorded without FLOP counts."""
@@ -757,6 +782,7 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
                       f"{g['median']['recompute']:,.1f}", f"{g['ratio']:.1f}×", g["same_tokens"],
                       f"{g['ops_per_cached_token']:.0f}" if "ops_per_cached_token" in g else "—"]
                      for g in res["generation"]])
+    lines += _quickstart_section(res)
     lines += ["## FLOP counting", "", f"Matmul peak of this machine ({plan['matmul_n']}² square matmuls, best of "
               f"repeats): fp32 {peak['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.1f} GFLOP/s.", "",
               FLOPS_METHOD, ""]
@@ -765,6 +791,19 @@ def render(res: dict[str, Any], history: list[dict[str, Any]] | None = None) -> 
                     [[n, f"{f['matmul_params']:,}", f["d_qk"], f["d_v"], f"{f['flops_per_token']:,}"]
                      for n, f in flops.items()])
     return "\n".join(lines + _history_section(history or []))
+
+
+def _quickstart_section(res: dict[str, Any]) -> list[str]:
+    if not res.get("quickstart"):
+        return []
+    lines = ["## Quickstart", "", "The README's first command timed whole in a fresh process (imports, corpus, "
+             "compile where the default compiles, training, validation), on this machine: in the precision `auto` "
+             "picks here and in fp32, which `auto` picks on a CPU without native bf16 (such a CPU's own fp32 speed "
+             "differs from this one's).", ""]
+    return lines + _table(["command", "precision", "ran in", "wall-clock"],
+                          [[f"`{q['command']}`", q["precision"], q["resolved"],
+                            f"{q['wall_s'] / 60:.1f} min" if "wall_s" in q else f"error: {q['error']}"]
+                           for q in res["quickstart"]])
 
 
 def _step_parts_section(res: dict[str, Any]) -> list[str]:
@@ -866,6 +905,7 @@ def run_bench(args: Any) -> tuple[dict[str, Any], Path, Path]:
     res["memory"] = bench_memory(plan)
     res["step_memory"] = bench_step_memory(plan)
     res["generation"] = bench_generation(plan)
+    res["quickstart"] = bench_quickstart(plan)
     res["targets"] = evaluate_targets(json.loads(json.dumps(res)))  # judged on exactly what the JSON holds
     text = json.dumps(res, indent=2)
     paths = [json_path, archive_path(res)] if json_path == LATEST else [json_path]

@@ -71,6 +71,16 @@ def test_quick_run_writes_markdown_and_json(quick: dict[str, Any]) -> None:
     assert res["matmul_peak"]["fp32"] > 0 and res["matmul_peak"]["bf16"] > 0
 
 
+def test_the_quickstart_is_timed_whole_in_each_precision_auto_can_pick(quick: dict[str, Any]) -> None:
+    rows = quick["res"]["quickstart"]
+    assert rows[0]["precision"] == "auto" and rows[0]["resolved"] in ("fp32", "bf16")
+    assert [r["resolved"] for r in rows] == (["bf16", "fp32"] if rows[0]["resolved"] == "bf16" else ["fp32"])
+    for r in rows:  # the README's first command, run as a user runs it, with its wall-clock
+        assert "error" not in r and r["wall_s"] > 0
+        assert r["command"] == f"kuramoto train --steps 2 --precision {r['precision']} --preset ka-tiny"
+        assert f"| `{r['command']}` | {r['precision']} | {r['resolved']} | {r['wall_s'] / 60:.1f} min |" in quick["md"]
+
+
 def test_training_ratios_come_from_raw_medians(quick: dict[str, Any]) -> None:
     res, md = quick["res"], quick["md"]
     settings = {(r["mode"], r["precision"]) for r in res["training"]}

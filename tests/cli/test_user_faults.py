@@ -203,6 +203,17 @@ def test_ctrl_c_in_the_first_instant_is_one_line_and_exit_130(tmp_path, corpus):
     assert not run_dir.exists()
 
 
+def test_the_console_script_module_catches_signals_before_any_other_import():
+    # the console script imports kuramoto_attention.entry: its handlers are in place before the CLI's own imports
+    # (~45 ms), so a signal right after start-up is one line; a signal on import exits as the CLI's handler does
+    code = ("import sys, os, signal; import kuramoto_attention.entry; "
+            "assert 'torch' not in sys.modules and 'kuramoto_attention.cli' not in sys.modules; "
+            "os.kill(os.getpid(), signal.SIGINT); signal.pause()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted (SIGINT)"
+
+
 # ------------------------------------------------------------------------------------------------- report, eval
 def test_report_out_under_a_missing_folder_is_one_line(tmp_path, corpus, capsys):
     run_dir = tmp_path / "run"

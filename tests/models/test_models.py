@@ -108,6 +108,14 @@ def test_compiled_generation_of_several_models_stays_compiled():
                 assert torch.equal(out, model.generate(prompt, 5, temperature=0, use_cache=use_cache))
 
 
+@pytest.mark.parametrize("model", [KuramotoLM(ka_cfg()), TransformerLM(TransformerConfig(**TINY_TF))])
+@pytest.mark.parametrize("bad", [256, -1])
+def test_ids_outside_the_bytes_are_one_value_error(model, bad):
+    # the embedding alone raised a bare IndexError on the CPU (a device-side assert on CUDA)
+    with pytest.raises(ValueError, match=f"holds {bad}, outside the byte range 0..255"):
+        model(torch.tensor([[0, bad, 3]]))
+
+
 def test_generate_rejects_negative_length():
     with pytest.raises(ValueError, match="max_new_tokens"):
         KuramotoLM(ka_cfg()).generate(torch.zeros(1, 1, dtype=torch.long), -1)

@@ -66,6 +66,13 @@ class ByteLM(nn.Module, PyTorchModelHubMixin):
     def forward(self, idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         if idx.dtype != torch.long or idx.dim() != 2:
             raise ValueError(f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")
+        # the embedding's own error is an IndexError on the CPU and a device-side assert on CUDA; one check (a
+        # sync, as the layer's finiteness check) names the range instead, skipped where compiled graphs trace
+        if idx.numel() and not torch.compiler.is_compiling():
+            lo, hi = idx.min().item(), idx.max().item()
+            if lo < 0 or hi >= VOCAB_SIZE:
+                raise ValueError(f"idx holds {lo if lo < 0 else hi}, outside the byte range 0..{VOCAB_SIZE - 1}: "
+                                 "a byte model reads text as its UTF-8 bytes, torch.tensor([list(text.encode())])")
         h = self.embed(idx)
         for i, block in enumerate(self.blocks):
             h = block(h, cache=None if caches is None else caches[i])
