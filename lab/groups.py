@@ -373,6 +373,16 @@ def _lr40() -> list[Spec]:
             for rate in (swept_rate(p) * LR40_FACTOR ** k for k in range(1, LR40_STEPS[p] + 1))]
 
 
+def _repro40() -> list[Spec]:
+    """lr40's best run of each preset (on validation) trained again from scratch, same seed: never a twin."""
+    best = {p: budget_best(p, BUDGETS[-1], ("lr40",)) for p in STRETCH_PRESETS}
+    if missing := [p for p, r in best.items() if r is None]:
+        raise ConfigError(f"repro40 reruns lr40's best runs and results/lr40 has none of {', '.join(missing)}; run "
+                          f"`{run_command('lr40')}`")
+    return [replace(s, group="repro40", name=f"{s.name}-rerun", fresh=True) for s in _lr40()
+            if s.name == best[s.preset]["name"]]
+
+
 def flop_matched_tokens(preset: str, reference: str, reference_tokens: int, model: dict[str, Any] | None = None) -> int:
     """The tokens at which ``preset``'s training FLOPs equal ``reference``'s, in whole protocol steps."""
     step = PROTOCOL["batch_size"] * PROTOCOL["context"]
@@ -563,6 +573,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "main-sphere": lambda: _main(group="main-sphere", presets=("ka-sphere-1m",), lr_group="lr10m-sphere"),
     # issue 46: scaling fixes judged at 40M tokens, and the probes of why the gap grows
     "fixes40": _fixes40, "fixes40-flops": _fixes40_flops, "capacity": _capacity, "pycode40": _pycode40,
+    # issue 46: how far apart two identical 40M-token runs land (the same seed, trained again from scratch)
+    "repro40": _repro40,
 }
 # `python -m lab dynamics` without groups: main, ka-1m on ψ(θ) itself, the variants the notebook discusses, 5M
 DYNAMICS_GROUPS = ("main", "main-unprojected", "confirm", "screen5", "screen6", "scale", "scale-variant")

@@ -37,6 +37,7 @@ class Spec:
     model: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     eval_split: str = "test"
+    fresh: bool = False  # trained here from scratch: never satisfied by another group's identical run (a twin)
 
 
 @contextlib.contextmanager

@@ -55,7 +55,9 @@ def mismatch(spec: Spec, result: dict[str, Any]) -> str | None:
 
 
 def same_run(spec: Spec, pool: list[dict[str, Any]], any_split: bool = False) -> dict[str, Any] | None:
-    """A finished run of another group with exactly the spec's configs and split (``any_split``: any), or None."""
+    """Another group's run with exactly the spec's configs and split (``any_split``: any); None: none, or fresh."""
+    if spec.fresh:
+        return None
     family = get_preset(spec.preset)[0]
     for r in pool:
         if (r["group"], r["name"]) != (spec.group, spec.name) and (any_split or r["eval_split"] == spec.eval_split) \

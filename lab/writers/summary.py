@@ -10,10 +10,10 @@ from typing import Any
 from kuramoto_attention.models.presets import preset_table
 from lab import groups
 from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS, with_twins
-from lab.protocol import PROTOCOL, load_results
+from lab.protocol import PROTOCOL, load_results, run_command
 from lab.retired import RETIRED_FIXES
 from lab.writers import common, compute, geometries, leads, scaling, studies
-from lab.writers.common import PAPER_1M, best, bpcs, diff, fmt, lr, mean, mean_sd, median, seed_runs, signed, table
+from lab.writers.common import PAPER_1M, Run, best, bpcs, diff, fmt, lr, mean, mean_sd, median, seed_runs, signed, table
 from lab.writers.compute import costs, fmt_slope
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "RESULTS.md"
@@ -116,6 +116,24 @@ def fixes_section() -> str:
                   "gap at tf-1m's 40M FLOPs", "validation slope per doubling 10M→40M"], rows)
 
 
+def repro_section() -> str:
+    """repro40's reruns beside the lr40 runs they repeat: test BPC, validation estimate, slope and gap to tf-1m."""
+    if not (reruns := load_results("repro40")):
+        return f"_Not yet run: `{run_command('repro40')}`._"
+    recorded = {r["name"]: r for r in load_results("lr40")}
+    pairs = {r["preset"]: (recorded.get(r["name"].removesuffix("-rerun")), r) for r in reruns}
+    tf = pairs.get("tf-1m", (None, None))
+
+    def valid(r: Run | None) -> float | None:
+        return groups.valid_estimate(r) if r else None
+
+    rows = [[b["name"].removesuffix("-rerun"), f"{fmt(a and a['eval_bpc'])} / {fmt(b['eval_bpc'])}", diff(b, a),
+             f"{fmt(valid(a))} / {fmt(valid(b))}", diff(valid(b), valid(a)), f"{fmt_slope(a)} / {fmt_slope(b)}",
+             "—" if p == "tf-1m" else f"{diff(a, tf[0])} / {diff(b, tf[1])}"] for p, (a, b) in pairs.items()]
+    return table(["run (seed 0)", "test BPC, lr40 / rerun", "Δ", "validation estimate, lr40 / rerun", "Δ",
+                  "validation slope per doubling 10M→40M, lr40 / rerun", "gap to tf-1m, lr40 / rerun"], rows)
+
+
 def probes46_section() -> str:
     """Issue 46's probes of the pair: capacity and pycode40."""
     if not any(with_twins(g) for g in ("capacity", "pycode40")):
@@ -162,7 +180,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
 
     slots = {"notebook": link(notebook), "tokens": f"{PROTOCOL['tokens'] / 1e6:g}",
              "batch_size": PROTOCOL["batch_size"], "context": PROTOCOL["context"], "warmup": PROTOCOL["warmup"],
-             "main": main_section(),
+             "main": main_section(), "repro40": repro_section(),
              "curves": f"![validation curves]({link(plots['curves'])})" if plots.get("curves") else "",
              "ablation": ablation_section(), "budget": budget_section(plots, link), "leads": leads.summary_section(),
              "fixes": fixes_section(), "probes46": probes46_section(), "size": size_section(),

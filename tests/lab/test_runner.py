@@ -467,6 +467,35 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
     assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()
 
 
+def test_repro40_reruns_lr40s_best_runs_and_is_never_satisfied_by_a_twin(in_tmp, capsys):
+    """repro40 plans lr40's best run of each preset (on validation) again, named -rerun, with exactly its configs:
+    the lr40 record is identical, yet the rerun trains (a fresh spec takes no twin); its own records make it done."""
+    import shutil
+
+    if not (protocol.COMMITTED / "repro40").is_dir():
+        pytest.skip("no committed results/")
+    shutil.copytree(protocol.COMMITTED, in_tmp / "results", ignore=shutil.ignore_patterns("repro40"))
+    lr40 = {s.name: s for s in groups.plan("lr40")}
+    best = [groups.budget_best(p, 40_000_000, ("lr40",))["name"] for p in groups.STRETCH_PRESETS]
+    reruns = groups.plan("repro40")
+    assert sorted(s.name for s in reruns) == sorted(f"{n}-rerun" for n in best)
+    for spec in reruns:
+        same = lr40[spec.name.removesuffix("-rerun")]
+        assert (spec.group, spec.fresh) == ("repro40", True)
+        assert (spec.preset, spec.model, spec.train, spec.eval_split) == (same.preset, same.model, same.train,
+                                                                         same.eval_split)
+        assert records.same_run(dataclasses.replace(spec, fresh=False), groups.all_results())["group"] == "lr40"
+        assert records.same_run(spec, groups.all_results()) is None
+    assert not any("twin" in r for r in groups.with_twins("repro40"))
+    experiment.run_group("repro40", None, dry_run=True)
+    out = capsys.readouterr().out
+    assert "2 to train" in out and all(f"{s.name}: would train" in out for s in reruns)
+    shutil.copytree(protocol.COMMITTED / "repro40", in_tmp / "results" / "repro40")
+    experiment.run_group("repro40", None, dry_run=True)
+    out = capsys.readouterr().out
+    assert "0 to train" in out and all(f"{s.name}: done, skipping" in out for s in reruns)
+
+
 def test_confirm_section_compares_with_the_model_each_candidate_changes(in_tmp):
     rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]

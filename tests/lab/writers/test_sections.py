@@ -801,6 +801,44 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     assert {"budget40", "lr40"} <= groups.reads("leads40")  # planned after the runs that choose its rate
 
 
+def test_repro40_sets_each_rerun_beside_the_lr40_run_it_repeats(in_tmp):
+    """Each rerun's test BPC, validation estimate, slope and gap to tf-1m beside its lr40 record's, read from both."""
+    assert summary.repro_section().startswith("_Not yet run: `python -m lab run repro40")
+    b = 40_000_000
+
+    def record(group, name, preset, bpc, valid, at_10m, lr):
+        return {**run(group, name, preset, bpc, lr=lr, tokens=b), "final_valid_estimate": valid,
+                "curve": [{"tokens": 10_000_000, "valid_bpc": at_10m}, {"tokens": b, "valid_bpc": valid}]}
+
+    write_results(in_tmp, [record("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.85, 1.88, 2.20, 4e-3),
+                           record("repro40", "tf-1m-40m-lr-0.004-rerun", "tf-1m", 1.86, 1.87, 2.21, 4e-3),
+                           record("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.01, 2.02, 2.30, 2e-3),
+                           record("repro40", "ka-1m-tuned-40m-lr-0.002-rerun", "ka-1m-tuned", 1.99, 2.03, 2.28, 2e-3)])
+    text = summary.repro_section()
+    assert cells(text, "tf-1m-40m-lr-0.004")[1:] == [
+        "1.8500 / 1.8600", f"{1.86 - 1.85:+.4f}", "1.8800 / 1.8700", f"{1.87 - 1.88:+.4f}",
+        f"{(1.88 - 2.20) / 2:+.3f} / {(1.87 - 2.21) / 2:+.3f}", "—"]  # slopes per doubling from 10M to 40M
+    assert cells(text, "ka-1m-tuned-40m-lr-0.002")[1:] == [
+        "2.0100 / 1.9900", f"{1.99 - 2.01:+.4f}", "2.0200 / 2.0300", f"{2.03 - 2.02:+.4f}",
+        f"{(2.02 - 2.30) / 2:+.3f} / {(2.03 - 2.28) / 2:+.3f}", f"{2.01 - 1.85:+.4f} / {1.99 - 1.86:+.4f}"]
+
+
+def test_repro40_table_reads_the_committed_reruns():
+    """RESULTS.md's rerun rows are the committed records' numbers (tf-1m 1.8487 against 1.8581, and so on)."""
+    root = protocol.COMMITTED
+    if not (root / "repro40").is_dir():
+        pytest.skip("no committed results/")
+    with protocol.at_root(root):
+        text = summary.repro_section()
+        for rerun in protocol.load_results("repro40"):
+            old = next(r for r in protocol.load_results("lr40") if f"{r['name']}-rerun" == rerun["name"])
+            row = cells(text, old["name"])
+            assert row[1] == f"{old['eval_bpc']:.4f} / {rerun['eval_bpc']:.4f}"
+            assert row[2] == f"{rerun['eval_bpc'] - old['eval_bpc']:+.4f}"
+            assert row[3] == f"{old['final_valid_estimate']:.4f} / {rerun['final_valid_estimate']:.4f}"
+            assert row[5] == f"{compute.valid_slope(old):+.3f} / {compute.valid_slope(rerun):+.3f}"
+
+
 def test_a_training_lead_names_its_setting_in_the_change_column():
     from lab.writers.common import overrides
 
