@@ -1,5 +1,4 @@
-"""The lab's entry point, run from the repository root: ``python -m lab ACTION [GROUP ...]`` (``--help`` says each
-action)."""
+"""The lab's entry point, run from the repository root: ``python -m lab ACTION [GROUP ...]`` (``--help``)."""
 
 import argparse
 import sys

@@ -1,6 +1,4 @@
-"""The replication protocol's groups: which runs each group trains (``plan(GROUP)``, what ``python -m lab run
-GROUP`` trains) and why. ``GROUPS`` lists them in run order (``order`` says which groups a group reads its rates from),
-``FROZEN`` the groups kept reproducible after a default moved on; the retired ones are in retired.py."""
+"""The protocol's groups: what each trains and why (``plan``), ``GROUPS`` in run order, ``FROZEN`` kept as they ran."""
 
 import contextlib
 import functools
@@ -168,8 +166,7 @@ def _leads() -> list[Spec]:
 
 
 def _leads_beating_tuned(group: str, over_seeds: bool = False) -> list[tuple[str, Lead]]:
-    """Every lead whose seed-0 run (``over_seeds``: its mean with leads-seeds') beat main-tuned's own mean,
-    best first; raises, with the numbers, when there is none."""
+    """The leads whose seed 0 (``over_seeds``: with leads-seeds') beat main-tuned's mean, best first; else raises."""
     base = [r["eval_bpc"] for r in load_results("main-tuned")]
     done = load_results("leads")
     if over_seeds:
@@ -199,8 +196,7 @@ def _recorded(group: str, name: str) -> bool:
 
 
 def _leads40() -> list[Spec]:
-    """The leads that beat ka-1m-tuned and those ``at_budget``, at 40M tokens at the preset's best rate there (and any
-    rate a recorded run used), and at tf-1m's FLOPs once a run of them beat the preset at that budget."""
+    """The beating and ``at_budget`` leads at 40M at the preset's best rate (and recorded ones), then at equal FLOPs."""
     at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
     try:
         chosen = dict(_leads_beating_tuned("leads40", over_seeds=True))

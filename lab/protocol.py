@@ -1,5 +1,4 @@
-"""What every run of the replication protocol shares: its budgets' training settings, a run's specification, and
-where results and run directories live."""
+"""What every run of the protocol shares: its training settings, a run's ``Spec``, where results and runs live."""
 
 import contextlib
 import json

@@ -1,6 +1,4 @@
-"""The lab's record of what was run: the full configs a spec trains with, whether a recorded result still matches
-its spec, and runs another group already made identically (twins). Retired fields count only away from their
-defaults."""
+"""What was run: a spec's full configs, whether a record still matches its spec, and twins (identical runs)."""
 
 from dataclasses import asdict
 from pathlib import Path

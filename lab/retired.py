@@ -1,5 +1,4 @@
-"""The lab's retired groups: research dead ends whose model fields or training options left the library. Their
-results stay and are reported, and each names the commit and command that rerun it."""
+"""Retired groups: dead ends whose fields left the library; their results stay, with the commit that reruns them."""
 
 from dataclasses import dataclass
 from typing import Any

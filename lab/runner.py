@@ -1,5 +1,4 @@
-"""``python -m lab run GROUP``: train and evaluate a group's runs one at a time (resuming, skipping finished ones and
-runs another group made identically, a twin) and write one JSON summary per run under ``results/GROUP/``."""
+"""``python -m lab run GROUP``: train, evaluate and record a group's runs, skipping finished ones and twins."""
 
 import json
 import math
@@ -29,8 +28,7 @@ from lab.records import _config_diffs, mismatch, run_dir_of, same_run, same_trai
 
 
 def run_spec(spec: Spec, data_dir: str | None, trained: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train (resuming), evaluate on the whole split, write results/GROUP/NAME.json; ``trained``: another group's
-    result that trained this spec, whose checkpoint is evaluated instead (``trained_in``)."""
+    """Train (resuming), evaluate, write results/GROUP/NAME.json; ``trained``: another group's run to evaluate."""
     out = protocol.RESULTS / spec.group / f"{spec.name}.json"
     run_dir = run_dir_of(trained) if trained else protocol.RUNS / spec.group / spec.name
     train_overrides = {**spec.train, "data_dir": data_dir}

@@ -1,5 +1,4 @@
-"""The paper's two dynamics claims on trained Kuramoto runs (``python -m lab dynamics [GROUP ...]``): local
-synchronisation without global collapse, and median |ω| decreasing with depth; writes results/dynamics.{json,md}."""
+"""The paper's dynamics claims on trained Kuramoto runs (``python -m lab dynamics``): results/dynamics.{json,md}."""
 
 import itertools
 import json

@@ -1,5 +1,4 @@
-"""Where the Kuramoto model loses to the transformer (``python -m lab gap [GROUP]``): the per-byte loss gap on the
-same validation windows, by position, by the byte's difficulty and (budget40) by whether copying predicts it."""
+"""Where ka loses to tf (``python -m lab gap [GROUP]``): the per-byte gap by position, difficulty and recall."""
 
 import itertools
 import json

@@ -1,5 +1,4 @@
-"""Can a layer learn to copy? Two-layer models on a synthetic induction task, x = (r_1 … r_L, r_s … r_L, n_1 …
-n_{s−1}), scored on the copy's first L/2 predictions (``python -m lab induction``: results/induction.{json,md})."""
+"""Can a layer learn to copy? Two-layer models on a synthetic induction task (``python -m lab induction``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Do the states along depth still hold the bytes before the current one? Ridge linear probes of every state
-(``python -m lab probe``: results/probe.{json,md})."""
+"""What the states hold about earlier bytes: ridge linear probes of every state (``python -m lab probe``)."""
 
 import json
 from pathlib import Path

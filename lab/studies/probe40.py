@@ -1,5 +1,4 @@
-"""Issue 46's evaluation-only probes of the 40M-token pair and fixes40's runs (``python -m lab probe40``): the
-gap by copy depth, a fitted output temperature, and the bound's drive and step lengths per layer."""
+"""Issue 46's probes of the 40M pair and the fixes (``python -m lab probe40``): copy depth, temperature, steps."""
 
 import json
 import math

@@ -1,5 +1,4 @@
-"""What every generated page shares: number and table formatting, row builders, how a run is named and described, and
-the learning-rate sweeps' tables. The writers make tables and numbers; the sentences are the templates'."""
+"""What the generated pages share: numbers, tables, how a run is named and described, and the rate sweeps' tables."""
 
 import math
 import statistics
@@ -84,15 +83,12 @@ def note(text: str) -> str:
 
 def not_run(group: str, lead: str = "Not run yet") -> str:
     """The command that makes a group's results, and the groups its plan reads that have none yet, in run order."""
-    missing: set[str] = set()
-
-    def visit(g: str) -> None:
-        for up in reads(g):
-            if up not in missing and not load_results(up):
+    missing, todo = set(), [group]
+    while todo:  # the groups read, and theirs, down to those with results
+        for up in reads(todo.pop()) - missing:
+            if not load_results(up):
                 missing.add(up)
-                visit(up)
-
-    visit(group)
+                todo.append(up)
     before = [g for g in order(group)[:-1] if g in missing]
     return f"{lead}: `{run_command(group)}`" + (f" (after {', '.join(f'`{g}`' for g in before)})" if before else "")
 

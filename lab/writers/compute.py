@@ -1,9 +1,9 @@
-"""The budget curve (issue 26) as tables and plots: test BPC and the gap per token budget, memorisation, FLOPs, the gap
-at equal FLOPs, the bench's rates, and why the gap grows (training against validation gaps, rates, clipping)."""
+"""The budget curve (issue 26) as tables and plots: the gap per budget and at equal FLOPs, and why it grows."""
 
 import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -259,44 +259,39 @@ def clip_table(results: list[Run], least: int = 10) -> str:
                   "gradient share, clipped steps"], rows) if rows else ""
 
 
-def axes(size: tuple[float, float] = (6.4, 4), rows: int = 0, dpi: int = 120) -> tuple[Any, Any]:
-    """A new off-screen figure and its axes (``rows``: a grid of that many rows of two)."""
+@contextlib.contextmanager
+def figure(out: Path, size: tuple[float, float] = (6.4, 4), rows: int = 0, dpi: int = 120) -> Iterator[Any]:
+    """A new off-screen figure's axes (``rows``: a grid of that many rows of two), saved to ``out`` after the block."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(rows, 2, figsize=size, dpi=dpi, squeeze=False) if rows else plt.subplots(figsize=size, dpi=dpi)
-
-
-def save(fig: Any, out: Path) -> Path:
-    import matplotlib.pyplot as plt
-
+    fig, ax = plt.subplots(rows, 2, figsize=size, dpi=dpi, squeeze=False) if rows else \
+        plt.subplots(figsize=size, dpi=dpi)
+    yield ax
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
-    return out
 
 
 def curve_plot(out: Path) -> Path | None:
     """Validation BPC against tokens of main's and main-tuned's runs (before main: the first screen's)."""
     shown = ["main", "main-tuned"] if with_twins("main") else ["screen"]
-    rows = [r for g in shown for r in with_twins(g)]
-    if not rows:
+    if not (rows := [r for g in shown for r in with_twins(g)]):
         return None
-    fig, ax = axes((7, 4.2))
-    for r in rows:
-        ax.plot([t / 1e6 for t, _ in r["valid_curve"]], [b for _, b in r["valid_curve"]], lw=1.2, alpha=0.8,
-                color=COLOURS.get(r["preset"], "tab:gray"), label=r["preset"])
-    handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles, strict=True))
-    ax.legend(uniq.values(), uniq.keys())
-    ax.set(xlabel="training tokens (millions)", ylabel="validation bits per byte (estimate)",
-           title=f"{', '.join(shown)}: validation BPC vs tokens")
-    ax.set_ylim(top=min(4.0, ax.get_ylim()[1]))
-    ax.grid(alpha=0.3)
-    return save(fig, out)
+    with figure(out, (7, 4.2)) as ax:
+        for r in rows:
+            ax.plot([t / 1e6 for t, _ in r["valid_curve"]], [b for _, b in r["valid_curve"]], lw=1.2, alpha=0.8,
+                    color=COLOURS.get(r["preset"], "tab:gray"), label=r["preset"])
+        uniq = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))  # each preset once
+        ax.legend(uniq.values(), uniq.keys())
+        ax.set(xlabel="training tokens (millions)", ylabel="validation bits per byte (estimate)",
+               title=f"{', '.join(shown)}: validation BPC vs tokens")
+        ax.set_ylim(top=min(4.0, ax.get_ylim()[1]))
+        ax.grid(alpha=0.3)
+    return out
 
 
 def budget_plot(out: Path) -> Path | None:
@@ -306,15 +301,14 @@ def budget_plot(out: Path) -> Path | None:
                         and not model_note(r)) for p in BUDGET_PRESETS}
     if sum(len(v) for v in series.values()) < 2:
         return None
-    fig, ax = axes()
-    for p, pts in series.items():
-        if pts:
+    with figure(out) as ax:
+        for p, pts in ((p, pts) for p, pts in series.items() if pts):
             ax.plot([t for t, _ in pts], [b for _, b in pts], "o-", color=COLOURS[p], label=p)
-    ax.set(xscale="log", xlabel="training tokens (log scale)", ylabel="enwik7 test BPC (3M: validation)",
-           title="test BPC against the budget (seed 0, own schedule)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
-    return save(fig, out)
+        ax.set(xscale="log", xlabel="training tokens (log scale)", ylabel="enwik7 test BPC (3M: validation)",
+               title="test BPC against the budget (seed 0, own schedule)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+    return out
 
 
 def _curves(p: str) -> list[tuple[Run, list[tuple[int, float]]]]:
@@ -328,13 +322,12 @@ def compute_plot(out: Path) -> Path | None:
     """Validation BPC against training FLOPs and against seconds at the bench's side-by-side rates, a row per pair."""
     if not any(_curves(p) for pair in PAIRS for p in pair):
         return None
-    fig, grid = axes((11, 4 * len(PAIRS)), len(PAIRS), 110)
-    for row, pair in zip(grid, PAIRS, strict=True):
-        rates = bench_rates(pair)
-        for ax, x in zip(row, ("flops", "seconds"), strict=True):
-            drawn = False
-            for p in pair:
-                for r, pts in _curves(p):
+    with figure(out, (11, 4 * len(PAIRS)), len(PAIRS), 110) as grid:
+        for row, pair in zip(grid, PAIRS, strict=True):
+            rates = bench_rates(pair)
+            for ax, x in zip(row, ("flops", "seconds"), strict=True):
+                drawn = False
+                for p, (r, pts) in ((q, c) for q in pair for c in _curves(q)):
                     per = flops_per_token(r)
                     xs = [(t * per if per else None) if x == "flops" else (t / rates[p] if rates else None)
                           for t, _ in pts]
@@ -342,36 +335,35 @@ def compute_plot(out: Path) -> Path | None:
                         ax.plot(*zip(*keep, strict=True), color=COLOURS[p], lw=1.2, alpha=0.85,
                                 label=f"{p} ({r['tokens'] / 1e6:.0f}M tokens)")
                         drawn = True
-            ax.set(xlabel="training FLOPs" if x == "flops" else
-                   f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates",
-                   ylabel="validation BPC (estimate)", title=f"{pair[0]} vs {pair[1]}")
-            ax.set_ylim(top=3.2)
-            ax.grid(alpha=0.3, which="both")
-            if drawn:
-                ax.set_xscale("log")
-                ax.legend(fontsize=7)
-            else:
-                ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else "no bench row for this pair",
-                        ha="center", va="center", transform=ax.transAxes)
-    return save(fig, out)
+                ax.set(xlabel="training FLOPs" if x == "flops" else
+                       f"training seconds at the bench's side-by-side {' '.join(BENCH_MODE)} rates",
+                       ylabel="validation BPC (estimate)", title=f"{pair[0]} vs {pair[1]}")
+                ax.set_ylim(top=3.2)
+                ax.grid(alpha=0.3, which="both")
+                if drawn:
+                    ax.set_xscale("log")
+                    ax.legend(fontsize=7)
+                else:
+                    ax.text(0.5, 0.5, "no runs yet" if x == "flops" or rates else "no bench row for this pair",
+                            ha="center", va="center", transform=ax.transAxes)
+    return out
 
 
 def fit_plot(out: Path) -> Path | None:
     """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
-    series = _fits(BUDGETS[-1], budget_runs())
-    if not series:
+    if not (series := _fits(BUDGETS[-1], budget_runs())):
         return None
-    fig, ax = axes()
-    for i, (name, gaps) in enumerate(series):
-        colour, xs = COLOURS.get(name, f"C{i % 10}"), [t / 1e6 for t, _, _ in gaps]  # else the default cycle
-        ax.plot(xs, [g for _, g, _ in gaps], "-", color=colour, label=f"{name}: training")
-        ax.plot(xs, [g for _, _, g in gaps], ":", color=colour, label=f"{name}: validation")
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set(xlabel="training tokens (M)", ylabel="BPC minus tf-1m's at the same tokens",
-           title=f"the gap along the {LARGEST}-token runs (seed 0)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return save(fig, out)
+    with figure(out) as ax:
+        for i, (name, gaps) in enumerate(series):
+            colour, xs = COLOURS.get(name, f"C{i % 10}"), [t / 1e6 for t, _, _ in gaps]  # else the default cycle
+            ax.plot(xs, [g for _, g, _ in gaps], "-", color=colour, label=f"{name}: training")
+            ax.plot(xs, [g for _, _, g in gaps], ":", color=colour, label=f"{name}: validation")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set(xlabel="training tokens (M)", ylabel="BPC minus tf-1m's at the same tokens",
+               title=f"the gap along the {LARGEST}-token runs (seed 0)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return out
 
 
 def plots() -> dict[str, Path | None]:

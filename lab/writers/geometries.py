@@ -1,8 +1,6 @@
-"""The non-torus states (issue 25 and its stretch): ka-su2-1m (SU(2)), ka-su2-1m-tuned and ka-sphere-1m (the sphere
-S³), each a ``Study`` swept in two stages and run over seeds, beside the torus presets and the transformer."""
+"""The non-torus states (issue 25): SU(2), SU(2) tuned and the sphere S³, each a ``Study`` beside the torus presets."""
 
 import json
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +24,8 @@ SYNC_REFERENCE = ("main", "budget40")  # the torus models whose dynamics rows th
 @dataclass(frozen=True)
 class Study:
     """One non-torus preset and its groups: the 3M sweep, its two best rates at 10M, the seeds at the protocol."""
-    title: str
+    label: str
+    issue: str
     preset: str
     sweep: str
     second: str
@@ -37,27 +36,17 @@ class Study:
     variants: dict[str, Lead] = field(default_factory=dict)  # the screen's variants by name (groups.py), if any
 
     @property
-    def label(self) -> str:
-        return self.title.split(":")[0]
-
-    @property
-    def issue(self) -> str:
-        match = re.search(r"\(([^()]*)\)$", self.title)
-        return match.group(1) if match else ""
-
-    @property
     def compared(self) -> tuple[tuple[str, str], ...]:
         """Its own row, the rows beside it, the torus presets and the transformer, each (preset, group)."""
         return ((self.preset, self.main), *self.beside, *TORUS, (REFERENCE, "main"))
 
 
-SU2 = Study("SU(2): the non-abelian state (issue 25)", "ka-su2-1m", "lr-su2", "lr10m-su2", "main-su2",
-            screen="screen-su2", variants=SU2_VARIANTS)
-SU2_TUNED = Study("SU(2) with the tuned recipe: ka-1m-tuned's ingredients on SU(2) (issue 25)", "ka-su2-1m-tuned",
-                  "lr-su2-tuned", "lr10m-su2-tuned", "main-su2-tuned", beside=((SU2.preset, SU2.main),),
-                  train=SU2_TUNED_TRAIN)
-SPHERE = Study("The sphere S³ ⊂ R⁴: AKOrN's oscillators (issue 25's stretch)", "ka-sphere-1m", "lr-sphere",
-               "lr10m-sphere", "main-sphere", beside=((SU2.preset, SU2.main),))
+SU2 = Study("SU(2)", "issue 25", "ka-su2-1m", "lr-su2", "lr10m-su2", "main-su2", screen="screen-su2",
+            variants=SU2_VARIANTS)  # the non-abelian state
+SU2_TUNED = Study("SU(2) with the tuned recipe", "issue 25", "ka-su2-1m-tuned", "lr-su2-tuned", "lr10m-su2-tuned",
+                  "main-su2-tuned", beside=((SU2.preset, SU2.main),), train=SU2_TUNED_TRAIN)
+SPHERE = Study("The sphere S³ ⊂ R⁴", "issue 25's stretch", "ka-sphere-1m", "lr-sphere", "lr10m-sphere",
+               "main-sphere", beside=((SU2.preset, SU2.main),))  # AKOrN's oscillators
 STUDIES = (SU2, SU2_TUNED, SPHERE)  # the notebook's order
 
 
@@ -71,8 +60,7 @@ def _rate(runs: list[dict[str, Any]]) -> float | None:
 
 
 def comparison_tables(study: Study, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Every compared model over its seeds, then the study's preset against each: Δ of means and medians beside the
-    larger seed sd, cost ratios (none before its own runs)."""
+    """Every compared model over its seeds, then the study's preset against each (Δs, larger seed sd, cost ratios)."""
     tf, mine, rate = mean(bpcs(runs[REFERENCE])), bpcs(runs[study.preset]), _rate(runs[study.preset])
     seeds = table(["model", "group", "params", "seeds", "test BPC per seed", "mean ± sd", "median",
                    f"gap to {REFERENCE} mean", "model FLOPs/token", "training tokens/s (mean over seeds)"],

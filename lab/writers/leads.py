@@ -1,6 +1,4 @@
-"""Issue 26's structural leads on ka-1m-tuned (groups.LEADS) as tables: at the protocol (leads, over seeds with
-leads-seeds), at 40M tokens and at tf-1m's 40M-token FLOPs (leads40), and the cheaper widths at equal FLOPs
-(leads-flops)."""
+"""Issue 26's structural leads on ka-1m-tuned (groups.LEADS): at 10M (leads, leads-seeds), at 40M (leads40), widths."""
 
 import re
 
@@ -37,8 +35,7 @@ def _flops_ref(budget: int = BUDGETS[-1]) -> Run | None:
 
 
 def _reference(r: Run) -> Run | None:
-    """A leads40 run's reference: the preset at the same FLOPs (flops), else at the same budget and rate (budget40's
-    at its swept rate, lr40's below it)."""
+    """A leads40 run's reference: the preset at the same FLOPs, else at the same budget and rate (budget40, lr40)."""
     if flop_matched(r["name"]):
         return _flops_ref(int(re.search(r"-flops-tf-(\d+)m$", r["name"])[1]) * 1_000_000)
     return next((x for g in (BUDGET_GROUP, RATE_GROUP) for x in with_twins(g)
@@ -72,7 +69,7 @@ def section() -> str:
              "—", "—", common.saturation(seed0), ""],
             [f"{BASE_GROUP}, all {len(base)} seeds", "(preset)", "", "", common.mean_sd(bpcs(base)), *[""] * 7],
             [f"{BASE_GROUP}, its own runs (leads40's bar)", "(preset)", "", "", fmt(own), *[""] * 7]]
-    for name, lead, r in _lead_rows():
+    for name, lead, r in (rows := _lead_rows()):
         more = sorted((x for x in load_results(SEEDS_GROUP) if x["name"].startswith(f"{name}-seed")),
                       key=lambda x: x["train"]["seed"])
         vals = bpcs(([r] if r else []) + more)  # seed 0 (leads), then leads-seeds' runs of it
@@ -86,15 +83,13 @@ def section() -> str:
                   f"Δ vs {BASE_GROUP} mean", f"over seeds {seeds}, mean ± sd (n)",
                   f"Δ of means vs {BASE_GROUP}", f"Δ validation vs seed 0 at {_along_label(PROTOCOL['tokens'])}",
                   "increments on the bound, attn / ff", "to 40M whatever its score"], body)
-    if not any(r for *_, r in _lead_rows()):
-        text += note(not_run(GROUP))
+    text += "" if any(r for *_, r in rows) else note(not_run(GROUP))
     return "\n\n".join([text, _long_part(), _widths_part()])
 
 
 def _long_part() -> str:
     """leads40's runs against the preset at the same tokens and rate (or FLOPs), and at their best rates."""
-    rows = with_twins(LONG_GROUP)
-    if not rows:
+    if not (rows := with_twins(LONG_GROUP)):
         try:
             names = ", ".join(s.name for s in plan(LONG_GROUP))
         except ConfigError as exc:  # no lead run yet, or none beat ka-1m-tuned: the plan's own computed reason
@@ -118,9 +113,8 @@ def _long_part() -> str:
     if _flops_ref() is None and any(flop_matched(r["name"]) for r in rows):
         text += note(f"Not in {FLOPS_GROUP} yet: {PRESET}-flops-tf-40m (`{run_command(FLOPS_GROUP)}`)")
     runs: dict[str, list[Run]] = {}
-    for r in rows:
-        if not flop_matched(r["name"]):
-            runs.setdefault(re.sub(r"-lr-[^-]+$", "", r["name"]), []).append(r)
+    for r in (r for r in rows if not flop_matched(r["name"])):
+        runs.setdefault(re.sub(r"-lr-[^-]+$", "", r["name"]), []).append(r)
     best = [[f"{stem} (best rate)", lr(b), fmt(b["eval_bpc"]), label(ref), diff(b, ref),
              diff(valid_estimate(b), valid_estimate(ref))]
             for stem, own in runs.items() if len(own) > 1 and (ref := budget_best(PRESET, own[0]["tokens"]))
@@ -133,17 +127,15 @@ def _widths_part() -> str:
     """leads-flops: each cheaper width at tf-1m's 10M-token training FLOPs, against the preset at the same FLOPs."""
     done = by_name(WIDTHS_GROUP)
     ref, tf = _flops_ref(PROTOCOL["tokens"]), compute.budget_runs().get("10M", {}).get("tf-1m")
-    body = []
-    for name, lead in ((f"{PRESET}-{k}-flops-tf-10m", lead) for k, lead in groups.WIDTHS.items()):
-        r = done.get(name)
-        tokens = r["tokens"] if r else groups.flop_matched_tokens(PRESET, "tf-1m", PROTOCOL["tokens"], lead.model)
-        body.append([name, common.overrides(r) if r else lead.change(), count(r), _flops(lead, r), millions(tokens, 2),
-                     compute.fmt_flops(compute.training_flops(r)), fmt(r["eval_bpc"]) if r else "not run",
-                     diff(r, ref), diff(r, tf)])
-    body += [[label(x), "(preset)" if x is ref else "(the transformer)", count(x),
-              compute.fmt_per_token(compute.flops_per_token(x)), millions(x["tokens"], 2),
-              compute.fmt_flops(compute.training_flops(x)), fmt(x["eval_bpc"]), "—" if x is ref else diff(x, ref),
-              "—" if x is tf else diff(x, tf)] for x in (ref, tf) if x]
+    rows = [(name, common.overrides(r) if r else lead.change(), lead, r, r["tokens"] if r else
+             groups.flop_matched_tokens(PRESET, "tf-1m", PROTOCOL["tokens"], lead.model))
+            for k, lead in groups.WIDTHS.items() for name in [f"{PRESET}-{k}-flops-tf-10m"] for r in [done.get(name)]]
+    rows += [(label(x), "(preset)" if x is ref else "(the transformer)", Lead(), x, x["tokens"])
+             for x in (ref, tf) if x]
+    body = [[name, change, count(r), _flops(lead, r), millions(tokens, 2),
+             compute.fmt_flops(compute.training_flops(r)), fmt(r["eval_bpc"]) if r else "not run",
+             "—" if r is ref else diff(r, ref), "—" if r is tf else diff(r, tf)]
+            for name, change, lead, r, tokens in rows]
     return table(["cheaper width", "change", "params", "model FLOPs/token", "tokens", "training FLOPs", "test BPC",
                   f"Δ vs {PRESET}-flops-tf-10m", "gap to tf-1m"], body) + ("" if done else note(not_run(WIDTHS_GROUP)))
 
@@ -156,7 +148,8 @@ def summary_section() -> str:
                 f"{not_run(GROUP, 'not run yet')}.")
     seed0 = next((r for r in common.seed_runs(BASE_GROUP, PRESET) if r["train"]["seed"] == 0), None)
     tf, ref, flops_ref = budget_best("tf-1m", BUDGETS[-1]), budget_best(PRESET, BUDGETS[-1]), _flops_ref()
-    long = with_twins(LONG_GROUP)
+    long, b, p = with_twins(LONG_GROUP), f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M"
+    at_flops = {x["name"]: x for x in long}
 
     def cells(top: Run | None, flop: Run | None, base: bool) -> list[str]:
         at = "—" if top is None else fmt(top["eval_bpc"]) + f" ({'' if base else diff(top, ref) + ', '}lr {lr(top)})"
@@ -164,13 +157,9 @@ def summary_section() -> str:
         return [at, eq, f"{diff(top, tf)} / {diff(flop, tf)}", compute.fmt_slope(top)]
 
     body = [[f"{PRESET} (the preset)", fmt(seed0 and seed0["eval_bpc"]), *cells(ref, flops_ref, True)]]
-    for name, _, r in rows:  # the leads run at 40M (the notebook has those screened at 10M only)
-        key = name.removeprefix(f"{PRESET}-")
-        if mine := groups.lead_runs_at(f"{PRESET}-{key}", BUDGETS[-1], long):
-            flop = next((x for x in long if x["name"] == f"{PRESET}-{key}-flops-tf-{BUDGETS[-1] // 1_000_000}m"), None)
-            body.append([key, f"{fmt(r and r['eval_bpc'])} ({diff(r, seed0)})",
-                         *cells(min(mine, key=valid_estimate), flop, False)])
-    b, p = f"{BUDGETS[-1] // 1_000_000}M", f"{PROTOCOL['tokens'] // 1_000_000}M"
+    body += [[name.removeprefix(f"{PRESET}-"), f"{fmt(r and r['eval_bpc'])} ({diff(r, seed0)})",
+              *cells(min(mine, key=valid_estimate), at_flops.get(f"{name}-flops-tf-{b.lower()}"), False)]
+             for name, _, r in rows if (mine := groups.lead_runs_at(name, BUDGETS[-1], long))]  # the leads run at 40M
     try:
         plan(LONG_GROUP)
         at_long = "" if long else f" At {b}: {not_run(LONG_GROUP, 'not run yet')}."

@@ -1,5 +1,4 @@
-"""The lab notebook (docs/notebook.md) and, through summary.py, RESULTS.md, with their plots, from results/*/*.json
-only (``python -m lab report``): the templates (lab/templates/) hold the sentences, the slots the tables."""
+"""``python -m lab report``: docs/notebook.md, RESULTS.md and their plots from results/ (the templates' slots)."""
 
 import os
 import re
@@ -19,7 +18,6 @@ from lab.writers.common import Run, bpcs, diff, fmt, label, lr, mean, millions, 
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "notebook.md"
 SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5", "screen6")
-LR_GROUPS = ("lr", "lr-tuned", "lr-unprojected", "lr-wrapped")
 
 
 def screen_section(group: str) -> str:
@@ -36,7 +34,7 @@ def screen_section(group: str) -> str:
 
 def lr_section() -> str:
     """The 3M sweeps, each preset's best rate in each group marked."""
-    rows = [r for g in LR_GROUPS for r in load_results(g)]
+    rows = [r for g in ("lr", "lr-tuned", "lr-unprojected", "lr-wrapped") for r in load_results(g)]
     return common.sweep_table(rows, {(p, g): best_lr(p, g) for p, g in {(r["preset"], r["group"]) for r in rows}})
 
 
@@ -45,13 +43,17 @@ def transformer_group(group: str) -> str:
     return "pycode" if group.startswith("pycode") else "main"
 
 
+def _candidates(group: str = "confirm") -> dict[str, list[Run]]:
+    """Confirm's runs by candidate: the name less ``-seedN``."""
+    by: dict[str, list[Run]] = {}
+    for r in load_results(group):
+        by.setdefault(r["name"].split("-seed")[0], []).append(r)
+    return by
+
+
 def _confirm_seeds() -> dict[str, list[float]]:
     """Each confirm candidate's test BPC per seed, by its name less ``ka-`` and ``-seedN``."""
-    seeds: dict[str, list[float]] = {}
-    for r in load_results("confirm"):
-        seeds.setdefault(r["name"].removesuffix(f"-seed{r['train']['seed']}").removeprefix("ka-"), []).append(
-            r["eval_bpc"])
-    return seeds
+    return {k.removeprefix("ka-"): bpcs(runs) for k, runs in _candidates().items()}
 
 
 def _confirm_ranking(min_seeds: int = 3) -> list[str]:
@@ -153,12 +155,10 @@ def confirm_sections(group: str = "confirm") -> tuple[str, str]:
     def change(r: Run) -> str:  # its model overrides, and its rate where it is not its base ka-1m's
         return overrides(r) if main_lr is None or r["train"]["lr"] == main_lr else f"{overrides(r)}, lr={lr(r)}"
 
-    by: dict[str, list[Run]] = {}
-    for r in rows:
-        by.setdefault(r["name"].split("-seed")[0], []).append(r)
     ranked = sorted(([name, change(runs[0]), ", ".join(map(str, seeds)), common.mean_sd(bpcs(runs)), fmt(same),
                       diff(mean(bpcs(runs)), same), diff(mean(bpcs(runs)), tf)]
-                     for name, runs in by.items() for seeds in [sorted(r["train"]["seed"] for r in runs)]
+                     for name, runs in _candidates(group).items()
+                     for seeds in [sorted(r["train"]["seed"] for r in runs)]
                      if set(seeds) <= set(ka) for same in [statistics.mean(ka[s] for s in seeds)]),
                     key=lambda row: float(row[5]))
     by_run = [[r["name"], change(r), str(r["train"]["seed"]), _screen_delta(r), fmt(r["eval_bpc"]),

@@ -1,5 +1,4 @@
-"""How the gap moved with the budget (group budget, 20M), with size (scale, scale-variant, and the tuned recipe at 5M:
-lr-5m-tuned, main-5m) and with the training settings checked again at 10M (lr10m, warmup10m)."""
+"""How the gap moved with the budget (budget), with size (scale, main-5m) and with the 10M settings (lr10m...)."""
 
 from lab import groups
 from lab.groups import BUDGET_VARIANT, EQUAL_FLOPS_5M, flops_per_token

@@ -1,6 +1,4 @@
-"""The studies' files as tables (`python -m lab gap`, `dynamics`, `induction`): the loss gap at 10M and 40M tokens, the
-paper's dynamics claims, the copy task, what the 40M-token studies measured that the leads answer, and the Markdown
-the studies write for the notebook."""
+"""The studies' files as tables (gap, dynamics, induction) and the Markdown they write for the notebook."""
 
 import json
 import math

@@ -1,5 +1,4 @@
-"""RESULTS.md's tables and README.md's generated ones, from results/*/*.json only: their sentences are the templates'
-(lab/templates/RESULTS.md) and the README's own, and everything else is in the lab notebook RESULTS.md links to."""
+"""RESULTS.md's tables (its sentences are lab/templates/RESULTS.md's) and README.md's, from results/*/*.json only."""
 
 import os
 import re
