@@ -179,14 +179,18 @@ def sphere_move(x: Parts, w: Parts) -> Parts:
     return _Move.apply("sphere", len(x), *x, *w)
 
 
-def _bound_backward(along: Tensor, sq: Tensor, log_radius: Tensor, need_radius: bool) -> tuple[Tensor, Tensor | None]:
-    """(dL/ds, dL/dlog r) of h = r tanh(√s)/√s per token, given dL/dh: this (B, T, 1) chain is left to autograd."""
-    with torch.enable_grad():
-        s = sq.detach().requires_grad_()
-        lr = log_radius.detach().requires_grad_(need_radius)
-        h = norm_factor(s, lr.exp().to(s.dtype))
-        grads = torch.autograd.grad(h, (s, lr) if need_radius else (s,), grad_outputs=along)
-    return grads[0], grads[1] if need_radius else None
+def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
+                    need_radius: bool) -> tuple[Tensor, Tensor | None]:
+    """(dL/ds, dL/dlog r) of h = r tanh(n)/n with n = √s per token, given dL/dh, written out (an autograd call
+    inside a backward breaks torch.compile's graph): dh/ds = r (sech²(n)/n − tanh(n)/n²)/(2n), dh/dlog r = h; below
+    ``tanh_ratio``'s floor s is a constant, as its clamp makes it."""
+    floor = max(1e-12, torch.finfo(sq.dtype).tiny)
+    n = sq.clamp_min(floor).sqrt()
+    t = torch.tanh(n)
+    slope = ((1 - t * t) / n - t / (n * n)) / (2 * n)
+    ds = torch.where(sq >= floor, along * log_radius.exp().to(sq.dtype) * slope, 0.0)
+    grad_radius = (along * h).sum().reshape(log_radius.shape).to(log_radius.dtype) if need_radius else None
+    return ds, grad_radius
 
 
 class _Step(torch.autograd.Function):
@@ -216,7 +220,7 @@ class _Step(torch.autograd.Function):
         w = tuple(value * c for c in xi)
         dx, dstep = move_backward(_normalise_backward(grad, y, norm), x, tuple(h * c for c in w), aux)
         # step = h(‖w‖²) w:  dw = h dstep + 2 w dL/ds,  dL/dh = Σ ⟨dstep, w⟩ over the token
-        ds, grad_radius = _bound_backward(dot(dstep, w).sum(-1, keepdim=True), sq, log_radius,
+        ds, grad_radius = _bound_backward(dot(dstep, w).sum(-1, keepdim=True), sq, h, log_radius,
                                           ctx.needs_input_grad[3])
         dw = tuple(torch.addcmul(h * d, c, 2 * ds) for d, c in zip(dstep, w, strict=True))
         grad_value = dot(dw, xi) if ctx.needs_input_grad[2] else None

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
+from kuramoto_attention.ops.fused import fused_applies
 
 Parts = tuple[Tensor, ...]
 _SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
@@ -97,8 +98,9 @@ class VectorGeometry(Geometry):
 
     ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype)``: a
     group's hand-fused ``exp_move``, norm-bounded value-gated step on planes, and gated drifted query/key features
-    (``ops/vectors.py``), with their backward written out; used whenever autograd records (eager and compiled
-    training), the plain expressions otherwise.
+    (``ops/vectors.py``), with their backward written out; used where they pay (``fused_applies``: eager training),
+    the plain expressions otherwise (torch.compile fuses those itself, and runs them several times faster than it runs
+    the hand-written functions).
     """
 
     fused_move: Callable[[Parts, Parts], Parts] | None = None
@@ -149,7 +151,7 @@ class VectorGeometry(Geometry):
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                         dtype: torch.dtype, extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
         # drift, gates and the heads' layout in one pass, forward and backward (the same numbers as the default's)
-        if self.fused_query_key is not None and logits is not None and torch.is_grad_enabled():
+        if self.fused_query_key is not None and logits is not None and fused_applies():
             return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype)
         return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras)
 
@@ -163,14 +165,14 @@ class VectorGeometry(Geometry):
         return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
-        move = self.fused_move if self.fused_move is not None and torch.is_grad_enabled() else self.exp_move
+        move = self.fused_move if self.fused_move is not None and fused_applies() else self.exp_move
         return join(move(split(x), split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))))
 
     def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
                   extras: nn.Module | None = None) -> Tensor:
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
-        if self.fused_step is not None and torch.is_grad_enabled():
+        if self.fused_step is not None and fused_applies():
             mean_parts = tuple(c.to(x.dtype) for c in from_heads(mean, self.components))
             return join(self.fused_step(split(x), mean_parts, v, bound.log_radius))
         w = tuple(v * c for c in self._xi(x, mean))
