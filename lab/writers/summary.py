@@ -144,6 +144,35 @@ def probes46_section() -> str:
     return table(["group", "model", "score", "gap to tf-1m", "validation slope per doubling 10M→end"], rows)
 
 
+def probe40_section(models: tuple[str, ...] | None = None, full: bool = False) -> str:
+    """``python -m lab probe40``: the gap to tf-1m by copy depth; ``full``: also each model's BPC at a fitted
+    temperature and its share of steps past the bound's knee. ``models``: the Kuramoto runs shown (all by default)."""
+    if (probe := studies._read("probe40.json")) is None:
+        return "_Not yet run: `python -m lab probe40`._"
+    models = models or tuple(m for m in probe["runs"] if m != "tf-1m")
+    every = probe["by_copy_depth"]
+    rows = [[str(r["depth"]), f"{r['bytes']:,}", fmt(r["tf"]), *(signed(r[f"{m}_gap"]) for m in models)]
+            for r in every]
+    copied = [r for r in every if r["depth"] > 0]
+
+    def share(key: str) -> str:  # of the bytes copying predicts (depths 1–8)
+        return f"{sum(r[key] for r in copied) / sum(r[key] for r in every):.0%}"
+
+    def fitted(m: str) -> str:
+        t = probe["temperature"][m]
+        return f"{t['temperature']:.3f}: {fmt(t['bpc_fitted'])} ({signed(t['bpc_fitted'] - t['bpc_at_1'], 4)})"
+
+    rows.append(["1–8: share of bytes / of the gap", share("bytes"), "",
+                 *(share(f"{m}_gap_bits") for m in models)])
+    if full:
+        rows.append(["fitted temperature: BPC (gain)", "", fitted("tf-1m"), *(fitted(m) for m in models)])
+        for part, name in (("attn", "attention"), ("ff", "feed-forward")):
+            rows.append([f"{name} steps past the bound's knee, per layer", "", "",
+                         *(" / ".join(f"{layer[part]['past_knee']:.0%}" for layer in probe["steps"][m])
+                           for m in models)])
+    return table(["copy depth", "bytes", "tf-1m BPC", *(m.removesuffix("-40m") for m in models)], rows)
+
+
 def size_section() -> str:
     """The pair at 1M and 5M (scale, main-5m, scale-variant), beside the paper's."""
     scale = load_results("scale")
@@ -182,7 +211,9 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
              "main": main_section(), "repro40": repro_section(),
              "curves": f"![validation curves]({link(plots['curves'])})" if plots.get("curves") else "",
              "ablation": ablation_section(), "budget": budget_section(plots, link), "leads": leads.summary_section(),
-             "fixes": fixes_section(), "probes46": probes46_section(), "size": size_section(),
+             "fixes": fixes_section(), "probes46": probes46_section(),
+             "probe40": probe40_section(("ka-1m-tuned", "fsn-40m", "successor-2-40m")),
+             "size": size_section(),
              "geometries": geometries.summary_table(), "induction": studies.induction_table(),
              "dynamics": studies.dynamics_section(), **main_gaps()}
     return re.sub(r"\n{3,}", "\n\n", Template(TEMPLATE.read_text()).substitute(slots))

@@ -839,6 +839,34 @@ def test_repro40_table_reads_the_committed_reruns():
             assert row[5] == f"{compute.valid_slope(old):+.3f} / {compute.valid_slope(rerun):+.3f}"
 
 
+def test_probe40_table_reads_the_gap_by_copy_depth_and_the_fitted_temperatures(in_tmp):
+    """Each copy depth's bytes, tf-1m's BPC and each model's gap; in full, the temperatures and the knee's shares."""
+    import json
+
+    assert summary.probe40_section().startswith("_Not yet run: `python -m lab probe40`")
+    temps = {"tf-1m": {"temperature": 1.05, "bpc_at_1": 1.90, "bpc_fitted": 1.89},
+             "ka-40m": {"temperature": 1.03, "bpc_at_1": 2.03, "bpc_fitted": 2.0275}}
+    layers = [{"attn": {"past_knee": 0.986}, "ff": {"past_knee": 1.0}},
+              {"attn": {"past_knee": 0.5}, "ff": {"past_knee": 0.0}}]
+    probe = {"runs": {"tf-1m": "lr40/a", "ka-40m": "lr40/b"}, "temperature": temps, "steps": {"ka-40m": layers},
+             "by_copy_depth": [
+                 {"depth": 0, "bytes": 12004, "tf": 2.0893, "ka-40m_gap": 0.0787, "ka-40m_gap_bits": 300.0},
+                 {"depth": 8, "bytes": 823, "tf": 0.4, "ka-40m_gap": 0.3, "ka-40m_gap_bits": 100.0}]}
+    (in_tmp / "results").mkdir()
+    (in_tmp / "results" / "probe40.json").write_text(json.dumps(probe))
+    text = summary.probe40_section()
+    assert text.splitlines()[0].split(" | ")[-1].rstrip(" |") == "ka"
+    assert cells(text, "0")[1:] == ["12,004", "2.0893", "+0.079"]
+    assert cells(text, "8")[1:] == ["823", "0.4000", "+0.300"]
+    assert cells(text, "1–8: share of bytes / of the gap")[1:] == [f"{823 / (12004 + 823):.0%}", "", "25%"]
+    assert "fitted temperature: BPC (gain)" not in text
+    full = summary.probe40_section(full=True)
+    assert cells(full, "fitted temperature: BPC (gain)")[2:] == [f"1.050: 1.8900 ({1.89 - 1.90:+.4f})",
+                                                             f"1.030: 2.0275 ({2.0275 - 2.03:+.4f})"]
+    assert cells(full, "attention steps past the bound's knee, per layer")[3:] == ["99% / 50%"]
+    assert cells(full, "feed-forward steps past the bound's knee, per layer")[3:] == ["100% / 0%"]
+
+
 def test_a_training_lead_names_its_setting_in_the_change_column():
     from lab.writers.common import overrides
 
