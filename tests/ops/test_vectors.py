@@ -43,7 +43,7 @@ def inputs(components, tangent, dtype=torch.float64, scale=1.0, seed=0):
 def test_move_equals_plain_values_and_gradients(case, scale):
     components, tangent, fused, plain = CASES[case]
     x, w = inputs(components, tangent, scale=scale)
-    outs = [torch.stack(f(split(x), split(w)), -1) for f in (fused, plain)]
+    outs = [fused(split(x), split(w)), torch.stack(plain(split(x), split(w)), -1)]
     weight = torch.randn_like(outs[0])
     grads = [torch.autograd.grad((weight * o).sum(), (x, w)) for o in outs]
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-14)
@@ -72,7 +72,7 @@ def test_move_under_bf16_autocast_is_close_to_fp32(case):
     x, w = inputs(components, tangent, dtype=torch.float32)
     ref = torch.stack(plain(split(x), split(w)), -1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = torch.stack(fused(split(x), split(w)), -1)
+        out = fused(split(x), split(w))
     assert out.dtype == torch.float32  # elementwise arithmetic on float32 states stays float32
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
@@ -82,7 +82,7 @@ def test_move_under_torch_compile_equals_eager():
     x, w = inputs(components, tangent, dtype=torch.float32)
 
     def step(a, b):
-        return torch.stack(fused(split(a), split(b)), -1).square().mul(torch.arange(4.0)).sum()
+        return fused(split(a), split(b)).square().mul(torch.arange(4.0)).sum()
 
     eager = torch.autograd.grad(step(x, w), (x, w))
     compiled = torch.autograd.grad(torch.compile(step, fullgraph=True)(x, w), (x, w))
@@ -116,8 +116,8 @@ def step_inputs(geometry, dtype=torch.float64, radius=1.5, seed=0):
 def test_step_equals_plain_values_and_gradients(case, radius):
     geometry, fused = STEPS[case]
     x, mean, value, log_radius = leaves = step_inputs(geometry, radius=radius)
-    outs = [torch.stack(f(split(x), split(mean), value, log_radius), -1)
-            for f in (fused, lambda *a: plain_step(geometry, *a))]
+    outs = [fused(split(x), split(mean), value, log_radius),
+            torch.stack(plain_step(geometry, split(x), split(mean), value, log_radius), -1)]
     weight = torch.randn_like(outs[0])
     grads = [torch.autograd.grad((weight * o).sum(), leaves) for o in outs]
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-14)
@@ -138,6 +138,6 @@ def test_step_under_bf16_autocast_is_close_to_fp32(case):
     x, mean, value, log_radius = step_inputs(geometry, dtype=torch.float32)
     ref = torch.stack(plain_step(geometry, split(x), split(mean), value, log_radius), -1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = torch.stack(fused(split(x), split(mean), value, log_radius), -1)
+        out = fused(split(x), split(mean), value, log_radius)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)

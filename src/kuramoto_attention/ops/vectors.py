@@ -3,7 +3,7 @@
 A state is given as its c components, c tensors (..., n) (``layers/groups/planes.py``'s ``Parts``). A move by a
 tangent step written as plain operations materialises a dozen (..., n) tensors forward and as many again in
 autograd's backward; each function here computes the whole move in one forward and writes its backward out, saving
-only the inputs and a few per-oscillator scalars.
+only the inputs, a few per-oscillator scalars and the output (returned as one component-major state).
 
     quaternion_move:  y = normalise(q exp(w))                           q unit quaternion, w ∈ R³ (pure quaternion)
     sphere_move:      y = normalise(cos|u| x + sinc|u| u),  u = w − ⟨w, x⟩ x      x unit vector of R^D, w ∈ R^D
@@ -149,34 +149,38 @@ _KINDS = {
 
 
 class _Move(torch.autograd.Function):
+    # saves the inputs, |m| and the output (stacked: the layer's next state, which its readers save anyway); what the
+    # move's backward needs besides (cos, sinc, …) is recomputed from the inputs, which is cheaper than keeping it
     @staticmethod
-    def forward(ctx: FunctionCtx, kind: str, dim: int, *xw: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
+    def forward(ctx: FunctionCtx, kind: str, dim: int, *xw: Tensor) -> Tensor:  # type: ignore[override]
         x, w = xw[:dim], xw[dim:]
-        m, aux = _KINDS[kind][0](x, w)
-        y, norm = _normalise(m)
-        ctx.kind, ctx.dim, ctx.naux = kind, dim, len(aux)
-        ctx.save_for_backward(*xw, *aux, norm, *y)
-        return y
+        y, norm = _normalise(_KINDS[kind][0](x, w)[0])
+        out = torch.stack(y)
+        ctx.kind, ctx.dim = kind, dim
+        ctx.save_for_backward(*xw, norm, out)
+        return out
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, *grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        saved = ctx.saved_tensors
-        dim, split = ctx.dim, len(saved) - ctx.dim - 1 - ctx.naux
-        x, w, aux = saved[:dim], saved[dim:split], saved[split:split + ctx.naux]
-        norm, y = saved[split + ctx.naux], saved[split + ctx.naux + 1:]
-        dx, dw = _KINDS[ctx.kind][1](_normalise_backward(grad, y, norm), x, w, aux)
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        *xw, norm, out = ctx.saved_tensors
+        x, w = xw[:ctx.dim], xw[ctx.dim:]
+        move, move_backward = _KINDS[ctx.kind][:2]
+        dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
+        dx, dw = move_backward(dm, x, w, move(x, w)[1])
         return (None, None, *dx, *dw)
 
 
-def quaternion_move(q: Parts, w: Parts) -> Parts:
-    """normalise(q exp(w)): unit quaternions q (4 parts) moved by pure quaternions w (3 parts)."""
-    return _Move.apply("quaternion", 4, *q, *w)
+def quaternion_move(q: Parts, w: Parts) -> Tensor:
+    """normalise(q exp(w)): unit quaternions q (4 parts (..., n)) moved by pure quaternions w (3 parts), as a state
+    (..., n, 4) stored component-major (``planes.join``'s layout)."""
+    return _Move.apply("quaternion", 4, *q, *w).movedim(0, -1)
 
 
-def sphere_move(x: Parts, w: Parts) -> Parts:
-    """normalise(exp_x(P_x w)): unit vectors x (D parts) moved along the tangent part of w (D parts)."""
-    return _Move.apply("sphere", len(x), *x, *w)
+def sphere_move(x: Parts, w: Parts) -> Tensor:
+    """normalise(exp_x(P_x w)): unit vectors x (D parts (..., n)) moved along the tangent part of w (D parts), as a
+    state (..., n, D) stored component-major."""
+    return _Move.apply("sphere", len(x), *x, *w).movedim(0, -1)
 
 
 def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
@@ -194,31 +198,34 @@ def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
 
 
 class _Step(torch.autograd.Function):
+    # saves as _Move does: the inputs, the bound's per-token numbers, |m| and the stacked output; ξ, w and the move's
+    # (cos, sinc, …) are recomputed in the backward
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, value: Tensor, log_radius: Tensor,  # type: ignore[override]
-                *xg: Tensor) -> tuple[Tensor, ...]:
+                *xg: Tensor) -> Tensor:
         move, _, tangent, _ = _KINDS[kind]
         x, g = xg[:dim], xg[dim:]
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         sq = dot(w, w).sum(-1, keepdim=True)  # one norm per token, over all its oscillators
         h = norm_factor(sq, log_radius.exp().to(sq.dtype))
-        m, aux = move(x, tuple(h * c for c in w))
-        y, norm = _normalise(m)
-        ctx.kind, ctx.dim, ctx.naux = kind, dim, len(aux)
-        ctx.save_for_backward(value, log_radius, sq, h, norm, *xg, *aux, *y)
-        return y
+        y, norm = _normalise(move(x, tuple(h * c for c in w))[0])
+        out = torch.stack(y)
+        ctx.kind, ctx.dim = kind, dim
+        ctx.save_for_backward(value, log_radius, sq, h, norm, *xg, out)
+        return out
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, *grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        _, move_backward, tangent, tangent_backward = _KINDS[ctx.kind]
-        value, log_radius, sq, h, norm, *rest = ctx.saved_tensors
-        dim = ctx.dim
-        x, g, aux, y = rest[:dim], rest[dim:2 * dim], rest[2 * dim:2 * dim + ctx.naux], rest[2 * dim + ctx.naux:]
-        xi = tangent(x, g)  # recomputed: cheaper than keeping it
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        move, move_backward, tangent, tangent_backward = _KINDS[ctx.kind]
+        value, log_radius, sq, h, norm, *xg, out = ctx.saved_tensors
+        x, g = xg[:ctx.dim], xg[ctx.dim:]
+        xi = tangent(x, g)
         w = tuple(value * c for c in xi)
-        dx, dstep = move_backward(_normalise_backward(grad, y, norm), x, tuple(h * c for c in w), aux)
+        step = tuple(h * c for c in w)
+        dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
+        dx, dstep = move_backward(dm, x, step, move(x, step)[1])
         # step = h(‖w‖²) w:  dw = h dstep + 2 w dL/ds,  dL/dh = Σ ⟨dstep, w⟩ over the token
         ds, grad_radius = _bound_backward(dot(dstep, w).sum(-1, keepdim=True), sq, h, log_radius,
                                           ctx.needs_input_grad[3])
@@ -228,16 +235,18 @@ class _Step(torch.autograd.Function):
         return (None, None, grad_value, grad_radius, *(a + b for a, b in zip(dx, dx_xi, strict=True)), *dg)
 
 
-def quaternion_step(q: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Parts:
+def quaternion_step(q: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Tensor:
     """normalise(q exp(h w)) with w = v ⊙ Im(conj(q) G) and h = r tanh(‖w‖)/‖w‖ over each token: the attention's move
-    on unit quaternions. q, G 4 parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype."""
-    return _Step.apply("quaternion", 4, value, log_radius, *q, *mean)
+    on unit quaternions. q, G 4 parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype. Returns the
+    state (B, T, n, 4), stored component-major."""
+    return _Step.apply("quaternion", 4, value, log_radius, *q, *mean).movedim(0, -1)
 
 
-def sphere_step(x: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Parts:
+def sphere_step(x: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Tensor:
     """normalise(exp_x(P_x(h w))) with w = v ⊙ P_x G and h the norm bound over each token: the attention's move on
-    unit vectors. x, G D parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype."""
-    return _Step.apply("sphere", len(x), value, log_radius, *x, *mean)
+    unit vectors. x, G D parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype. Returns the state
+    (B, T, n, D), stored component-major."""
+    return _Step.apply("sphere", len(x), value, log_radius, *x, *mean).movedim(0, -1)
 
 
 # --------------------------------------------------------------------------- the drifted, gated query/key features

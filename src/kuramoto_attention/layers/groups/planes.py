@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
@@ -93,6 +94,11 @@ def log_unit(x: Tensor) -> Tensor:
     return vec * torch.where(n > 0, angle / n.clamp_min(torch.finfo(x.dtype).tiny), torch.ones_like(n))
 
 
+def _exp_state(w: Tensor) -> Tensor:
+    """Tangent vectors at the pole (..., n, c − 1) -> the states (..., n, c) they point to, component-major."""
+    return join(exp_parts(split(w)))
+
+
 class VectorGeometry(Geometry):
     """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major.
 
@@ -103,8 +109,8 @@ class VectorGeometry(Geometry):
     the hand-written functions).
     """
 
-    fused_move: Callable[[Parts, Parts], Parts] | None = None
-    fused_step: Callable[[Parts, Parts, Tensor, Tensor], Parts] | None = None
+    fused_move: Callable[[Parts, Parts], Tensor] | None = None  # these two return the state (..., n, c), as join
+    fused_step: Callable[[Parts, Parts, Tensor, Tensor], Tensor] | None = None
     fused_query_key: Callable[..., tuple[Tensor, Tensor]] | None = None
 
     def check_state(self, x: Tensor, oscillators: int) -> None:
@@ -124,7 +130,9 @@ class VectorGeometry(Geometry):
     def embed(self, table: Tensor, idx: Tensor) -> Tensor:
         vocab, n, c = table.shape
         w = F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c))  # (B, T, n, c − 1) tangent vectors
-        return join(exp_parts(split(w)))  # (B, T, n, c), component-major in memory
+        if fused_applies():  # eager training: the exponential's pieces are recomputed in the backward, not kept
+            return checkpoint(_exp_state, w, use_reentrant=False)
+        return _exp_state(w)
 
     def lift(self, x: Tensor) -> Tensor:
         return x.flatten(-2)
@@ -165,8 +173,10 @@ class VectorGeometry(Geometry):
         return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
-        move = self.fused_move if self.fused_move is not None and fused_applies() else self.exp_move
-        return join(move(split(x), split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))))
+        w = split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))
+        if self.fused_move is not None and fused_applies():
+            return self.fused_move(split(x), w)
+        return join(self.exp_move(split(x), w))
 
     def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
                   extras: nn.Module | None = None) -> Tensor:
@@ -174,7 +184,7 @@ class VectorGeometry(Geometry):
         v = value.to(x.dtype)
         if self.fused_step is not None and fused_applies():
             mean_parts = tuple(c.to(x.dtype) for c in from_heads(mean, self.components))
-            return join(self.fused_step(split(x), mean_parts, v, bound.log_radius))
+            return self.fused_step(split(x), mean_parts, v, bound.log_radius)
         w = tuple(v * c for c in self._xi(x, mean))
         factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
         return join(self.exp_move(split(x), tuple(factor * c for c in w)))
