@@ -76,10 +76,15 @@ def _conj(q: Parts) -> Parts:
 # --------------------------------------------------------------------------- each group's pieces, forward and backward
 # A move: m = the unnormalised moved state from (x, w), and its backward given dL/dm. A tangent part: ξ from (x, G),
 # and its backward given dL/dξ. Each backward returns (dx, dw) or (dx, dG) as parts.
+def _quaternion_aux(q: Parts, w: Parts) -> Parts:
+    """What the move's backward needs besides (q, w): (cos, sinc, sinc') of |w|."""
+    return cos_sinc_grad(dot(w, w))
+
+
 def _quaternion_move(q: Parts, w: Parts) -> tuple[Parts, Parts]:
-    """m = q exp(w); also what the backward needs: (cos, sinc, sinc')."""
-    cos, sinc, dsinc = cos_sinc_grad(dot(w, w))
-    return _hamilton(q, (cos, *(sinc * c for c in w))), (cos, sinc, dsinc)
+    """m = q exp(w), and ``_quaternion_aux``."""
+    cos, sinc, _ = aux = _quaternion_aux(q, w)
+    return _hamilton(q, (cos, *(sinc * c for c in w))), aux
 
 
 def _quaternion_move_backward(dm: Parts, q: Parts, w: Parts, aux: Parts) -> tuple[Parts, Parts]:
@@ -116,8 +121,14 @@ def _project_backward(du: Parts, x: Parts, w: Parts, along: Tensor) -> tuple[Par
             tuple(d - du_x * e for d, e in zip(du, x, strict=True)))
 
 
+def _sphere_aux(x: Parts, w: Parts) -> Parts:
+    """What the move's backward needs besides (x, w): (⟨w, x⟩, cos, sinc, sinc') of |u|, u = P_x w."""
+    u, along = _project(x, w)
+    return (along, *cos_sinc_grad(dot(u, u)))
+
+
 def _sphere_move(x: Parts, w: Parts) -> tuple[Parts, Parts]:
-    """m = cos|u| x + sinc|u| u, u = P_x w; also (⟨w, x⟩, cos, sinc, sinc')."""
+    """m = cos|u| x + sinc|u| u, u = P_x w, and ``_sphere_aux``."""
     u, along = _project(x, w)
     cos, sinc, dsinc = cos_sinc_grad(dot(u, u))
     return tuple(cos * e + sinc * c for e, c in zip(x, u, strict=True)), (along, cos, sinc, dsinc)
@@ -141,10 +152,11 @@ def _sphere_tangent_backward(dxi: Parts, x: Parts, g: Parts) -> tuple[Parts, Par
     return _project_backward(dxi, x, g, dot(g, x))
 
 
-# kind -> (move, its backward, tangent part, its backward)
+# kind -> (move, its backward, tangent part, its backward, the move's aux alone: recomputed in the backward)
 _KINDS = {
-    "quaternion": (_quaternion_move, _quaternion_move_backward, _quaternion_tangent, _quaternion_tangent_backward),
-    "sphere": (_sphere_move, _sphere_move_backward, _sphere_tangent, _sphere_tangent_backward),
+    "quaternion": (_quaternion_move, _quaternion_move_backward, _quaternion_tangent, _quaternion_tangent_backward,
+                   _quaternion_aux),
+    "sphere": (_sphere_move, _sphere_move_backward, _sphere_tangent, _sphere_tangent_backward, _sphere_aux),
 }
 
 
@@ -165,9 +177,9 @@ class _Move(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         *xw, norm, out = ctx.saved_tensors
         x, w = xw[:ctx.dim], xw[ctx.dim:]
-        move, move_backward = _KINDS[ctx.kind][:2]
+        _, move_backward, _, _, aux = _KINDS[ctx.kind]
         dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
-        dx, dw = move_backward(dm, x, w, move(x, w)[1])
+        dx, dw = move_backward(dm, x, w, aux(x, w))
         return (None, None, *dx, *dw)
 
 
@@ -203,7 +215,7 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, value: Tensor, log_radius: Tensor,  # type: ignore[override]
                 *xg: Tensor) -> Tensor:
-        move, _, tangent, _ = _KINDS[kind]
+        move, _, tangent, _, _ = _KINDS[kind]
         x, g = xg[:dim], xg[dim:]
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
@@ -218,14 +230,14 @@ class _Step(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        move, move_backward, tangent, tangent_backward = _KINDS[ctx.kind]
+        _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]
         value, log_radius, sq, h, norm, *xg, out = ctx.saved_tensors
         x, g = xg[:ctx.dim], xg[ctx.dim:]
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         step = tuple(h * c for c in w)
         dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
-        dx, dstep = move_backward(dm, x, step, move(x, step)[1])
+        dx, dstep = move_backward(dm, x, step, aux(x, step))
         # step = h(‖w‖²) w:  dw = h dstep + 2 w dL/ds,  dL/dh = Σ ⟨dstep, w⟩ over the token
         ds, grad_radius = _bound_backward(dot(dstep, w).sum(-1, keepdim=True), sq, h, log_radius,
                                           ctx.needs_input_grad[3])
