@@ -22,9 +22,10 @@ START, END = "<!-- headline: written by `python -m lab report` -->", "<!-- /head
 PRESETS_START, PRESETS_END = "<!-- presets: written by `python -m lab report` -->", "<!-- /presets -->"
 HEADLINE = (("tf-1m", "main", "RoPE + SwiGLU transformer"), ("ka-1m", "main", "Kuramoto attention, the paper's layer"),
             ("ka-1m-tuned", "main-tuned", "Kuramoto attention, our best 1M configuration on the torus"))
-# shown once their groups have runs: the same layer on SU(2), the paper's non-abelian case (issue 25)
+# shown once their groups have runs: the same layer on SU(2), the paper's non-abelian case, and on the sphere
 MEASURED = (("ka-su2-1m", "main-su2", "the same layer on SU(2) (unit quaternions)"),
-            ("ka-su2-1m-tuned", "main-su2-tuned", "on SU(2) with the tuned recipe"))
+            ("ka-su2-1m-tuned", "main-su2-tuned", "on SU(2) with the tuned recipe"),
+            ("ka-sphere-1m", "main-sphere", "the same layer on the sphere S³ (unit vectors of R⁴)"))
 
 
 def main_section() -> str:
@@ -220,7 +221,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
 
 
 def headline() -> str:
-    """README's headline: the 1M presets (and SU(2)'s once run) over seeds on enwik7, costs, the paper's numbers."""
+    """README's headline: the 1M presets (SU(2)'s and the sphere's once run) over seeds on enwik7, costs, the paper's"""
     runs = {p: seed_runs(g, p) for p, g, _ in (*HEADLINE, *MEASURED)}
     if not runs["tf-1m"]:
         return "_No main runs yet: `python -m lab run lr`, then `python -m lab run main`._"
