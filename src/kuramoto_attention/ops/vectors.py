@@ -74,17 +74,18 @@ def _conj(q: Parts) -> Parts:
 
 
 # --------------------------------------------------------------------------- each group's pieces, forward and backward
-# A move: m = the unnormalised moved state from (x, w), and its backward given dL/dm. A tangent part: ξ from (x, G),
+# A move: m = the unnormalised moved state from (x, w) and its aux (what both directions need), and its backward
+# given dL/dm. A tangent part: ξ from (x, G),
 # and its backward given dL/dξ. Each backward returns (dx, dw) or (dx, dG) as parts.
 def _quaternion_aux(q: Parts, w: Parts) -> Parts:
     """What the move's backward needs besides (q, w): (cos, sinc, sinc') of |w|."""
     return cos_sinc_grad(dot(w, w))
 
 
-def _quaternion_move(q: Parts, w: Parts) -> tuple[Parts, Parts]:
-    """m = q exp(w), and ``_quaternion_aux``."""
-    cos, sinc, _ = aux = _quaternion_aux(q, w)
-    return _hamilton(q, (cos, *(sinc * c for c in w))), aux
+def _quaternion_move(q: Parts, w: Parts, aux: Parts) -> Parts:
+    """m = q exp(w), given ``_quaternion_aux(q, w)``."""
+    cos, sinc, _ = aux
+    return _hamilton(q, (cos, *(sinc * c for c in w)))
 
 
 def _quaternion_move_backward(dm: Parts, q: Parts, w: Parts, aux: Parts) -> tuple[Parts, Parts]:
@@ -127,11 +128,10 @@ def _sphere_aux(x: Parts, w: Parts) -> Parts:
     return (along, *cos_sinc_grad(dot(u, u)))
 
 
-def _sphere_move(x: Parts, w: Parts) -> tuple[Parts, Parts]:
-    """m = cos|u| x + sinc|u| u, u = P_x w, and ``_sphere_aux``."""
-    u, along = _project(x, w)
-    cos, sinc, dsinc = cos_sinc_grad(dot(u, u))
-    return tuple(cos * e + sinc * c for e, c in zip(x, u, strict=True)), (along, cos, sinc, dsinc)
+def _sphere_move(x: Parts, w: Parts, aux: Parts) -> Parts:
+    """m = cos|u| x + sinc|u| u, u = P_x w, given ``_sphere_aux(x, w)``."""
+    along, cos, sinc, _ = aux
+    return tuple(cos * e + sinc * (c - along * e) for e, c in zip(x, w, strict=True))
 
 
 def _sphere_move_backward(dm: Parts, x: Parts, w: Parts, aux: Parts) -> tuple[Parts, Parts]:
@@ -152,7 +152,7 @@ def _sphere_tangent_backward(dxi: Parts, x: Parts, g: Parts) -> tuple[Parts, Par
     return _project_backward(dxi, x, g, dot(g, x))
 
 
-# kind -> (move, its backward, tangent part, its backward, the move's aux alone: recomputed in the backward)
+# kind -> (move, its backward, tangent part, its backward, the move's aux: computed again in the backward)
 _KINDS = {
     "quaternion": (_quaternion_move, _quaternion_move_backward, _quaternion_tangent, _quaternion_tangent_backward,
                    _quaternion_aux),
@@ -166,7 +166,8 @@ class _Move(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, *xw: Tensor) -> Tensor:  # type: ignore[override]
         x, w = xw[:dim], xw[dim:]
-        y, norm = _normalise(_KINDS[kind][0](x, w)[0])
+        move, _, _, _, aux = _KINDS[kind]
+        y, norm = _normalise(move(x, w, aux(x, w)))
         out = torch.stack(y)
         ctx.kind, ctx.dim = kind, dim
         ctx.save_for_backward(*xw, norm, out)
@@ -215,13 +216,14 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, value: Tensor, log_radius: Tensor,  # type: ignore[override]
                 *xg: Tensor) -> Tensor:
-        move, _, tangent, _, _ = _KINDS[kind]
+        move, _, tangent, _, aux = _KINDS[kind]
         x, g = xg[:dim], xg[dim:]
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         sq = dot(w, w).sum(-1, keepdim=True)  # one norm per token, over all its oscillators
         h = norm_factor(sq, log_radius.exp().to(sq.dtype))
-        y, norm = _normalise(move(x, tuple(h * c for c in w))[0])
+        step = tuple(h * c for c in w)
+        y, norm = _normalise(move(x, step, aux(x, step)))
         out = torch.stack(y)
         ctx.kind, ctx.dim = kind, dim
         ctx.save_for_backward(value, log_radius, sq, h, norm, *xg, out)
