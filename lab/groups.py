@@ -468,6 +468,21 @@ def _capacity() -> list[Spec]:
             for p in PROBE_PAIR]
 
 
+# Where ka-1m-tuned's stored knowledge lives, at 1M parameters (±3%): fewer oscillators and a wider feed-forward, more
+# oscillators and a narrower one, or tf-1m's depth of 5, each on the capacity probe
+CAPACITY_SHAPES: dict[str, dict[str, Any]] = {
+    "ff-wide": {"dim": 128, "ff_hidden": 500}, "bank-wide": {"dim": 256, "ff_hidden": 90},
+    "depth-5": {"depth": 5, "ff_hidden": 270},
+}
+
+
+def _capacity_shape() -> list[Spec]:
+    p = "ka-1m-tuned"
+    return [Spec("capacity-shape", f"{p}-{shape}-enwik6-20m", p, model,
+                 {**_own_training(p, CAPACITY_TOKENS), "corpus": "enwik6", "lr": rate_at(p, FIX_BUDGET)}, "train")
+            for shape, model in CAPACITY_SHAPES.items()]
+
+
 def _pycode40() -> list[Spec]:
     return [Spec("pycode40", f"{p}-40m", p, {},
                  {**_own_training(p, FIX_BUDGET), "corpus": "pycode", "lr": rate_at(p, FIX_BUDGET)})
@@ -569,6 +584,7 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "main-sphere": lambda: _main(group="main-sphere", presets=("ka-sphere-1m",), lr_group="lr10m-sphere"),
     # issue 46: scaling fixes judged at 40M tokens, and the probes of why the gap grows
     "fixes40": _fixes40, "fixes40-flops": _fixes40_flops, "capacity": _capacity, "pycode40": _pycode40,
+    "capacity-shape": _capacity_shape,
     # issue 46: how far apart two identical 40M-token runs land (the same seed, trained again from scratch)
     "repro40": _repro40,
 }
