@@ -1,6 +1,9 @@
-"""The lab's studies of trained runs (gap, probe, dynamics): they read the models under the run directories."""
+"""The lab's studies of trained runs (gap, probe, dynamics): they read the models under the run directories and write
+their measurements to results/*.json, which `python -m lab report` renders (lab/writers/studies.py)."""
 
+import json
 from pathlib import Path
+from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 from lab import protocol
@@ -20,3 +23,10 @@ def missing_runs(runs: list[Path], action: str) -> None:
     raise ConfigError(f"{action} needs trained models and {len(missing)} of its {len(set(runs))} run directories are "
                       f"missing ({shown}): results/ holds each run's summary, not its model; train them with {how}, "
                       "or pass --out DIR where they were trained")
+
+
+def save(name: str, data: Any) -> Path:
+    """results/NAME: a study's measurements, as JSON."""
+    path = protocol.RESULTS / name
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path

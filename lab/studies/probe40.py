@@ -13,7 +13,7 @@ from lab import protocol
 from lab.groups import FIX_BUDGET, budget_best
 from lab.protocol import load_results
 from lab.records import run_dir_of
-from lab.studies import missing_runs
+from lab.studies import missing_runs, save
 from lab.studies.gap import bits_per_byte
 
 MAX_ORDER = 8
@@ -146,6 +146,4 @@ def measure(data_dir: str | None, windows: int = WINDOWS) -> dict[str, Any]:
 
 
 def write(res: dict[str, Any]) -> Path:
-    path = protocol.RESULTS / "probe40.json"
-    path.write_text(json.dumps(res, indent=1) + "\n")
-    return path
+    return save("probe40.json", res)

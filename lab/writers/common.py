@@ -1,17 +1,21 @@
-"""What the generated pages share: numbers, tables, how a run is named and described, and the rate sweeps' tables."""
+"""What the generated pages share: numbers, tables, how a run is named and described, and the rate sweeps' tables
+(which runs they show is lab/select.py's)."""
 
-import math
+import contextlib
+import re
 import statistics
+from pathlib import Path
+from string import Template
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
-from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, VARIANTS, best_lr, order, plan, reads, with_twins
+from lab import groups, select
+from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, best_lr, plan
 from lab.protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results, run_command
+from lab.select import TRAINING_VARIANTS, Run, bpcs, mean, median
 
-Run = dict[str, Any]
-# the training settings a variant (a lead, an ablation) changes
-TRAINING_VARIANTS = ("phase_lr_mult", "omega_lr_mult", "shared_lr_mult", "weight_decay", "clip_angles_apart")
 PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's enwik8 test BPC at 1M (means)
+SLOPE = "valid slope/doubling"  # RESULTS.md's header for select.valid_slope: validation BPC per doubling of tokens
 PAPER_DELTAS = {"value-projection": "+0.25", "no-ff": "+0.27", "no-gates": "+0.09"}  # the paper's ablations' ΔBPC
 
 
@@ -29,12 +33,22 @@ def diff(a: Run | float | None, b: Run | float | None, digits: int = 4) -> str:
     return "—" if a is None or b is None else f"{a - b:+.{digits}f}"
 
 
-def mean(vals: list[float]) -> float | None:
-    return statistics.mean(vals) if vals else None
+def fmt_flops(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2e}"
 
 
-def median(vals: list[float]) -> float | None:
-    return statistics.median(vals) if vals else None
+def fmt_per_token(x: float | None) -> str:
+    return "—" if x is None else f"{x / 1e6:.2f}M"
+
+
+def costs(r: Run | None) -> list[str]:
+    """A run's model FLOPs per token and training FLOPs, two cells."""
+    return [fmt_per_token(select.flops_per_token(r)) if r else "—", fmt_flops(select.training_flops(r))]
+
+
+def fmt_slope(r: Run | None) -> str:
+    """A run's validation slope per doubling of its tokens from the protocol's (``select.valid_slope``)."""
+    return signed(select.valid_slope(r))
 
 
 def mean_sd(vals: list[float]) -> str:
@@ -49,18 +63,25 @@ def seed_cells(vals: list[float]) -> list[str]:
     return [", ".join(map(fmt, vals)) or "not run", mean_sd(vals), fmt(median(vals))]
 
 
-def bpcs(runs: list[Run]) -> list[float]:
-    return [r["eval_bpc"] for r in runs]
+def seeds_table(rows: list[tuple[str, str, list[Run]]], tf: float | None, reference: str = "tf-1m",
+                unit: str = "BPC", paper: tuple[str, dict[str, str]] | None = None) -> str:
+    """Models over their seeds, a row per (model, group, runs): how many seeds and which, each one's test score, their
+    mean ± sd and median, the mean's gap to ``tf`` (``reference``'s mean), the first run's size, rate, tokens and costs
+    (before any run: the preset's cost per token), the seeds' recorded training tokens/s; ``paper``: (its column's
+    header, the paper's figure by model)."""
+    def cost(model: str, rs: list[Run]) -> list[str]:
+        with contextlib.suppress(Exception):  # a row named other than by its preset
+            return costs(rs[0]) if rs else [fmt_per_token(groups.flops_per_token(model)), "—"]
+        return ["—", "—"]
 
-
-def best(runs: Any) -> Run | None:
-    """The run with the lowest test (or valid) BPC, None of none."""
-    return min(runs, key=lambda r: r["eval_bpc"], default=None)
-
-
-def by_name(*groups: str) -> dict[str, Run]:
-    """The groups' runs, twins included, by name."""
-    return {r["name"]: r for g in groups for r in with_twins(g)}
+    body = [[model, group, str(len(rs)), ", ".join(str(r["train"]["seed"]) for r in rs) or "—", *seed_cells(bpcs(rs)),
+             "—" if model == reference else diff(mean(bpcs(rs)), tf), count(rs[0] if rs else None),
+             lr(rs[0]) if rs else "—", millions(rs[0]["tokens"]) if rs else "—", *cost(model, rs),
+             f"{rate:,.0f}" if (rate := select.mean_rate(rs)) else "—", *([paper[1].get(model, "—")] if paper else [])]
+            for model, group, rs in rows]
+    return table(["model", "group", "seeds", "which", f"test {unit} per seed", "mean ± sd", "median",
+                  f"gap to {reference} mean", "params", "lr", "tokens", "model FLOPs/token", "training FLOPs",
+                  "training tokens/s (mean over seeds)", *([paper[0]] if paper else [])], body)
 
 
 def lr(r: Run) -> str:
@@ -83,19 +104,8 @@ def note(text: str) -> str:
 
 def not_run(group: str, lead: str = "Not run yet") -> str:
     """The command that makes a group's results, and the groups its plan reads that have none yet, in run order."""
-    missing, todo = set(), [group]
-    while todo:  # the groups read, and theirs, down to those with results
-        for up in reads(todo.pop()) - missing:
-            if not load_results(up):
-                missing.add(up)
-                todo.append(up)
-    before = [g for g in order(group)[:-1] if g in missing]
+    before = select.unrun_before(group)
     return f"{lead}: `{run_command(group)}`" + (f" (after {', '.join(f'`{g}`' for g in before)})" if before else "")
-
-
-def seed_runs(group: str, preset: str) -> list[Run]:
-    """A preset's runs in a group, another group's identical runs included (``groups.with_twins``), by seed."""
-    return sorted((r for r in with_twins(group) if r["preset"] == preset), key=lambda r: r["train"]["seed"])
 
 
 def planned(group: str) -> str:
@@ -106,13 +116,9 @@ def planned(group: str) -> str:
         return f"not plannable yet ({exc})"
 
 
-def throughput(r: Run) -> float | None:
-    """A run's training tokens per second: ``train_tokens_per_s``, else its curve's last tokens over elapsed seconds."""
-    rate = r.get("train_tokens_per_s")
-    if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0:
-        return float(rate)
-    last = (r.get("curve") or [{}])[-1]
-    return last["tokens"] / last["elapsed_s"] if last.get("elapsed_s") else None
+def render(template: Path, slots: dict[str, Any]) -> str:
+    """A page: its template (people's sentences, lab/templates/) with every slot filled, blank runs closed up."""
+    return re.sub(r"\n{3,}", "\n\n", Template(template.read_text()).substitute(slots))
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -174,23 +180,13 @@ def label(r: Run) -> str:
 
 def saturation(r: Run | None) -> str:
     """The share of attention / feed-forward increments on the norm bound, mean over layers."""
-    d = (r or {}).get("diagnostics") or {}
-    attn, ff = d.get("attn_saturation"), [x for x in d.get("ff_saturation") or [] if x is not None]
-    return "—" if not attn else f"{statistics.mean(attn):.0%} / " + (f"{statistics.mean(ff):.0%}" if ff else "—")
+    attn, ff = select.saturation(r)
+    return "—" if attn is None else f"{attn:.0%} / " + ("—" if ff is None else f"{ff:.0%}")
 
 
 def variant_change(name: str = BEST_VARIANT) -> str:
-    """A confirmed variant's change to ka-1m (``groups.VARIANTS``, else its confirm run's overrides)."""
-    if name in VARIANTS:
-        return changes(VARIANTS[name])
-    run = next((r for r in load_results("confirm") if r["name"].split("-seed")[0] == f"ka-{name}"), None)
-    return "not recorded" if run is None else changes(
-        {k: v for k, v in run["model_overrides"].items() if UNPROJECTED.get(k, object()) != v})
-
-
-def reference_main() -> list[Run]:
-    """main's transformer runs and ka-1m on ψ(θ) itself: the pair of the groups pinned to ψ(θ)."""
-    return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")
+    """A confirmed variant's change to ka-1m (``select.variant_model``)."""
+    return "not recorded" if (model := select.variant_model(name)) is None else changes(model)
 
 
 def sweep_table(rows: list[Run], chosen: dict[tuple[str, str], float]) -> str:

@@ -2,118 +2,39 @@
 
 import contextlib
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kuramoto_attention.errors import ConfigError
-from kuramoto_attention.training.data import CHECKSUMS
-from lab import groups, protocol
-from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, valid_estimate, with_twins
-from lab.protocol import PROTOCOL, load_results
-from lab.retired import retired_settings, without_retired
-from lab.writers.common import Run, best, diff, fmt, lr, millions, note, signed, table, throughput
+from lab import protocol, select
+from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, STRETCH_BUDGET, valid_estimate, with_twins
+from lab.select import BENCH_MODE, LARGEST, REFERENCE, Run
+from lab.writers.common import changes, costs, diff, fmt, fmt_flops, lr, millions, note, table
 
-REFERENCE = "tf-1m"
 PAIRS = tuple((p, REFERENCE) for p in FLOPS_PRESETS)  # each Kuramoto preset of the curve against the transformer
 COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange", "ka-su2-1m-tuned": "tab:purple"}
-BENCH_MODE = ("compile" if PROTOCOL["compile"] else "eager", PROTOCOL["precision"])  # the protocol's, as the bench's
-TRAIN_BYTES = int(CHECKSUMS["enwik7"][0] * 0.9)  # enwik7's training split (data.py), for a budget's passes over it
-LARGEST = f"{BUDGETS[-1] // 1_000_000}M"
 
 
-def flops_per_token(r: Run) -> int | None:
-    """A result's model FLOPs per training token (the bench's count), None for a model the library no longer builds."""
-    with contextlib.suppress(Exception):
-        if not retired_settings(changed := r.get("model_overrides", {})):
-            return groups.flops_per_token(r["preset"], without_retired(changed),
-                                          r["train"].get("context", PROTOCOL["context"]))
-    return None
-
-
-def training_flops(r: Run | None) -> int | None:
-    per = flops_per_token(r) if r else None
-    return per * r["tokens"] if per is not None else None
-
-
-def fmt_flops(x: float | None) -> str:
-    return "—" if x is None else f"{x:.2e}"
-
-
-def fmt_per_token(x: float | None) -> str:
-    return "—" if x is None else f"{x / 1e6:.2f}M"
-
-
-def costs(r: Run | None) -> list[str]:
-    """A run's model FLOPs per token and training FLOPs, two cells."""
-    return [fmt_per_token(flops_per_token(r)) if r else "—", fmt_flops(training_flops(r))]
-
-
-def overfit(r: Run) -> list[str]:
-    """Memorisation: valid − train BPC within one pass and at the end (passes), and valid's rise (after)."""
-    curve = [p for p in r.get("curve", []) if p.get("train_bpc") is not None]
-    if not curve:
-        return ["—"] * 3
-    first, last = [p for p in curve if p["tokens"] <= TRAIN_BYTES], curve[-1]
-    low = min(curve, key=lambda p: p["valid_bpc"])
-    rose = last["valid_bpc"] - low["valid_bpc"]
-    return [*(f"{p['valid_bpc'] - p['train_bpc']:+.3f} ({p['tokens'] / TRAIN_BYTES:.1f})" if p else "—"
-              for p in (first[-1] if first and first[-1] is not last else None, last)),
-            f"{rose:+.3f} ({millions(low['tokens'])})" if rose > 0.005 else "—"]
-
-
-def budget_runs() -> dict[str, dict[str, Run]]:
-    """Per budget label, each preset's run there (seed 0, its own schedule; 3M: its sweep's best, on valid)."""
-    rows = {"3M": {p: best(r for r in load_results(home.sweep) if r["preset"] == p) for p, home in HOMES.items()},
-            "10M": {p: next((r for r in with_twins(home.main) if r["preset"] == p and r["train"].get("seed", 0) == 0),
-                            None) for p, home in HOMES.items()},
-            "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")}}
-    for b, among in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",))]:
-        rows[f"{b // 1_000_000}M"] = {p: groups.budget_best(p, b, among) for p in HOMES}
-    return {k: kept for k, by in rows.items() if (kept := {p: r for p, r in by.items() if r is not None})}
-
-
-def valid_points(r: Run) -> list[tuple[int, float]]:
-    """(tokens, validation estimate) along a run: its curve, else its older records' valid_curve."""
-    pts = r.get("curve") or [{"tokens": t, "valid_bpc": b} for t, b in r.get("valid_curve", [])]
-    return [(q["tokens"], q["valid_bpc"]) for q in pts]
-
-
-def valid_slope(r: Run | None, start: int = PROTOCOL["tokens"]) -> float | None:
-    """A run's validation slope per doubling of its tokens from ``start`` to its end (None: no such points)."""
-    pts = valid_points(r) if r else []
-    near = min(pts, key=lambda q: abs(q[0] - start), default=None)
-    if near is None or abs(near[0] - start) > 0.05 * start or pts[-1][0] <= 1.5 * near[0]:
-        return None
-    return (pts[-1][1] - near[1]) / math.log2(pts[-1][0] / near[0])
-
-
-def fmt_slope(r: Run | None) -> str:
-    return signed(valid_slope(r))
-
-
-def off_rate(r: Run) -> bool:
-    """Whether a curve run trained at a rate other than its preset's swept one (lr40's; budget100's)."""
-    if r.get("group") == "budget100":
-        with contextlib.suppress(ConfigError):  # no sweep here: not marked
-            return r["train"]["lr"] != groups.swept_rate(r["preset"])
-        return False
-    return r.get("group") == "lr40" or str(r.get("twin", "")).startswith("lr40/")
+def overfit_cells(r: Run) -> list[str]:
+    """Memorisation (``select.overfit``): valid − train BPC within one pass and at the end (passes), and valid's rise
+    (after)."""
+    within, end, rose = select.overfit(r)
+    return [*("—" if x is None else f"{x[0]:+.3f} ({x[1]:.1f})" for x in (within, end)),
+            "—" if rose is None else f"{rose[0]:+.3f} ({millions(rose[1])})"]
 
 
 def model_note(r: Run) -> str:
-    changed = without_retired(r.get("model_overrides", {}))
-    return "" if not changed else " (" + ", ".join(f"{k}={v}" for k, v in changed.items()) + ")"
+    """A curve run's model overrides in brackets ("" for its preset's own model)."""
+    return f" ({changes(c)})" if (c := select.changed(r)) else ""
 
 
 def budget_section() -> str:
     """Every preset at every budget: its run, split, BPC, gap to tf-1m, lr, costs and memorisation."""
-    runs = budget_runs()
+    runs = select.budget_runs()
     if not runs:
         return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget`, `... budget40`)._"
     body = [[label, p + model_note(r), r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"], fmt(r["eval_bpc"]),
-             diff(r, by.get(REFERENCE)) if p != REFERENCE else "—", lr(r), *costs(r), *overfit(r)]
+             diff(r, by.get(REFERENCE)) if p != REFERENCE else "—", lr(r), *costs(r), *overfit_cells(r)]
             for label, by in runs.items() for p in BUDGET_PRESETS if (r := by.get(p)) is not None]
     return table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "lr", "model FLOPs/token",
                   "training FLOPs", "valid − train within 1 pass (passes)", "valid − train at the end (passes)",
@@ -121,48 +42,25 @@ def budget_section() -> str:
                       ("budget40", BUDGETS[-1]), ("budget100", STRETCH_BUDGET)) if f"{b // 1_000_000}M" not in runs)
 
 
-def flops_rows() -> list[tuple[str, str, Run | None, Run | None, Run | None, str]]:
-    """(reference budget, preset, tf-1m there, the preset at equal tokens, at equal FLOPs, tokens at equal FLOPs)."""
-    runs, flops = budget_runs(), {r["name"]: r for r in with_twins("flops")}
-    out = []
-    for b in (PROTOCOL["tokens"], *BUDGETS):
-        label = f"{b // 1_000_000}M"
-        for p in FLOPS_PRESETS:
-            tokens = "—"
-            with contextlib.suppress(Exception):  # a preset the library cannot build here
-                tokens = f"{groups.flop_matched_tokens(p, REFERENCE, b) / 1e6:.2f}M"
-            out.append((label, p, runs.get(label, {}).get(REFERENCE), runs.get(label, {}).get(p),
-                        flops.get(f"{p}-flops-tf-{label.lower()}"), tokens))
-    return out
-
-
 def flops_section() -> str:
     """The gap at equal training FLOPs (group flops) beside the gap at equal tokens, per reference budget of tf-1m."""
-    body = [[f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p, tokens, fmt(same and same["eval_bpc"]),
-             diff(same, tf), fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(training_flops(eq)), diff(eq, tf)]
-            for label, p, tf, same, eq, tokens in flops_rows()]
+    body = [[f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p,
+             "—" if tokens is None else f"{tokens / 1e6:.2f}M", fmt(same and same["eval_bpc"]),
+             diff(same, tf), fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(select.training_flops(eq)),
+             diff(eq, tf)]
+            for label, p, tf, same, eq, tokens in select.flops_rows()]
     return table(["reference", "tf-1m test BPC", "model", "tokens at equal FLOPs", "BPC at equal tokens",
                   "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"], body) + (
         "" if with_twins("flops") else note("Not run yet: `python -m lab run flops`"))
 
 
-def bench_rates(pair: tuple[str, str]) -> dict[str, float] | None:
-    """The pair's training tokens/s side by side in `python -m benchmarks` (protocol's mode), or None."""
-    path = protocol.RESULTS / "bench.json"
-    for row in json.loads(path.read_text()).get("training", []) if path.exists() else []:
-        if "ka" in row and "tf" in row and (row["ka"]["preset"], row["tf"]["preset"]) == pair \
-                and (row["mode"], row["precision"]) == BENCH_MODE:
-            return {row["ka"]["preset"]: row["ka"]["median"], row["tf"]["preset"]: row["tf"]["median"]}
-    return None
-
-
 def bench_table() -> str:
     """The bench's rates of each pair, its load average, and tf-1m's own recorded rates' spread."""
-    rates = [(pair, r) for pair in PAIRS if (r := bench_rates(pair))]
+    rates = [(pair, r) for pair in PAIRS if (r := select.bench_rates(pair))]
     if not rates:
         return ""
     load = json.loads((protocol.RESULTS / "bench.json").read_text()).get("machine", {}).get("load_average_at_start")
-    own = [x for r, _ in _curves(REFERENCE) if (x := throughput(r)) is not None]
+    own = [x for r, _ in select.curves(REFERENCE) if (x := select.throughput(r)) is not None]
     body = [[f"{a} / {b}, bench ({' '.join(BENCH_MODE)})", f"{r[a]:,.0f} / {r[b]:,.0f}"] for (a, b), r in rates]
     body += [["bench load average at its start", f"{load:.2f}"]] if isinstance(load, int | float) else []
     body += [[f"{REFERENCE}'s runs' own recorded rates, min / max", f"{min(own):,.0f} / {max(own):,.0f}"]] \
@@ -170,62 +68,20 @@ def bench_table() -> str:
     return table(["training tokens/s", "value"], body)
 
 
-def fit_gaps(r: Run, tf: Run) -> list[tuple[int, float, float]]:
-    """(tokens, training-BPC gap, validation-BPC gap) of ``r`` to ``tf`` at every evaluation both made."""
-    own, ref = ({q["tokens"]: q for q in x.get("curve", []) if q.get("train_bpc") is not None} for x in (r, tf))
-    return [(t, q["train_bpc"] - ref[t]["train_bpc"], q["valid_bpc"] - ref[t]["valid_bpc"])
-            for t, q in sorted(own.items()) if t in ref]
-
-
-def per_doubling(runs: dict[str, dict[str, Run]], preset: str, lo: str = "10M", hi: str = LARGEST) -> float | None:
-    """Test BPC gained per doubling of the token budget between two budgets of the curve (seed 0, own schedules)."""
-    a, b = runs.get(lo, {}).get(preset), runs.get(hi, {}).get(preset)
-    if a is None or b is None or model_note(a) or model_note(b):
-        return None
-    return (b["eval_bpc"] - a["eval_bpc"]) / math.log2(b["tokens"] / a["tokens"])
-
-
-def anneal_cost(runs: dict[str, dict[str, Run]], preset: str) -> float | None:
-    """The largest-budget run's validation estimate at the protocol's tokens minus the protocol run's at its end."""
-    short = runs.get(f"{PROTOCOL['tokens'] // 1_000_000}M", {}).get(preset)
-    long = next((r for r in with_twins("budget40") if r["preset"] == preset and not model_note(r)
-                 and abs(r["tokens"] - BUDGETS[-1]) <= 0.1 * BUDGETS[-1]), None)  # at the swept rate, as the 10M run
-    if short is None or long is None or model_note(short) or not (pts := valid_points(short)):
-        return None
-    end = pts[-1]
-    near = min(valid_points(long), key=lambda q: abs(q[0] - end[0]), default=None)
-    return near[1] - end[1] if near and abs(near[0] - end[0]) <= 0.05 * end[0] else None
-
-
-def fit_runs(budget: int = BUDGETS[-1], runs: dict[str, dict[str, Run]] | None = None) -> list[tuple[str, Run]]:
-    """Every Kuramoto run of the budget curve at ``budget`` (at the largest, leads40's too), by name."""
-    at = (budget_runs() if runs is None else runs).get(f"{budget // 1_000_000}M", {})
-    leads = ([(r["name"], r) for r in load_results("leads40") if not groups.flop_matched(r["name"])]
-             if budget == BUDGETS[-1] else [])
-    return [(p, r) for p, r in at.items() if p != REFERENCE] + leads
-
-
-def _fits(budget: int, runs: dict[str, dict[str, Run]]) -> list[tuple[str, list[tuple[int, float, float]]]]:
-    tf = runs.get(f"{budget // 1_000_000}M", {}).get(REFERENCE)
-    return [(name, g) for name, r in fit_runs(budget, runs) if tf is not None and (g := fit_gaps(r, tf))]
-
-
 def fit_table() -> str:
     """Each Kuramoto run of the largest budgets against tf-1m: the training-BPC and validation-BPC gaps at its end."""
-    runs = budget_runs()
+    runs = select.budget_runs()
     rows = [[name, f"{budget // 1_000_000}M", f"{gaps[-1][1]:+.3f}", f"{gaps[-1][2]:+.3f}", millions(gaps[-1][0], 0),
              millions(ahead[-1][0]) if (ahead := [g for g in gaps if g[1] < 0]) else "never"]
-            for budget in (BUDGETS[-1], STRETCH_BUDGET) for name, gaps in _fits(budget, runs)]
+            for budget in (BUDGETS[-1], STRETCH_BUDGET) for name, gaps in select.fits(budget, runs)]
     return table(["run", "budget", "training-BPC gap to tf-1m", "validation-BPC gap to tf-1m", "at", "ahead in "
                   "training BPC until"], rows) if rows else ""
 
 
 def rate_table() -> str:
     """lr40's runs against budget40's at the swept rate, and the gaps to tf-1m at the best and the swept rates."""
-    swept = {r["preset"]: r for r in with_twins("budget40") if not model_note(r)}
-    lower = sorted((r for r in with_twins("lr40") if r["preset"] in swept),
-                   key=lambda r: (r["preset"], -r["train"]["lr"]))
-    top, tried = budget_runs().get(LARGEST, {}), {r["preset"] for r in lower}
+    swept, lower = select.swept_and_lower()
+    top, tried = select.budget_runs().get(LARGEST, {}), {r["preset"] for r in lower}
 
     def gaps(q: str) -> list[str]:
         if q == REFERENCE or REFERENCE not in tried or not {q, REFERENCE} <= top.keys() or REFERENCE not in swept:
@@ -295,9 +151,9 @@ def curve_plot(out: Path) -> Path | None:
 
 def budget_plot(out: Path) -> Path | None:
     """Test BPC (3M: valid) against the token budget, log scale, one line per 1M preset (seed 0)."""
-    runs = budget_runs()
+    runs = select.budget_runs()
     series = {p: sorted((r["tokens"], r["eval_bpc"]) for by in runs.values() if (r := by.get(p)) is not None
-                        and not model_note(r)) for p in BUDGET_PRESETS}
+                        and not select.changed(r)) for p in BUDGET_PRESETS}
     if sum(len(v) for v in series.values()) < 2:
         return None
     with figure(out) as ax:
@@ -310,24 +166,17 @@ def budget_plot(out: Path) -> Path | None:
     return out
 
 
-def _curves(p: str) -> list[tuple[Run, list[tuple[int, float]]]]:
-    """Every seed-0 run of preset ``p`` on its own model, with its validation points."""
-    pool = [r for g in (HOMES[p].main, "budget40", "flops") for r in with_twins(g)]
-    return [(r, [q for q in valid_points(r) if q[0] > 0]) for r in pool
-            if r["preset"] == p and r["train"].get("seed", 0) == 0 and not model_note(r)]
-
-
 def compute_plot(out: Path) -> Path | None:
     """Validation BPC against training FLOPs and against seconds at the bench's side-by-side rates, a row per pair."""
-    if not any(_curves(p) for pair in PAIRS for p in pair):
+    if not any(select.curves(p) for pair in PAIRS for p in pair):
         return None
     with figure(out, (11, 4 * len(PAIRS)), len(PAIRS), 110) as grid:
         for row, pair in zip(grid, PAIRS, strict=True):
-            rates = bench_rates(pair)
+            rates = select.bench_rates(pair)
             for ax, x in zip(row, ("flops", "seconds"), strict=True):
                 drawn = False
-                for p, (r, pts) in ((q, c) for q in pair for c in _curves(q)):
-                    per = flops_per_token(r)
+                for p, (r, pts) in ((q, c) for q in pair for c in select.curves(q)):
+                    per = select.flops_per_token(r)
                     xs = [(t * per if per else None) if x == "flops" else (t / rates[p] if rates else None)
                           for t, _ in pts]
                     if keep := [(a, v) for a, (_, v) in zip(xs, pts, strict=True) if a]:
@@ -350,7 +199,7 @@ def compute_plot(out: Path) -> Path | None:
 
 def fit_plot(out: Path) -> Path | None:
     """The gap to tf-1m along each largest-budget Kuramoto run, in training BPC and in validation BPC."""
-    if not (series := _fits(BUDGETS[-1], budget_runs())):
+    if not (series := select.fits(BUDGETS[-1], select.budget_runs())):
         return None
     with figure(out) as ax:
         for i, (name, gaps) in enumerate(series):

@@ -1,23 +1,20 @@
 """``python -m lab report``: docs/notebook.md, RESULTS.md and their plots from results/ (the templates' slots)."""
 
 import os
-import re
-import statistics
 from pathlib import Path
-from string import Template
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
-from lab import protocol
+from lab import protocol, select
 from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, all_results, best_lr, with_twins
-from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
+from lab.protocol import PROTOCOL, load_results
 from lab.retired import RETIRED, retired_options, retired_settings
+from lab.select import SCREENS, Run, bpcs, mean
 from lab.writers import common, compute, geometries, leads, scaling, studies, summary
-from lab.writers.common import Run, bpcs, diff, fmt, label, lr, mean, millions, overrides, seed_cells, table
+from lab.writers.common import costs, diff, fmt, label, lr, millions, overrides, table
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "notebook.md"
-SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5", "screen6")
 
 
 def screen_section(group: str) -> str:
@@ -38,82 +35,40 @@ def lr_section() -> str:
     return common.sweep_table(rows, {(p, g): best_lr(p, g) for p, g in {(r["preset"], r["group"]) for r in rows}})
 
 
-def transformer_group(group: str) -> str:
-    """The group whose transformer a main-like group is read against (pycode's for pycode groups)."""
-    return "pycode" if group.startswith("pycode") else "main"
-
-
-def _candidates(group: str = "confirm") -> dict[str, list[Run]]:
-    """Confirm's runs by candidate: the name less ``-seedN``."""
-    by: dict[str, list[Run]] = {}
-    for r in load_results(group):
-        by.setdefault(r["name"].split("-seed")[0], []).append(r)
-    return by
-
-
-def _confirm_seeds() -> dict[str, list[float]]:
-    """Each confirm candidate's test BPC per seed, by its name less ``ka-`` and ``-seedN``."""
-    return {k.removeprefix("ka-"): bpcs(runs) for k, runs in _candidates().items()}
-
-
-def _confirm_ranking(min_seeds: int = 3) -> list[str]:
-    """Confirm's candidates with at least ``min_seeds`` seeds, by mean test BPC (best first)."""
-    return [k for _, k in sorted((statistics.mean(v), k) for k, v in _confirm_seeds().items() if len(v) >= min_seeds)]
-
-
 def comparison_section(group: str, unit: str) -> str:
     """A main-like group's models over seeds against its transformer's mean, and along training."""
-    rows = with_twins(group)
-    if not rows:
+    if not with_twins(group):
         return f"_No runs yet (`python -m lab run {group}`)._"
-    ref = transformer_group(group)
-    rows += [r for r in with_twins(ref) if r["family"] == "transformer"] if ref != group else []
-    rows.sort(key=lambda r: r["train"]["seed"])
-    by = {f: [r for r in rows if r["family"] == f] for f in ("kuramoto", "transformer")}
-    tf = mean(bpcs(by["transformer"]))
-    body = [[rs[0]["preset"] + f" ({rs[0]['group']})", ", ".join(str(r["train"]["seed"]) for r in rs),
-             *seed_cells(bpcs(rs)), diff(mean(bpcs(rs)), tf) if f == "kuramoto" else "—", lr(rs[0]),
-             millions(rs[0]["tokens"]), *compute.costs(rs[0]),
-             common.PAPER_1M["ka-1m" if f == "kuramoto" else "tf-1m"] if ref == "main" else "not reported"]
-            for f, rs in by.items() if rs]
-    extra = []  # (what, seeds, values): main-tuned's seeds that chose nothing, main's best confirmed variants
-    if group == "main-tuned":
-        extra.append(("its seeds that played no part in choosing it", ", ".join(map(str, TUNED_FRESH_SEEDS)),
-                      [r["eval_bpc"] for r in by["kuramoto"] if r["train"]["seed"] in TUNED_FRESH_SEEDS]))
+    by, main = select.by_family(group), select.transformer_group(group) == "main"
+    rows = [(rs[0]["preset"], rs[0]["group"], rs) for rs in by.values() if rs]
+    paper = {p: common.PAPER_1M["ka-1m" if f == "kuramoto" else "tf-1m"] if main else "not reported"
+             for f, rs in by.items() for p in {r["preset"] for r in rs}}
+    if group == "main-tuned":  # its seeds that chose nothing; main's: the best confirmed variants
+        rows.append(("its seeds that played no part in choosing it", group,
+                     [r for r in by["kuramoto"] if r["train"]["seed"] in TUNED_FRESH_SEEDS]))
     if group == "main":
-        seeds = _confirm_seeds()
-        extra += [(f"confirm: {n} ({common.variant_change(n)})", str(len(seeds[n])), seeds[n])
-                  for n in dict.fromkeys([*_confirm_ranking()[:1], BEST_VARIANT]) if len(seeds.get(n, [])) >= 3]
-    body += [[what, which, *seed_cells(vals), diff(mean(vals), tf), *[""] * 5] for what, which, vals in extra
-             if len(vals) > 1]
-    text = table(["model (group)", "seeds", f"test {unit} per seed", "mean ± sd", "median",
-                  f"gap to {ref}'s transformer mean", "lr", "tokens", "model FLOPs/token", "training FLOPs",
-                  "paper (enwik8, 1M)" if ref == "main" else "paper (1M)"], body)
-    if twins := [f"{r['name']} = {r['twin']}" for r in rows if "twin" in r and r["group"] == group]:
+        confirmed = select.candidates()
+        rows += [(f"{n} ({common.variant_change(n)})", "confirm", sorted(rs, key=lambda r: r["train"]["seed"]))
+                 for n in dict.fromkeys([*select.confirm_ranking()[:1], BEST_VARIANT])
+                 if len(rs := confirmed.get(f"ka-{n}", [])) >= 3]
+    text = common.seeds_table([row for row in rows if row[0] in paper or len(row[2]) > 1],
+                              mean(bpcs(by["transformer"])), unit=unit,
+                              paper=("paper (enwik8, 1M)" if main else "paper (1M)", paper))
+    if twins := [f"{r['name']} = {r['twin']}" for rs in by.values() for r in rs if "twin" in r and r["group"] == group]:
         text += f"\n\nRuns another group made identically: {', '.join(twins)}."
-    if not (by["transformer"] and by["kuramoto"]):
-        return text
-    # the gap of the mean validation estimates at a quarter, half and the end of the same runs
-    curves = {f: [r["valid_curve"] for r in rs] for f, rs in by.items()}
-    c = curves["kuramoto"][0]
-    along = [[f"{c[i][0] / 1e6:.1f}M", diff(*(statistics.mean(x[i][1] for x in curves[f])
-                                              for f in ("kuramoto", "transformer")), digits=3)]
-             for i in sorted({len(c) // 4, len(c) // 2, len(c) - 1} if c else set())
-             if all(len(x) > i and x[i][0] == c[i][0] for f in curves for x in curves[f])]
+    along = [[f"{t / 1e6:.1f}M", f"{gap:+.3f}"] for t, gap in select.gaps_along(by)]
     return text + ("\n\n" + table(["tokens", "gap of the mean validation estimates"], along) if along else "")
 
 
 def superseded_section() -> str:
-    """ka-1m's runs with the earlier feed-forwards (frozen groups), against the matching transformer's mean."""
-    body = []
-    for group, what in (("main-unprojected", "ψ(θ) itself"), ("pycode-unprojected", "ψ(θ) itself, pycode (BPB)"),
-                        ("main-raw", "raw θ"), ("main-wrapped", "wrap(θ)")):
-        ka, vals = load_results(group), bpcs(load_results(group))
-        tf = [r for r in load_results(transformer_group(group)) if r["family"] == "transformer"]
-        body.append([group, what, f"{ka[0]['params']:,}" if ka else "—", *seed_cells(vals),
-                     diff(mean(vals), mean(bpcs(tf)))])
-    return table(["group", "ka-1m's feed-forward on", "params", "test per seed", "mean ± sd", "median",
-                  "gap to the transformer's mean"], body)
+    """ka-1m's runs with the earlier feed-forwards (frozen groups), against the matching transformer's mean: enwik7's,
+    then pycode's."""
+    return "\n\n".join(common.seeds_table(
+        [(f"ka-1m on {what}", group, load_results(group)) for group, what in rows],
+        mean(bpcs([r for r in load_results(select.transformer_group(rows[0][0])) if r["family"] == "transformer"])),
+        unit=unit) for rows, unit in (((("main-unprojected", "ψ(θ) itself"), ("main-raw", "raw θ"),
+                                        ("main-wrapped", "wrap(θ)")), "BPC"),
+                                      ((("pycode-unprojected", "ψ(θ) itself"),), "BPB")))
 
 
 def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
@@ -125,29 +80,18 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
     return table(["ablation", "change", "params", "model FLOPs/token", "training FLOPs", "tokens", "test BPC", "ΔBPC",
                   "paper Δ"],
                  [[label(r) + " (full model)" * (r is full), "—" if r is full else overrides(r), f"{r['params']:,}",
-                   *compute.costs(r), millions(r["tokens"]), fmt(r["eval_bpc"]), "—" if r is full else diff(r, full),
+                   *costs(r), millions(r["tokens"]), fmt(r["eval_bpc"]), "—" if r is full else diff(r, full),
                    common.PAPER_DELTAS.get(r["name"].removeprefix("ka-"), "—")] for r in [full, *rows]])
 
 
 def _screen_delta(run: Run) -> str:
     """A confirm run's Δ against ka-default in the last screening round that ran the same change."""
-    keys = (*common.TRAINING_VARIANTS, "beta1", "beta2", "grad_clip", "precision", "warmup")
-    name = run["name"].split("-seed")[0]
-    for group in reversed(SCREENS):
-        rows = {r["name"]: r for r in with_twins(group)}
-        same = [r for n, r in rows.items() if n != "ka-default" and (n == name or (
-            r["model_overrides"] == run["model_overrides"] and all(
-                r["train"].get(k, TRAIN_DEFAULTS[k]) == run["train"].get(k, TRAIN_DEFAULTS[k]) for k in keys)))]
-        if same and "ka-default" in rows:
-            return f"{diff(same[0], rows['ka-default'])} ({group})"
-    return "—"
+    return "—" if (match := select.screen_match(run)) is None else f"{diff(match[0], match[1])} ({match[2]})"
 
 
 def confirm_sections(group: str = "confirm") -> tuple[str, str]:
     """Confirm's candidates against the ka-1m they change: over seeds (best first), and run by run."""
-    main = common.reference_main()
-    ka = {r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"}
-    tf = mean([r["eval_bpc"] for r in main if r["family"] == "transformer"])
+    ka, tf, ranked = select.confirm_against_main(group)
     rows, main_lr = load_results(group), next((m["train"]["lr"] for m in load_results("main-unprojected")), None)
     if not rows or not ka or tf is None:
         return (f"_No runs yet (`python -m lab run {group}`, after `main`)._",) * 2
@@ -155,12 +99,9 @@ def confirm_sections(group: str = "confirm") -> tuple[str, str]:
     def change(r: Run) -> str:  # its model overrides, and its rate where it is not its base ka-1m's
         return overrides(r) if main_lr is None or r["train"]["lr"] == main_lr else f"{overrides(r)}, lr={lr(r)}"
 
-    ranked = sorted(([name, change(runs[0]), ", ".join(map(str, seeds)), common.mean_sd(bpcs(runs)), fmt(same),
-                      diff(mean(bpcs(runs)), same), diff(mean(bpcs(runs)), tf)]
-                     for name, runs in _candidates(group).items()
-                     for seeds in [sorted(r["train"]["seed"] for r in runs)]
-                     if set(seeds) <= set(ka) for same in [statistics.mean(ka[s] for s in seeds)]),
-                    key=lambda row: float(row[5]))
+    ranked = sorted(([name, change(runs[0]), ", ".join(str(s) for s in sorted(r["train"]["seed"] for r in runs)),
+                      common.mean_sd(bpcs(runs)), fmt(same), diff(mean(bpcs(runs)), same), diff(mean(bpcs(runs)), tf)]
+                     for name, runs, same in ranked), key=lambda row: float(row[5]))
     by_run = [[r["name"], change(r), str(r["train"]["seed"]), _screen_delta(r), fmt(r["eval_bpc"]),
                diff(r["eval_bpc"], ka.get(r["train"]["seed"])), diff(r["eval_bpc"], tf)] for r in rows]
     return (table(["candidate", "change", "seeds", "mean ± sd test BPC", "ka-1m on ψ(θ), same seeds",
@@ -171,7 +112,7 @@ def confirm_sections(group: str = "confirm") -> tuple[str, str]:
 
 def tuned_table() -> str:
     """What ka-1m-tuned is: confirm's candidate, its rank there, its changes to ka-1m (from the presets)."""
-    base, ranked = flat_fields(get_preset("ka-1m")[1]), _confirm_ranking()
+    base, ranked = flat_fields(get_preset("ka-1m")[1]), select.confirm_ranking()
     rank = f"{ranked.index(TUNED_CANDIDATE) + 1} of {len(ranked)}" if TUNED_CANDIDATE in ranked else "—"
     tuned = {k: v for k, v in flat_fields(get_preset("ka-1m-tuned")[1]).items() if base.get(k) != v}
     return table(["confirm candidate", "rank by mean test BPC (3+ seeds)", "its change to ka-1m"],
@@ -219,10 +160,9 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "scale": scaling.scale_section(), "size_tuned": scaling.size_section(),
         **{g: scaling.tuning10m_section(g, option) for g, option in (("lr10m", "lr"), ("warmup10m", "warmup"))},
         "lr": lr_section(), "retired": retired_section(), **{f"screen_{g}": screen_section(g) for g in SCREENS},
-        "curves": image("curves", "validation curves"),
+        "curves": image("curves", "validation curves"), **studies.notebook_slots(),
     }
-    parts = [Template(TEMPLATE.read_text()).substitute(slots), *studies.notebook_parts()]
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(parts))
+    return common.render(TEMPLATE, slots)
 
 
 def write_report(root: Path = Path(".")) -> list[Path]:

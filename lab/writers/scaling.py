@@ -1,25 +1,19 @@
 """How the gap moved with the budget (budget), with size (scale, main-5m) and with the 10M settings (lr10m...)."""
 
-from lab import groups
+from lab import groups, select
 from lab.groups import BUDGET_VARIANT, EQUAL_FLOPS_5M, flops_per_token
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
+from lab.select import SIZE_GROUP, SIZE_PAIR, Run, best, bpcs, equal_flops_run, mean, median, size_runs
 from lab.writers import common
-from lab.writers.common import Run, best, bpcs, diff, fmt, lr, mean, median, reference_main, table, variant_change
-from lab.writers.compute import costs, fmt_flops, fmt_per_token
+from lab.writers.common import costs, diff, fmt, lr, table, variant_change
 
 PAPER_BY_SIZE = {"1m": ("1.637", "1.616", "+0.021 (means)"), "5m": ("1.448", "1.452", "−0.004 (medians)")}
-KA, TF = "ka-5m-tuned", "tf-5m"  # the tuned recipe at 5M
-SWEEP_GROUP, MAIN_GROUP = "lr-5m-tuned", "main-5m"
+(KA, TF), SWEEP_GROUP, MAIN_GROUP = SIZE_PAIR, "lr-5m-tuned", SIZE_GROUP  # the tuned recipe at 5M
 
 
 def budget_section() -> str:
     """The seed-0 pair (ka-1m on ψ(θ) itself) at 3M, 10M and 20M, and a confirmed variant."""
-    runs, variant = {}, {}
-    for r in reference_main() + load_results("budget") + load_results("confirm"):
-        if r["train"]["seed"] == 0 and r["name"] in (f"ka-{BUDGET_VARIANT}", f"ka-1m-{BUDGET_VARIANT}-20m"):
-            variant[r["tokens"] // 1_000_000] = r
-        elif r["train"]["seed"] == 0 and r["group"] != "confirm" and r["model_overrides"] in ({}, groups.UNPROJECTED):
-            runs[(r["family"], r["tokens"] // 1_000_000)] = r
+    runs, variant = select.pair_by_budget()
     body = [[f"{ka['tokens'] / 1e6:.1f}M", ka["group"], fmt(ka["eval_bpc"]), fmt(tf["eval_bpc"]), diff(ka, tf),
              fmt(v and v["eval_bpc"]), diff(v, tf)]
             for m in sorted({m for _, m in runs}) if (ka := runs.get(("kuramoto", m))) and
@@ -38,10 +32,7 @@ def budget_section() -> str:
 
 def scale_section() -> str:
     """The seed-0 pair at 1M and 5M parameters (the best rate tried), beside the paper's; then scale-variant."""
-    runs: dict[str, Run] = {}
-    for r in (r for r in reference_main() + load_results("scale") if r["train"]["seed"] == 0):
-        if r["preset"] not in runs or r["eval_bpc"] < runs[r["preset"]]["eval_bpc"]:
-            runs[r["preset"]] = r
+    runs = select.by_size()
     tried = {p: ", ".join(f"{x:g}" for x in sorted(r["train"]["lr"] for r in load_results("scale") if r["preset"] == p))
              for p in ("ka-5m", "tf-5m")}
     body = [[size.upper(), ka["group"], f"{ka['params']:,} / {tf['params']:,}", f"{lr(ka)} / {lr(tf)}",
@@ -66,8 +57,7 @@ def _variants_at_5m(runs: dict[str, Run]) -> str:
     body = []
     for name in (n for n in groups.SCALE_VARIANTS if f"ka-5m-{n}" in done):
         v, at1 = done[f"ka-5m-{name}"], one.get(f"ka-{name}")
-        base = next((r for r in load_results("scale") if r["preset"] == "ka-5m" and r["train"]["lr"] == v["train"]["lr"]
-                     and r["train"]["seed"] == v["train"]["seed"]), None)
+        base = select.same_rate(v, "scale", "ka-5m")
         widths = ", ".join(f"at 5M {k}={x}" for k, x in groups.SCALE_WIDTHS.get(name, {}).items())
         body.append([name, variant_change(name) + (f"; {widths}" if widths else ""), lr(v), fmt(v["eval_bpc"]),
                      diff(v, base), diff(v, runs.get("tf-5m")), diff(at1, one.get("ka-1m-seed0")),
@@ -82,9 +72,7 @@ def tuning10m_section(group: str, option: str) -> str:
     def value(r: Run) -> float:
         return r["train"].get(option, TRAIN_DEFAULTS[option])
 
-    pool = [r for r in reference_main() + load_results(group) if r["train"]["seed"] == 0]
-    rows = {p: sorted([r for r in pool if r["preset"] == p], key=value) for p in ("ka-1m", "tf-1m")}
-    if not all(len({r["group"] for r in rs}) == 2 and group in {r["group"] for r in rs} for rs in rows.values()):
+    if (rows := select.at_both_settings(group, option)) is None:
         return f"_Not run yet (`python -m lab run {group}`, after `main`)._"
     top = {p: best(rs) for p, rs in rows.items()}
     pick = {"each at its better setting": top,
@@ -97,15 +85,6 @@ def tuning10m_section(group: str, option: str) -> str:
          for what, by in pick.items()])
 
 
-def size_runs() -> dict[str, list[Run]]:
-    """The tuned recipe's and tf-5m's seeds at the protocol's budget (main-5m, not its equal-FLOP run)."""
-    return {p: [r for r in common.seed_runs(MAIN_GROUP, p) if r["name"] != EQUAL_FLOPS_5M] for p in (KA, TF)}
-
-
-def equal_flops_run() -> Run | None:
-    return next((r for r in groups.with_twins(MAIN_GROUP) if r["name"] == EQUAL_FLOPS_5M), None)
-
-
 def size_section() -> str:
     """The tuned recipe at 5M: its sweep, the seeds, the gaps and the equal-FLOP run."""
     by = size_runs()
@@ -113,12 +92,7 @@ def size_section() -> str:
     untuned, eq = groups.best_result("ka-5m", "scale"), equal_flops_run()
     seed0 = next((r for r in by[KA] if r["train"]["seed"] == 0), None)
     tokens = groups.flop_matched_tokens(KA, TF, PROTOCOL["tokens"])
-    seeds = table(["model", "params", "seeds", "test BPC per seed", "mean ± sd", "median", "lr", "model FLOPs/token",
-                   "training FLOPs"],
-                  [[p, common.count(rs[0] if rs else None), str(len(rs)), *common.seed_cells(bpcs(rs)),
-                    lr(rs[0]) if rs else "—", fmt_per_token(flops_per_token(p)),
-                    fmt_flops(flops_per_token(p) * rs[0]["tokens"]) if rs else "—"]
-                   for p, rs in by.items()])
+    seeds = common.seeds_table([(p, MAIN_GROUP, rs) for p, rs in by.items()], mean(tf), TF)
     rows = [["gap of the means", diff(mean(ka), mean(tf))], ["gap of the medians", diff(median(ka), median(tf))],
             ["ka-5m (scale, its best rate, seed 0): lr, test BPC",
              f"{lr(untuned)}, {fmt(untuned['eval_bpc'])}" if untuned else "—"],

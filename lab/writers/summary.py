@@ -3,17 +3,16 @@
 import os
 import re
 from pathlib import Path
-from string import Template
 from typing import Any
 
 from kuramoto_attention.models.presets import preset_table
-from lab import groups
+from lab import groups, select
 from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS, with_twins
 from lab.protocol import PROTOCOL, load_results, run_command
 from lab.retired import RETIRED_FIXES
-from lab.writers import common, compute, geometries, leads, scaling, studies
-from lab.writers.common import PAPER_1M, Run, best, bpcs, diff, fmt, lr, mean, mean_sd, median, seed_runs, signed, table
-from lab.writers.compute import costs, fmt_slope
+from lab.select import Run, best, bpcs, mean, median, seed_runs
+from lab.writers import common, geometries, leads, scaling, studies
+from lab.writers.common import PAPER_1M, SLOPE, costs, diff, fmt, fmt_per_token, fmt_slope, lr, mean_sd, signed, table
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "RESULTS.md"
 MAIN = (("tf-1m", "main"), ("ka-1m", "main"), ("ka-1m-tuned", "main-tuned"))
@@ -53,9 +52,7 @@ def main_gaps() -> dict[str, str]:
 
 def ablation_section() -> str:
     """Each ablation's ΔBPC (test, 10M tokens, seed 0) against its full model (the first row), beside the paper's."""
-    full = {g: next((r for r in with_twins(src) if r["preset"] == p and r["train"]["seed"] == 0), None)
-            for g, src, p in (("ablation", "main", "ka-1m"), ("ablation-tuned", "main-tuned", "ka-1m-tuned"))}
-    done = {g: {r["name"]: r for r in with_twins(g)} for g in full}
+    full, done = select.ablations()
     if not any(done.values()):
         return "_No ablations yet (`python -m lab run ablation`, `python -m lab run ablation-tuned`)._"
     body = [["(full model: test BPC)", *(fmt(r and r["eval_bpc"]) for r in full.values()), "—",
@@ -69,30 +66,30 @@ def ablation_section() -> str:
 
 def budget_section(plots: dict[str, Path | None], link: Any) -> str:
     """Test BPC per budget, then each preset's gaps, slopes and anneal cost."""
-    runs = compute.budget_runs()
+    runs = select.budget_runs()
     if not runs:
         return "_No runs yet (`python -m lab run budget40`)._"
     body = [[label + " (valid)" * (label == "3M"), *(
-        "—" if (r := by.get(p)) is None else fmt(r["eval_bpc"]) + "*" * bool(compute.model_note(r))
-        + (f"† (lr {lr(r)})" if compute.off_rate(r) else "")
+        "—" if (r := by.get(p)) is None else fmt(r["eval_bpc"]) + "*" * bool(select.changed(r))
+        + (f"† (lr {lr(r)})" if select.off_rate(r) else "")
         + ("" if p == "tf-1m" else f" ({diff(r, by.get('tf-1m'), 3)})")
         for p in BUDGET_PRESETS)] for label, by in runs.items()]
     text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") for p in BUDGET_PRESETS)], body)
-    eq = {(label, p): (tf, same, at) for label, p, tf, same, at, _ in compute.flops_rows()}
+    eq = {(label, p): (tf, same, at) for label, p, tf, same, at, _ in select.flops_rows()}
     b, s = f"{BUDGETS[-1] // 1_000_000}M", f"{STRETCH_BUDGET // 1_000_000}M"
     gaps = []
     for p in BUDGET_PRESETS:
         tf10, same10, at10 = eq.get(("10M", p), (None, None, None))
         tf40, same40, at40 = eq.get((b, p), (None, None, None))
         moved = at40 and same40 and at40["train"]["lr"] != same40["train"]["lr"]
-        gaps.append([p, compute.fmt_per_token(groups.flops_per_token(p)), diff(same10, tf10), diff(at10, tf10),
+        gaps.append([p, fmt_per_token(groups.flops_per_token(p)), diff(same10, tf10), diff(at10, tf10),
                      diff(same40, tf40), diff(at40, tf40) + (f" (lr {lr(at40)})" if moved else ""),
-                     fmt_slope(runs.get(b, {}).get(p)), signed(compute.per_doubling(runs, p, "10M", b)),
-                     signed(compute.per_doubling(runs, p, b, s)), signed(compute.anneal_cost(runs, p))])
+                     fmt_slope(runs.get(b, {}).get(p)), signed(select.per_doubling(runs, p, "10M", b)),
+                     signed(select.per_doubling(runs, p, b, s)), signed(select.anneal_cost(runs, p))])
     text += "\n\n" + table(["model", "FLOPs/token", "gap at 10M", "at tf-1m's 10M FLOPs", f"at {b}",
-                            f"at tf-1m's {b} FLOPs", f"valid slope/doubling 10M→{b}", f"test/doubling 10M→{b}",
+                            f"at tf-1m's {b} FLOPs", f"{SLOPE} 10M→{b}", f"test/doubling 10M→{b}",
                             f"{b}→{s}", "anneal cost"], gaps)
-    missing = [g for g, done in (("budget40", b in runs), ("flops", any(r[4] for r in compute.flops_rows())))
+    missing = [g for g, done in (("budget40", b in runs), ("flops", any(r[4] for r in select.flops_rows())))
                if not done]
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
     return (text + "".join(f"\n\n_Not run yet: `python -m lab run {g}`._" for g in missing)
@@ -101,7 +98,7 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
 
 def fixes_section() -> str:
     """Issue 46's fixes at 40M tokens against their preset's best and tf-1m's, with their slopes."""
-    done = {r["name"]: r for g in ("fixes40", "fixes40-flops") for r in with_twins(g)}
+    done = select.by_name("fixes40", "fixes40-flops")
     tf = groups.budget_best("tf-1m", FIX_BUDGET)
     rows = [[name, common.changes({**fix.model, **fix.train}), fmt(r["eval_bpc"]) if (r := done.get(f"{name}-40m"))
              else "not yet run", diff(r, groups.budget_best(fix.preset, FIX_BUDGET)), diff(r, tf),
@@ -113,58 +110,56 @@ def fixes_section() -> str:
               else "not yet run", "—", diff(b, tf) if p != "tf-1m" else "—", "—", fmt_slope(b)]
              for p in dict.fromkeys([*(f.preset for f in groups.FIXES.values()), "tf-1m"])]
     return table(["fix", "change", "test BPC at 40M", "Δ vs its preset at 40M", "gap to tf-1m",
-                  "gap at tf-1m's 40M FLOPs", "validation slope per doubling 10M→40M"], rows)
+                  "gap at tf-1m's 40M FLOPs", f"{SLOPE} 10M→40M"], rows)
 
 
 def repro_section() -> str:
     """repro40's reruns beside the lr40 runs they repeat: test BPC, validation estimate, slope and gap to tf-1m."""
-    if not (reruns := load_results("repro40")):
+    if not (pairs := select.reruns()):
         return f"_Not yet run: `{run_command('repro40')}`._"
-    recorded = {r["name"]: r for r in load_results("lr40")}
-    pairs = {r["preset"]: (recorded.get(r["name"].removesuffix("-rerun")), r) for r in reruns}
     tf = pairs.get("tf-1m", (None, None))
 
-    def valid(r: Run | None) -> float | None:
-        return groups.valid_estimate(r) if r else None
-
+    valid = select.valid_estimate
     rows = [[b["name"].removesuffix("-rerun"), f"{fmt(a and a['eval_bpc'])} / {fmt(b['eval_bpc'])}", diff(b, a),
              f"{fmt(valid(a))} / {fmt(valid(b))}", diff(valid(b), valid(a)), f"{fmt_slope(a)} / {fmt_slope(b)}",
              "—" if p == "tf-1m" else f"{diff(a, tf[0])} / {diff(b, tf[1])}"] for p, (a, b) in pairs.items()]
     return table(["run (seed 0)", "test BPC, lr40 / rerun", "Δ", "validation estimate, lr40 / rerun", "Δ",
-                  "validation slope per doubling 10M→40M, lr40 / rerun", "gap to tf-1m, lr40 / rerun"], rows)
+                  f"{SLOPE} 10M→40M, lr40 / rerun", "gap to tf-1m, lr40 / rerun"], rows)
 
 
 def probes46_section() -> str:
-    """Issue 46's probes of the pair: capacity and pycode40."""
-    if not any(with_twins(g) for g in ("capacity", "pycode40")):
-        return "Not yet run: `python -m lab run capacity`, `python -m lab run pycode40`."
-    rows = [[group, p, fmt(r["eval_bpc"]) if (r := by.get(p)) else "not yet run",
-             diff(r, by.get("tf-1m")) if p != "tf-1m" else "—", fmt_slope(r)]
-            for group in ("capacity", "pycode40") for by in [{r["preset"]: r for r in with_twins(group)}]
-            for p in groups.PROBE_PAIR]
-    return table(["group", "model", "score", "gap to tf-1m", "validation slope per doubling 10M→end"], rows)
+    """Issue 46's probes of the pair: capacity, ka-1m-tuned's shapes on it (capacity-shape), and pycode40."""
+    if not any(with_twins(g) for g in ("capacity", "capacity-shape", "pycode40")):
+        return ("Not yet run: `python -m lab run capacity`, `python -m lab run capacity-shape`, "
+                "`python -m lab run pycode40`.")
+    by = {g: {r["preset"]: r for r in with_twins(g)} for g in ("capacity", "pycode40")}
+
+    def row(group: str, model: str, r: Run | None, tf: Run | None) -> list[str]:
+        return [group, model, fmt(r["eval_bpc"]) if r else "not yet run", diff(r, tf) if r is not tf else "—",
+                fmt_slope(r)]
+
+    rows = [row("capacity", p, by["capacity"].get(p), by["capacity"].get("tf-1m")) for p in groups.PROBE_PAIR]
+    rows += [row("capacity-shape", f"{shape} ({common.changes(model)})", r, by["capacity"].get("tf-1m"))
+             for shape, model, r in select.capacity_shapes()]  # ka-1m-tuned in other shapes, against tf-1m's run
+    rows += [row("pycode40", p, by["pycode40"].get(p), by["pycode40"].get("tf-1m")) for p in groups.PROBE_PAIR]
+    return table(["group", "model", "score", "gap to tf-1m", f"{SLOPE} 10M→end"], rows)
 
 
 def probe40_section(models: tuple[str, ...] | None = None, full: bool = False) -> str:
     """``python -m lab probe40``: the gap to tf-1m by copy depth; ``full``: also each model's BPC at a fitted
     temperature and its share of steps past the bound's knee. ``models``: the Kuramoto runs shown (all by default)."""
-    if (probe := studies._read("probe40.json")) is None:
+    if (probe := select.study_file("probe40.json")) is None:
         return "_Not yet run: `python -m lab probe40`._"
     models = models or tuple(m for m in probe["runs"] if m != "tf-1m")
-    every = probe["by_copy_depth"]
     rows = [[str(r["depth"]), f"{r['bytes']:,}", fmt(r["tf"]), *(signed(r[f"{m}_gap"]) for m in models)]
-            for r in every]
-    copied = [r for r in every if r["depth"] > 0]
-
-    def share(key: str) -> str:  # of the bytes copying predicts (depths 1–8)
-        return f"{sum(r[key] for r in copied) / sum(r[key] for r in every):.0%}"
+            for r in probe["by_copy_depth"]]
 
     def fitted(m: str) -> str:
         t = probe["temperature"][m]
         return f"{t['temperature']:.3f}: {fmt(t['bpc_fitted'])} ({signed(t['bpc_fitted'] - t['bpc_at_1'], 4)})"
 
-    rows.append(["1–8: share of bytes / of the gap", share("bytes"), "",
-                 *(share(f"{m}_gap_bits") for m in models)])
+    share = [f"{select.copy_share(probe, k):.0%}" for k in ("bytes", *(f"{m}_gap_bits" for m in models))]
+    rows.append(["1–8: share of bytes / of the gap", share[0], "", *share[1:]])
     if full:
         rows.append(["fitted temperature: BPC (gain)", "", fitted("tf-1m"), *(fitted(m) for m in models)])
         for part, name in (("attn", "attention"), ("ff", "feed-forward")):
@@ -178,7 +173,7 @@ def size_section() -> str:
     """The pair at 1M and 5M (scale, main-5m, scale-variant), beside the paper's."""
     scale = load_results("scale")
     top = {p: best(r for r in scale if r["preset"] == p) for p in ("ka-5m", "tf-5m")}
-    one, five = {p: seed_runs("main", p) for p in ("ka-1m", "tf-1m")}, scaling.size_runs()
+    one, five = {p: seed_runs("main", p) for p in ("ka-1m", "tf-1m")}, select.size_runs()
     variant = best(load_results("scale-variant"))
     paper = {s: f"{a} / {b}, {g}" for s, (a, b, g) in scaling.PAPER_BY_SIZE.items()}
 
@@ -193,7 +188,7 @@ def size_section() -> str:
     if ka5 and tf5:
         rows += [row(f"5M tuned ({scaling.MAIN_GROUP}: {scaling.KA})", ka5, tf5),
                  ["5M tuned, medians", fmt(median(ka5)), fmt(median(tf5)), diff(median(ka5), median(tf5)), paper["5m"]]]
-        if eq := scaling.equal_flops_run():
+        if eq := select.equal_flops_run():
             rows.append(row(f"5M tuned at {scaling.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5))
     if variant and top["tf-5m"]:
         rows.append(row(f"5M, the best 1M variant ({variant['name']})", [variant["eval_bpc"]], bpcs([top["tf-5m"]])))
@@ -217,7 +212,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
              "size": size_section(),
              "geometries": geometries.summary_table(), "induction": studies.induction_table(),
              "dynamics": studies.dynamics_section(), **main_gaps()}
-    return re.sub(r"\n{3,}", "\n\n", Template(TEMPLATE.read_text()).substitute(slots))
+    return common.render(TEMPLATE, slots)
 
 
 def headline() -> str:
@@ -227,7 +222,7 @@ def headline() -> str:
         return "_No main runs yet: `python -m lab run lr`, then `python -m lab run main`._"
     tf, body = mean(bpcs(runs["tf-1m"])), []
     for p, _, what in (*HEADLINE, *((p, g, w) for p, g, w in MEASURED if runs[p])):
-        paper, rates = PAPER_1M.get(p, "—"), compute.bench_rates((p, "tf-1m"))
+        paper, rates = PAPER_1M.get(p, "—"), select.bench_rates((p, "tf-1m"))
         paper_gap = "—" if p != "ka-1m" else f"{float(paper.split()[0]) - float(PAPER_1M['tf-1m'].split()[0]):+.3f}"
         ratios = ["1×", "1×"] if p == "tf-1m" else [
             f"{groups.flops_per_token(p) / groups.flops_per_token('tf-1m'):.2f}×",

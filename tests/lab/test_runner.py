@@ -12,7 +12,7 @@ from benchmarks import bench
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
-from lab import groups, protocol, records, retired
+from lab import groups, protocol, records, retired, select
 from lab import runner as experiment
 from lab.writers import common, scaling
 from lab.writers import results_md as results
@@ -26,11 +26,11 @@ def fake_result(group: str, name: str, preset: str, bpc: float, lr: float = 2e-3
             "corpus": "enwik7", "eval_split": "test", "eval_bpc": bpc, "valid_curve": [[0, 8.0], [10_000_000, bpc]]}
 
 
-def cells(text: str, first: str) -> list[str]:
-    """The cells of the table row of ``text`` whose first cell is ``first`` (AssertionError: no such row)."""
+def cells(text: str, *first: str) -> list[str]:
+    """The cells of the table row of ``text`` whose first cells are ``first`` (AssertionError: no such row)."""
     for line in text.splitlines():
         parts = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and parts[0] == first:
+        if line.startswith("|") and parts[:len(first)] == list(first):
             return parts
     raise AssertionError(f"no row {first!r}")
 
@@ -137,35 +137,6 @@ def test_lr_section_marks_the_best_rate_and_the_curve_gives_the_gap_at_the_sweep
     assert "| 3M | ka-1m | lr/ka-1m-lr-0.004 | test | 2.6000 | +0.1000 |" in compute.budget_section()
 
 
-def test_dynamics_verdicts_follow_the_numbers(in_tmp, monkeypatch):
-    from lab.studies import dynamics
-
-    (in_tmp / "results").mkdir(exist_ok=True)
-    agree = {"run": "a", "group": "main", "local_order": [0.95, 0.93], "global_order": [0.3, 0.6, 0.4],
-             "self_weight": [0.5, 0.2], "median_abs_omega": [0.5, 0.1], "timescale_tokens": [12.6, 62.8],
-             "local_near_one": True, "global_falls": True, "omega_decreasing": True,
-             "omega_depth_spearman": dynamics._spearman([0.5, 0.1]),
-             "knockout_attn_bpc": [0.01, 0.5], "knockout_ff_bpc": [0.2, None],
-             "peak_offset": [[0, 1], [2, 0]], "offset_profile": [[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]],
-                                                                 [[0.2, 0.3, 0.5], [0.9, 0.1, 0.0]]]}
-    disagree = {**agree, "run": "b", "local_near_one": False, "omega_decreasing": False}
-    variant = {**agree, "run": "confirm/c", "group": "confirm", "global_falls": False}  # listed, not judged
-    text = dynamics.write([agree, disagree, variant]).read_text()
-    assert "| confirm/c |" in text and "Verdicts on the main runs only" in text
-    assert "`python -m lab dynamics main confirm`" in text
-    assert "| a | 0 1 \\| 2 0 | 0.30 0.45 0.25 \\| 0.55 0.20 0.25 | 1 of 4 |" in text
-    assert "| a | +0.010 → +0.500 | +0.200 → — | — | — |" in text
-    assert "every layer in 1 of 2 runs" in text and "first in 2 of 2 runs" in text
-    assert "decreases with depth in 1 of 2 runs" in text
-    assert dynamics._spearman([0.5, 0.1]) == pytest.approx(-1.0)
-    assert dynamics._spearman([0.1, 0.2, 0.3]) == pytest.approx(1.0)
-    # named groups replace their own rows of the recorded file and keep the others, new groups last
-    fresh = {**variant, "run": "confirm/d"}
-    added = {**agree, "run": "budget40/e", "group": "budget40"}
-    rows = dynamics.merged([added, fresh])
-    assert [r["run"] for r in rows] == ["a", "b", "confirm/d", "budget40/e"]
-
-
 def test_frozen_groups_keep_their_feed_forward(in_tmp):
     """Groups run while the feed-forward read raw θ, then ψ(θ) itself stay reproducible after the default moved on
     (to P ψ(θ)); the groups on wrap(θ) are retired, and the sweep of theirs that main-raw reads is read from its
@@ -264,18 +235,18 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
     write_results(in_tmp, [{**fake_result("main-tuned", spec.name, "ka-1m-tuned", 1.65, lr=8e-3), "model": model,
                             "train": train}])
     text = results.comparison_section("main-tuned", "BPC")
-    assert cells(text, "ka-1m-tuned (main-tuned)")[1] == "0" and cells(text, "tf-1m (main)")[1] == "0, 1"
-    assert cells(text, "ka-1m-tuned (main-tuned)")[5] == f"{1.65 - 1.61:+.4f}"  # against main's transformer
+    assert cells(text, "ka-1m-tuned", "main-tuned")[3] == "0" and cells(text, "tf-1m", "main")[3] == "0, 1"
+    assert cells(text, "ka-1m-tuned", "main-tuned")[7] == f"{1.65 - 1.61:+.4f}"  # against main's transformer
     assert "played no part" not in text  # no fresh seed yet
     write_results(in_tmp, [fake_result("main-tuned", f"ka-1m-tuned-seed{s}", "ka-1m-tuned", b, lr=8e-3, seed=s)
                            for s, b in zip(groups.TUNED_FRESH_SEEDS[:2], (1.66, 1.68), strict=True)])
     text = results.comparison_section("main-tuned", "BPC")
-    assert cells(text, "its seeds that played no part in choosing it")[1:6] == [
-        "3, 4, 5", "1.6600, 1.6800", f"1.6700 ± {statistics.stdev([1.66, 1.68]):.4f}", "1.6700", "+0.0600"]
+    assert cells(text, "its seeds that played no part in choosing it")[3:8] == [
+        "3, 4", "1.6600, 1.6800", f"1.6700 ± {statistics.stdev([1.66, 1.68]):.4f}", "1.6700", "+0.0600"]
     write_results(in_tmp, [fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.5, lr=8e-3),
                            fake_result("pycode-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 1.6)])
     code = results.comparison_section("pycode-tuned", "BPB")  # against pycode's transformer
-    assert cells(code, "ka-1m-tuned (pycode-tuned)")[5] == "+0.1000"
+    assert cells(code, "ka-1m-tuned", "pycode-tuned")[7] == "+0.1000"
     intro = results.tuned_table()
     assert "dim=160" in intro and "clock=8" in intro and "self_coupling=False" in intro
     second = second_stage_section("lr10m-tuned", "lr-tuned", "ka-1m-tuned")  # no 3M sweep: "—", not invented
@@ -612,23 +583,24 @@ def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
     rows = [fake_result("main", f"{p}-seed{i}", p, b + i / 100, seed=i)
             for i in (0, 1) for p, b in (("ka-1m", 2.30), ("tf-1m", 2.10))]
     write_results(in_tmp, rows)
-    assert "| confirm: " not in results.comparison_section("main", "BPC")
+    assert "| confirm |" not in results.comparison_section("main", "BPC")
     lag = groups.VARIANTS[groups.BEST_VARIANT]
     write_results(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}" + (f"-seed{i}" if i else ""), "ka-1m",
                                        2.20 + i / 50, seed=i, **lag) for i in (0, 1)])
-    assert "| confirm: " not in results.comparison_section("main", "BPC")  # two seeds are not enough
+    assert "| confirm |" not in results.comparison_section("main", "BPC")  # two seeds are not enough
     write_results(in_tmp, [fake_result("confirm", f"ka-{groups.BEST_VARIANT}-seed2", "ka-1m", 2.21, seed=2, **lag)])
     text = results.comparison_section("main", "BPC")
-    assert cells(text, "ka-1m (main)")[5] == "+0.2000"
-    best = f"confirm: {groups.BEST_VARIANT} (phase_lag=True, self_coupling=False)"
-    assert cells(text, best)[1] == "3" and cells(text, best)[3:6] == ["2.2100 ± 0.0100", "2.2100", "+0.1050"]
+    assert cells(text, "ka-1m", "main")[7] == "+0.2000"
+    best = f"{groups.BEST_VARIANT} (phase_lag=True, self_coupling=False)"
+    assert cells(text, best)[1:3] == ["confirm", "3"] and cells(text, best)[5:8] == ["2.2100 ± 0.0100", "2.2100",
+                                                                                   "+0.1050"]
     # another candidate with a lower three-seed mean is named first, the base variant after it
     name = "phase-lag-no-self-coupling-lag"  # a retired candidate: its change is read from its recorded overrides
     write_results(in_tmp, [fake_result("confirm", f"ka-{name}" + (f"-seed{i}" if i else ""), "ka-1m", 2.15, seed=i,
                                        phase_lag=True, self_coupling=False, coupling_lag=True) for i in (0, 1, 2)])
     text = results.comparison_section("main", "BPC")
-    other = f"confirm: {name} (phase_lag=True, self_coupling=False, coupling_lag=True)"
-    assert cells(text, other)[3:6] == ["2.1500 ± 0.0000", "2.1500", "+0.0450"]
+    other = f"{name} (phase_lag=True, self_coupling=False, coupling_lag=True)"
+    assert cells(text, other)[5:8] == ["2.1500 ± 0.0000", "2.1500", "+0.0450"]
     assert text.index(other) < text.index(best)
 
 
@@ -650,19 +622,21 @@ def test_main_reads_an_identical_candidate_run_as_its_own(in_tmp):
     assert main["ka-1m-seed0"]["twin"] == "confirm/ka-ff-proj-shared" and main["ka-1m-seed0"]["eval_bpc"] == 2.25
     assert records.run_dir_of(main["ka-1m-seed0"]) == in_tmp / "runs" / "confirm" / "ka-ff-proj-shared"
     assert "ka-1m-seed1" not in main  # not run anywhere
-    assert cells(results.comparison_section("main", "BPC"), "ka-1m (main)")[1:3] == ["0", "2.2500"]
+    assert cells(results.comparison_section("main", "BPC"), "ka-1m", "main")[3:5] == ["0", "2.2500"]
 
 
 def test_superseded_section_reads_its_transformer_from_the_matching_group(in_tmp):
-    assert cells(results.superseded_section(), "main-unprojected")[3] == "not run"
+    assert cells(results.superseded_section(), "ka-1m on ψ(θ) itself", "main-unprojected")[4] == "not run"
     write_results(in_tmp, [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i / 100, seed=i,
                                        **groups.UNPROJECTED) for i in (0, 1)]
                   + [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15),
                      fake_result("pycode", "tf-1m-seed0", "tf-1m", 1.60),
                      fake_result("pycode-unprojected", "ka-1m-seed0", "ka-1m", 1.87, **groups.UNPROJECTED)])
     text = results.superseded_section()
-    assert cells(text, "main-unprojected")[3:] == ["2.3000, 2.3100", "2.3050 ± 0.0071", "2.3050", "+0.1550"]
-    assert cells(text, "pycode-unprojected")[3:] == ["1.8700", "1.8700 (one seed)", "1.8700", "+0.2700"]
+    assert cells(text, "ka-1m on ψ(θ) itself", "main-unprojected")[4:8] == [
+        "2.3000, 2.3100", "2.3050 ± 0.0071", "2.3050", "+0.1550"]  # against main's transformer
+    assert cells(text, "ka-1m on ψ(θ) itself", "pycode-unprojected")[4:8] == [
+        "1.8700", "1.8700 (one seed)", "1.8700", "+0.2700"]  # against pycode's
 
 
 def _sweep(tmp, groups_=("lr",)):
@@ -830,7 +804,7 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     text = compute.budget_section()
     assert "| 100M | tf-1m | budget100/tf-1m-100m | test | 1.7000 | — |" in text and "budget100`" not in text
     per = groups.flops_per_token("ka-1m-tuned")
-    assert compute.flops_per_token(b40[1]) == per and compute.fmt_flops(per * 40_001_536) in text
+    assert select.flops_per_token(b40[1]) == per and common.fmt_flops(per * 40_001_536) in text
     text = compute.flops_section()
     assert "| tf-1m at 10M | 2.1000 | ka-1m-tuned |" in text and "| +0.1000 |" in text  # 2.2 − 2.1
     assert "| 0.0200 |" not in text and "+0.0200" in text  # the gap at equal tokens beside it
@@ -839,13 +813,13 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     text = summary.budget_section(plots, lambda p: p.name)
     assert cells(text, "40M")[2] == "1.9500 (+0.050)" and "![budget](budget.png)" in text
     # each preset's model FLOPs per token, its gap at 10M at equal tokens and at tf-1m's 10M-token FLOPs
-    assert cells(text, "ka-1m-tuned")[1:4] == [compute.fmt_per_token(per), "+0.0200", "+0.1000"]
+    assert cells(text, "ka-1m-tuned")[1:4] == [common.fmt_per_token(per), "+0.0200", "+0.1000"]
 
 
 def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tmp):
     from lab.writers import compute
 
-    assert compute.bench_rates(("ka-1m", "tf-1m")) is None and compute.bench_table() == ""
+    assert select.bench_rates(("ka-1m", "tf-1m")) is None and compute.bench_table() == ""
     row = {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-1m", "median": 20_000.0},
            "tf": {"preset": "tf-1m", "median": 25_000.0}}
     other = {**row, "precision": "fp32", "ka": {"preset": "ka-1m", "median": 1.0}}  # another mode: not read
@@ -853,36 +827,24 @@ def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tm
     (in_tmp / "results").mkdir(exist_ok=True)
     (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [failed, other, row],
                                                                "machine": {"load_average_at_start": 0.25}}))
-    assert compute.bench_rates(("ka-1m", "tf-1m")) == {"ka-1m": 20_000.0, "tf-1m": 25_000.0}
-    assert compute.bench_rates(("ka-1m-tuned", "tf-1m")) is None
+    assert select.bench_rates(("ka-1m", "tf-1m")) == {"ka-1m": 20_000.0, "tf-1m": 25_000.0}
+    assert select.bench_rates(("ka-1m-tuned", "tf-1m")) is None
     text = compute.bench_table()
     assert cells(text, "ka-1m / tf-1m, bench (compile bf16)")[1] == "20,000 / 25,000"
     assert cells(text, "bench load average at its start")[1] == "0.25"
 
 
-def test_the_flop_count_is_the_benchs():
-    from kuramoto_attention.diagnostics.flops import model_flops
+def test_memorisation_cells_give_the_gap_with_its_passes_and_the_rise_with_where_it_began():
     from lab.writers import compute
 
-    for p in ("ka-1m", "tf-1m", "ka-1m-tuned"):
-        expected = model_flops(build_model(*get_preset(p)), 256)["flops_per_token"]
-        assert groups.flops_per_token(p) == expected
-        assert compute.flops_per_token({"preset": p, "model_overrides": {}, "train": {"context": 256}}) == expected
-    # a record of a model the library no longer builds (a retired field): no count, not a crash
-    assert compute.flops_per_token({"preset": "ka-1m", "model_overrides": {"ff_wrap": True, "ff": "angles"},
-                                    "train": {}}) is None
-
-
-def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc():
-    from lab.writers import compute
-
-    passes = compute.TRAIN_BYTES
+    passes = select.TRAIN_BYTES
     pts = [{"tokens": t, "train_bpc": tr, "valid_bpc": v}
            for t, tr, v in ((passes // 2, 2.4, 2.5), (passes, 2.2, 2.3), (2 * passes, 1.9, 2.2),
                             (3 * passes, 1.8, 2.25))]
-    assert compute.overfit({"curve": pts}) == ["+0.100 (1.0)", "+0.450 (3.0)", f"+0.050 ({2 * passes / 1e6:.1f}M)"]
-    assert compute.overfit({"curve": pts[:1]}) == ["—", "+0.100 (0.5)", "—"]  # valid still falling
-    assert compute.overfit({}) == ["—"] * 3
+    rose = f"+0.050 ({2 * passes / 1e6:.1f}M)"
+    assert compute.overfit_cells({"curve": pts}) == ["+0.100 (1.0)", "+0.450 (3.0)", rose]
+    assert compute.overfit_cells({"curve": pts[:1]}) == ["—", "+0.100 (0.5)", "—"]  # valid still falling
+    assert compute.overfit_cells({}) == ["—"] * 3
 
 
 def test_clipping_counts_the_clipped_steps_after_the_warmup_and_where_their_gradient_was():

@@ -1,13 +1,15 @@
 """The loss-gap breakdown (`python -m lab gap`) on hand-made per-byte losses."""
 
+import json
 import math
 
 import pytest
 import torch
+from rendered import cells
 
 from kuramoto_attention import KuramotoConfig, KuramotoLM
-from lab import protocol
 from lab.studies import gap
+from lab.writers import studies
 
 
 def test_by_position_bins_and_means():
@@ -38,21 +40,27 @@ def test_bits_per_byte_is_the_cross_entropy_in_bits():
     assert bits.mean().item() == pytest.approx(nats.item() / math.log(2), rel=1e-5)
 
 
-def test_write(tmp_path, monkeypatch):
-    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
+def test_write_saves_the_measurements_and_the_report_renders_them(in_tmp):
+    (in_tmp / "results").mkdir()
     bits = {"ka": torch.full((2, 6), 2.5), "tf": torch.full((2, 6), 2.0)}
-    res = {"group": "main", "seeds": [0, 1], "windows_per_seed": 1, "context": 6, "ka": 2.5, "tf": 2.0,
-           "variant_name": None, "by_position": gap.by_position(bits), "by_difficulty": gap.by_difficulty(bits)}
-    text = gap.write(res).read_text()
-    assert "`python -m lab gap main`" in text and "gap +0.500" in text and "variant" not in text
-    assert "| 0 | 2.500 | 2.000 | +0.500 |" in text and "| 4–5 | 2.500 | 2.000 | +0.500 |" in text
-    assert (tmp_path / "gap.json").exists()
+    res = {"group": "main", "seeds": [0, 1], "windows_per_seed": 1, "context": 6, "ka_ff_proj": "shared", "ka": 2.5,
+           "tf": 2.0, "variant_name": None, "by_position": gap.by_position(bits),
+           "by_difficulty": gap.by_difficulty(bits)}
+    path = gap.write(res)
+    assert path.name == "gap.json" and path.read_text() == json.dumps(res, indent=1) + "\n"
+    text = studies.gap_tables()["gap_main"]
+    assert cells(text, "all, pooled")[1:] == ["2.500", "2.000", "+0.500"]  # ka, tf, the gap: no variant column
+    assert cells(text, "0")[1:] == ["2.500", "2.000", "+0.500"] and cells(text, "4–5")[1:] == cells(text, "0")[1:]
+    assert cells(text, "easiest quarter")[1:] == ["12", "2.500", "2.000", "+0.500"]  # one loss: every byte in it
+    slots = studies.notebook_slots()
+    assert (slots["gap_seeds"], slots["gap_windows"], slots["gap_context"], slots["gap_variant"]) == ("0, 1", 1, 6, "—")
     bits["variant"] = torch.full((2, 6), 2.25)  # with the best variant: a column and a gap of its own
     res.update(variant_name="x", variant=2.25, by_position=gap.by_position(bits), by_difficulty=gap.by_difficulty(bits))
-    text = gap.write(res).read_text()
-    assert "variant gap +0.250" in text and "ka-1m with x (group confirm" in text
-    assert "| position t in the window | ka | variant | tf | gap | variant gap |" in text
-    assert "| 0 | 2.500 | 2.250 | 2.000 | +0.500 | +0.250 |" in text
+    gap.write(res)
+    text = studies.gap_tables()["gap_main"]
+    assert cells(text, "all, pooled")[1:] == ["2.500", "2.250", "2.000", "+0.500", "+0.250"]
+    assert cells(text, "0")[1:] == ["2.500", "2.250", "2.000", "+0.500", "+0.250"]
+    assert studies.notebook_slots()["gap_variant"] == "x"
 
 
 def test_recall_classes_mark_what_copying_predicts():
@@ -68,8 +76,8 @@ def test_recall_classes_mark_what_copying_predicts():
     assert sum(r["bytes"] for r in rows) == len(text) - 1
 
 
-def test_write_budget_pair(tmp_path, monkeypatch):
-    monkeypatch.setattr(protocol, "RESULTS", tmp_path)
+def test_write_budget_pair(in_tmp):
+    (in_tmp / "results").mkdir()
     bits = {"tuned": torch.full((1, 6), 2.25), "tf": torch.full((1, 6), 2.0)}
     classes = torch.zeros(1, 6, dtype=torch.long)
     res = {"group": "budget40", "runs": {"tuned": "ka-1m-tuned-40m", "tf": "tf-1m-40m"}, "windows": 1, "context": 6,
@@ -77,11 +85,12 @@ def test_write_budget_pair(tmp_path, monkeypatch):
            "by_position": gap.by_position(bits), "by_difficulty": gap.by_difficulty(bits),
            "by_recall": gap.by_recall(bits, classes)}
     path = gap.write(res)
-    text = path.read_text()
-    assert path.name == "gap-budget40.md" and (tmp_path / "gap-budget40.json").exists()
-    assert "after 40M tokens" in text and "`python -m lab gap budget40`" in text
-    assert "| position t in the window | ka-1m-tuned | tf-1m | ka-1m-tuned gap |" in text
-    assert "| context new to the window | 6 | 2.250 | 2.000 | +0.250 |" in text
+    assert path.name == "gap-budget40.json" and path.read_text() == json.dumps(res, indent=1) + "\n"
+    text = studies.gap_tables()["gap_budget"]
+    assert cells(text, "all, pooled")[1:] == ["2.250", "2.000", "+0.250"]  # ka-1m-tuned, tf-1m, its gap
+    assert cells(text, "context new to the window")[1:] == ["6", "2.250", "2.000", "+0.250"]
+    slots = studies.notebook_slots()
+    assert (slots["gap_budget_tokens"], slots["gap_budget_windows"], slots["gap_budget_context"]) == ("40", 1, 6)
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -4,6 +4,7 @@ import json
 from dataclasses import replace
 
 import torch
+from rendered import cells
 
 from lab.studies import induction
 
@@ -32,30 +33,39 @@ def test_copy_accuracy_scores_only_the_predictions_a_source_determines():
     assert induction.copy_accuracy(Oracle(), x, TINY) == 1.0
 
 
-def test_study_writes_its_table(in_tmp):
+def test_study_writes_its_measurements_and_the_report_renders_them(in_tmp):
     from lab import protocol
+    from lab.writers.studies import induction_table, notebook_slots
 
     protocol.RESULTS.mkdir(parents=True)
     res = induction.measure(TINY, ("tf", "ka-cross-both"))
     path = induction.write(res)
     saved = json.loads((protocol.RESULTS / "induction.json").read_text())
+    assert path.name == "induction.json" and saved == json.loads(json.dumps(res))
     assert [r["model"] for r in saved["runs"]] == ["tf", "ka-cross-both"]
     assert all(0 <= p["accuracy"] <= 1 for r in saved["runs"] for p in r["curve"])
     assert [p["step"] for p in saved["runs"][0]["curve"]] == [0, 2, 4]
-    text = path.read_text()
-    assert "| ka-cross-both |" in text and "| step 2 | step 4 |" in text
+    run = saved["runs"][1]  # one seed: its own curve, after the first evaluation
+    first = next((f"{p['step']:,}" for p in run["curve"] if p["accuracy"] >= 0.5), "—")
+    assert cells(induction_table(full=True), "ka-cross-both")[1:] == [
+        f"{run['params']:,}", *(f"{p['accuracy']:.3f}" for p in run["curve"][1:]), first]
+    slots = notebook_slots()
+    assert [slots[f"induction_{k}"] for k in ("segment", "alphabet", "copied", "chance", "seeds", "lr")] == [
+        8, 8, 4, "0.125", "0", "0.003"]
 
 
 def test_results_line_reads_the_study(in_tmp):
     from lab import protocol
     from lab.writers.studies import induction_table
 
-    assert "not measured yet, `python -m lab induction`" in induction_table()
+    assert "Not measured yet: `python -m lab induction`" in induction_table()
     protocol.RESULTS.mkdir(parents=True)
     induction.write(induction.measure(TINY, ("tf", "ka")))
+    saved = json.loads((protocol.RESULTS / "induction.json").read_text())
     text = induction_table()
     assert "| copy task model (1 seeds, chance 0.125) | accuracy after 4 steps | first step at 0.5 |" in text
-    assert "\n| tf | 0." in text and "\n| ka | 0." in text
+    for run in saved["runs"]:  # one seed: the mean is its own last accuracy
+        assert cells(text, run["model"])[1] == f"{run['curve'][-1]['accuracy']:.3f}"
 
 
 def test_an_unknown_model_is_refused():

@@ -1,7 +1,10 @@
 """Linear probes of earlier bytes (`python -m lab probe`) on tiny models and hand-made features."""
 
+import json
+
 import pytest
 import torch
+from rendered import cells, rows
 
 from kuramoto_attention import KuramotoConfig, KuramotoLM
 from kuramoto_attention.errors import ConfigError
@@ -10,6 +13,7 @@ from kuramoto_attention.ops.torus import lift
 from lab import protocol
 from lab.cli import main as lab_main
 from lab.studies import probe
+from lab.writers import studies
 
 
 def test_ridge_probe_reads_a_linearly_coded_byte_and_not_noise():
@@ -56,16 +60,21 @@ def test_write_and_missing_runs(tmp_path, monkeypatch):
         probe.measure(None)
     monkeypatch.setattr(protocol, "RESULTS", tmp_path)
     res = {"windows": 4, "context": 16, "offsets": [0, 1], "ridge": 1e-3,
-           "runs": [{"group": "main", "name": "ka-1m-seed0", "family": "kuramoto", "depth": 1,
+           "runs": [{"group": "main", "name": "ka-1m-seed0", "family": "kuramoto", "depth": 1, "ff_proj": "shared",
                      "accuracy": [[1.0, 0.9], [0.01, 0.4]]},
                     {"group": "main", "name": "tf-1m-seed0", "family": "transformer", "depth": 2,
                      "accuracy": [[1.0, 0.95, 0.9], [0.01, 0.6, 0.7]]}]}
-    text = probe.write(res).read_text()
-    assert "| main/ka-1m-seed0 | j = 1 | 0.010 | 0.400 | — |" in text
-    assert "| main/tf-1m-seed0 | current (j = 0) | 1.000 | 0.950 | 0.900 |" in text
-    assert "- byte j = 1 back: ka-1m-seed0 0.400 at its last state (0.400 after block 1); tf-1m-seed0 0.700 at its " \
-           "last state (0.700 after block 2)." in text
-    assert (tmp_path / "probe.json").exists()
+    path = probe.write(res)
+    assert path.name == "probe.json" and json.loads(path.read_text()) == res
+    text = studies.probe_tables()
+    assert rows(text, "main/ka-1m-seed0")[:2] == [["main/ka-1m-seed0", "current (j = 0)", "1.000", "0.900", "—"],
+                                                  ["main/ka-1m-seed0", "j = 1", "0.010", "0.400", "—"]]
+    assert cells(text, "main/tf-1m-seed0")[2:] == ["1.000", "0.950", "0.900"]
+    # per earlier byte: the accuracy at the last state, and the best state's (here the last, after its block)
+    assert rows(text, "main/ka-1m-seed0")[2][1:] == ["0.400 (0.400 after block 1)"]
+    assert rows(text, "main/tf-1m-seed0")[2][1:] == ["0.700 (0.700 after block 2)"]
+    slots = studies.notebook_slots()
+    assert [slots[f"probe_{k}"] for k in ("windows", "context", "ridge", "first")] == [4, 16, 1e-3, 1]
 
 
 def test_cli_probe_takes_no_group(capsys):

@@ -11,17 +11,17 @@ import pytest
 import torch
 from conftest import write_results
 
-from lab import groups, protocol
+from lab import groups, protocol, select
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
 from lab.studies import gap
 from lab.writers import common, compute, geometries, leads, results_md, scaling, studies, summary
 
 
-def cells(text: str, first: str) -> list[str]:
-    """The cells of the table row of ``text`` whose first cell is ``first`` (AssertionError: no such row)."""
+def cells(text: str, *first: str) -> list[str]:
+    """The cells of the table row of ``text`` whose first cells are ``first`` (AssertionError: no such row)."""
     for line in text.splitlines():
         parts = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and parts[0] == first:
+        if line.startswith("|") and parts[:len(first)] == list(first):
             return parts
     raise AssertionError(f"no row {first!r}")
 
@@ -53,19 +53,13 @@ def test_not_run_names_the_command_and_what_must_run_first(in_tmp):
     assert common.not_run("main-su2").endswith("(after `lr10m-su2`)")  # the sweep is done: no longer named
 
 
-def test_throughput_reads_the_recorded_rate_else_the_curve():
-    assert common.throughput(run("main", "x", "tf-1m", 2.0, rate=30_000.0)) == 30_000.0
-    assert common.throughput(run("main", "x", "tf-1m", 2.0, rate=None)) == 10_000_000 / 500.0
-    assert common.throughput({**run("main", "x", "tf-1m", 2.0, rate=float("nan")), "curve": []}) is None
-
-
 def test_su2_section_without_results_says_what_to_run(in_tmp):
-    text = geometries.section(geometries.SU2)
+    text = geometries.section(select.SU2)
     assert "Not run yet: `python -m lab run lr-su2" in text and "Not run yet: `python -m lab run main-su2" in text
     assert "Not run yet: `python -m lab run lr10m-su2" in text and "not plannable yet" in text
     # the costs per token are known before any run: shown in the not-run rows
-    assert cells(text, "ka-su2-1m")[1:] == ["main-su2", "—", "0", "not run", "—", "—", "—",
-                                            compute.fmt_per_token(groups.flops_per_token("ka-su2-1m")), "—"]
+    assert cells(text, "ka-su2-1m")[1:] == ["main-su2", "0", "—", "not run", "—", "—", "—", "—", "—", "—",
+                                            common.fmt_per_token(groups.flops_per_token("ka-su2-1m")), "—", "—"]
     assert "| vs tf-1m |" not in text  # no differences without numbers
     row = cells(geometries.summary_table(), "SU(2) (issue 25)")
     assert row[3].startswith("not run yet: `python -m lab run main-su2")
@@ -80,15 +74,16 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
     write_results(in_tmp, [*seeds("main-su2", "ka-su2-1m", mine, rate=15_000.0), *seeds("main", "ka-1m", ka),
                            *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
                            *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
-    text = geometries.section(geometries.SU2)
+    text = geometries.section(select.SU2)
     assert "| ka-su2-1m | lr-su2 | (preset) | 0.004 | 3.0M | 2.5000 | ✓ |" in text
     assert cells(text, "0.004") == ["0.004", "2.5000", "2.3000", "✓"] and cells(text, "0.008")[3] == ""
     gap = statistics.mean(mine) - statistics.mean(tf)
-    per_token = compute.fmt_per_token(groups.flops_per_token("ka-su2-1m"))
+    per_token = common.fmt_per_token(groups.flops_per_token("ka-su2-1m"))
     rows = [line for line in text.splitlines() if line.startswith("| ka-su2-1m | main-su2 |")]
-    assert rows[0] == (f"| ka-su2-1m | main-su2 | 1,000,000 | 3 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
-                       f"{statistics.stdev(mine):.4f} | 2.2100 | {gap:+.4f} | {per_token} | 15,000 |")
-    assert cells(text, "tf-1m")[2:4] == ["1,000,000", "3"] and cells(text, "tf-1m")[-1] == "24,000"
+    assert rows[0] == (f"| ka-su2-1m | main-su2 | 3 | 0, 1, 2 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
+                       f"{statistics.stdev(mine):.4f} | 2.2100 | {gap:+.4f} | 1,000,000 | 0.004 | 10.0M | "
+                       f"{per_token} | {common.fmt_flops(groups.flops_per_token('ka-su2-1m') * 10_000_000)} | 15,000 |")
+    assert cells(text, "tf-1m")[2:4] == ["3", "0, 1, 2"] and cells(text, "tf-1m")[-1] == "24,000"
     d_ka, d_tuned = statistics.mean(mine) - statistics.mean(ka), statistics.mean(mine) - statistics.mean(tuned)
     med = statistics.median(mine)
     flops = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("tf-1m")
@@ -109,7 +104,7 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
             "attn_saturation": [0.5, 1.0]}
            for g, n in (("main-su2", "ka-su2-1m-seed0"), ("budget40", "ka-1m-tuned-40m"))]
     (in_tmp / "results" / "dynamics.json").write_text(json.dumps(dyn))
-    assert "| main-su2/ka-su2-1m-seed0 |" in geometries.sync_table(geometries.SU2)
+    assert "| main-su2/ka-su2-1m-seed0 |" in geometries.sync_table(select.SU2)
 
 
 def test_su2_line_says_how_many_of_its_seeds_are_in(in_tmp):
@@ -122,14 +117,14 @@ def test_su2_line_says_how_many_of_its_seeds_are_in(in_tmp):
 
 
 def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
-    before = geometries.section(geometries.SU2)
+    before = geometries.section(select.SU2)
     assert "Not run yet: `python -m lab run screen-su2" in before and "(after `lr-su2`)" in before
     write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
                            for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
     write_results(in_tmp, [run("screen-su2", f"ka-su2-1m-{k}", "ka-su2-1m", b, tokens=3_000_000, split="valid",
                                train=groups.SU2_VARIANTS[k].train, **groups.SU2_VARIANTS[k].model)
                            for k, b in (("tuned", 2.42), ("omega-lr-1", 2.53))])
-    text = geometries.section(geometries.SU2)
+    text = geometries.section(select.SU2)
     # best first, each with its change and its difference from the plain preset's 2.5 at the same rate
     tuned = text.index("| tuned | self_coupling=False, clock=8")
     assert tuned < text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 0.004 | 2.5300 | +0.0300 |")
@@ -141,28 +136,28 @@ def test_a_second_stage_with_one_of_its_two_rates_names_no_winner(in_tmp):
     write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
                            for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
     write_results(in_tmp, [run("lr10m-su2", "ka-su2-1m-lr-0.004", "ka-su2-1m", 2.3, lr=4e-3, split="valid")])
-    text = geometries.section(geometries.SU2)
+    text = geometries.section(select.SU2)
     assert "1 of its 2 rates so far: `python -m lab run lr10m-su2" in text
     assert cells(text, "0.004") == ["0.004", "2.5000", "2.3000", ""]  # no rate chosen yet
 
 
 def test_the_studies_name_their_label_and_issue_from_the_title():
-    assert [(s.label, s.issue) for s in geometries.STUDIES] == [("SU(2)", "issue 25"),
+    assert [(s.label, s.issue) for s in select.STUDIES] == [("SU(2)", "issue 25"),
                                                                 ("SU(2) with the tuned recipe", "issue 25"),
                                                                 ("The sphere S³ ⊂ R⁴", "issue 25's stretch")]
-    assert geometries.SPHERE.compared[:2] == (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2"))
+    assert select.SPHERE.compared[:2] == (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2"))
 
 
 def test_sphere_section_without_results_says_what_to_run(in_tmp):
-    text = geometries.section(geometries.SPHERE)
+    text = geometries.section(select.SPHERE)
     assert "Not run yet: `python -m lab run lr-sphere" in text
     assert "Not run yet: `python -m lab run main-sphere" in text and "(after `lr-sphere`, `lr10m-sphere`)" in text
     assert "Not run yet: `python -m lab run lr10m-sphere" in text and "not plannable yet" in text
     assert "group=sphere" in cells(text, "`ka-sphere-1m`")[1]
     assert "### ka-sphere-1m against ka-su2-1m, ka-1m, ka-1m-tuned, tf-1m" in text
     for p, g in (("ka-sphere-1m", "main-sphere"), ("ka-su2-1m", "main-su2")):  # both non-torus rows, not run
-        assert cells(text, p)[1:] == [g, "—", "0", "not run", "—", "—", "—",
-                                      compute.fmt_per_token(groups.flops_per_token(p)), "—"]
+        assert cells(text, p)[1:] == [g, "0", "—", "not run", "—", "—", "—", "—", "—", "—",
+                                      common.fmt_per_token(groups.flops_per_token(p)), "—", "—"]
     assert "| vs tf-1m |" not in text
     row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
     assert row[3].startswith("not run yet: `python -m lab run main-sphere")
@@ -180,16 +175,18 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
                            *seeds("main-su2", "ka-su2-1m", su, rate=15_000.0), *seeds("main", "ka-1m", ka),
                            *seeds("main-tuned", "ka-1m-tuned", tuned, rate=16_000.0),
                            *seeds("main", "tf-1m", tf, rate=24_000.0, lr=8e-3)])
-    text = geometries.section(geometries.SPHERE)
+    text = geometries.section(select.SPHERE)
     assert f"| ka-sphere-1m | lr-sphere | (preset) | {best:g} | 3.0M | 2.4500 | ✓ |" in text
     assert cells(text, f"{best:g}")[3] == "✓"
     gap = statistics.mean(mine) - statistics.mean(tf)
-    assert (f"| ka-sphere-1m | main-sphere | 1,000,000 | 3 | 2.1800, 2.1900, 2.2300 | "
-            f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f} | 2.1900 | {gap:+.4f} | "
-            f"{compute.fmt_per_token(groups.flops_per_token('ka-sphere-1m'))} | 17,000 |") in text
+    per_token = groups.flops_per_token("ka-sphere-1m")
+    assert cells(text, "ka-sphere-1m", "main-sphere")[1:] == [
+        "main-sphere", "3", "0, 1, 2", "2.1800, 2.1900, 2.2300",
+        f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", "2.1900", f"{gap:+.4f}", "1,000,000",
+        f"{best:g}", "10.0M", common.fmt_per_token(per_token), common.fmt_flops(per_token * 10_000_000), "17,000"]
     gap_su = statistics.mean(su) - statistics.mean(tf)
-    assert (f"| ka-su2-1m | main-su2 | 1,000,000 | 3 | 2.2000, 2.2200, 2.2100 | 2.2100 ± "
-            f"{statistics.stdev(su):.4f} | 2.2100 | {gap_su:+.4f} | ") in text  # SU(2) beside it, its own row
+    assert cells(text, "ka-su2-1m", "main-su2")[1:8] == ["main-su2", "3", "0, 1, 2", "2.2000, 2.2200, 2.2100",
+                                          f"2.2100 ± {statistics.stdev(su):.4f}", "2.2100", f"{gap_su:+.4f}"]
     assert text.index("| ka-sphere-1m | main-sphere |") < text.index("| ka-su2-1m | main-su2 |") < \
         text.index("| ka-1m | main |")
     d_su, d_ka = statistics.mean(mine) - statistics.mean(su), statistics.mean(mine) - statistics.mean(ka)
@@ -205,12 +202,12 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
     (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [
         {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-sphere-1m", "median": 20_000.0},
          "tf": {"preset": "tf-1m", "median": 25_000.0}}]}))
-    assert cells(geometries.section(geometries.SPHERE), "vs tf-1m")[7] == "20,000 / 25,000 (0.80×)"
+    assert cells(geometries.section(select.SPHERE), "vs tf-1m")[7] == "20,000 / 25,000 (0.80×)"
     row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
     assert row[2:6] == ["3 of 3", f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
                         f"{d_su:+.4f} vs ka-su2-1m, {d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
     # the SU(2) section is not changed by the sphere's results: no sphere row there
-    assert "ka-sphere-1m" not in geometries.section(geometries.SU2)
+    assert "ka-sphere-1m" not in geometries.section(select.SU2)
 
 
 def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_budget(in_tmp):
@@ -233,8 +230,10 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     write_results(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
     text = scaling.size_section()
     assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 | ✓ |" in text
-    assert (f"| ka-5m-tuned | 1,000,000 | 3 | 1.9000, 1.9400, 1.9100 | {statistics.mean(ka):.4f} ± "
-            f"{statistics.stdev(ka):.4f} | {statistics.median(ka):.4f} | 0.001 |") in text
+    assert cells(text, "ka-5m-tuned", "main-5m")[1:11] == [
+        "main-5m", "3", "0, 1, 2", "1.9000, 1.9400, 1.9100", f"{statistics.mean(ka):.4f} ± {statistics.stdev(ka):.4f}",
+        f"{statistics.median(ka):.4f}", f"{statistics.mean(ka) - statistics.mean(tf):+.4f}", "1,000,000", "0.001",
+        "10.0M"]
     assert cells(text, "gap of the means")[1] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
     assert cells(text, "gap of the medians")[1] == f"{statistics.median(ka) - statistics.median(tf):+.4f}"
     assert cells(text, "ka-5m-tuned seed 0 − ka-5m")[1] == "-0.1000"  # seed 0 against scale's best ka-5m
@@ -246,7 +245,7 @@ def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     write_results(in_tmp, [run("main-5m", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens, lr=1e-3)])
     text = scaling.size_section()
-    assert "not run yet" not in text and "| ka-5m-tuned | 1,000,000 | 3 |" in text
+    assert "not run yet" not in text and cells(text, "ka-5m-tuned", "main-5m")[2] == "3"  # still three seeds
     assert cells(text, "ka-5m-tuned-flops-tf-5m-10m (seed 0) test BPC")[1] == "1.9700"
     assert cells(text, "its gap to tf-5m's mean")[1] == f"{1.97 - statistics.mean(tf):+.4f}"
     assert cells(summary.size_section(), "5M tuned at tf-5m's 10M-token FLOPs")[3] == \
@@ -265,7 +264,7 @@ def test_leads_section_without_results_says_what_to_run(in_tmp):
     text = leads.section()
     assert "Not run yet: `python -m lab run leads" in text and "nothing to train yet" in text
     for key, lead in groups.LEADS.items():  # every planned lead has a row, its cost per token already known
-        per = compute.fmt_per_token(compute.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": lead.model,
+        per = common.fmt_per_token(select.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": lead.model,
                                                              "train": {}}))
         assert f"| ka-1m-tuned-{key} | {lead.change()} | — | {per} | not run |" in text
     assert "): not run yet: `python -m lab run leads" in leads.summary_section()
@@ -349,7 +348,6 @@ def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
     with pytest.MonkeyPatch.context() as mp:  # without a lead whose reason is the budget: nothing to train
         plain = {k: v for k, v in groups.LEADS.items() if not v.at_budget}
         mp.setattr(groups, "LEADS", plain)
-        mp.setattr(leads, "LEADS", plain)
         text = leads.section()
         assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
         assert "At 40M: none trained" in leads.summary_section()
@@ -379,7 +377,7 @@ def test_a_budget_lead_is_planned_at_40m_before_any_lead_is_screened(in_tmp):
 
 
 def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -> None:
-    """gap-budget40.{json,md} as `python -m lab gap budget40` writes them, from hand-made per-byte losses: six bytes,
+    """gap-budget40.json as `python -m lab gap budget40` writes it, from hand-made per-byte losses: six bytes,
     the first three of the class copying predicts."""
     classes = torch.tensor([[1, 1, 1, 0, 0, 0]])
     on = classes == 1
@@ -396,16 +394,17 @@ def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -
 
 
 def test_gap_at_40m_without_and_with_the_study(in_tmp):
-    assert "Not measured yet: `python -m lab gap budget40`" in studies.notebook_part()
+    assert "Not measured yet: `python -m lab gap budget40`" in studies.gap_tables()["gap_budget"]
     assert studies.gap_table().startswith("_Not measured yet")  # neither study: what to run
     ten = {"group": "main", "seeds": [0, 1, 2], "ka": 2.2, "tf": 2.1, "variant": 2.15, "variant_name": "x",
-           "by_position": [], "by_difficulty": [{"quartile": q, "ka_gap": 0.1 * q} for q in range(4)]}
+           "by_position": [], "by_difficulty": [{"quartile": q, "bytes": 1, "ka": 2.1 + 0.1 * q, "variant": 2.1,
+                                                 "tf": 2.1, "ka_gap": 0.1 * q, "variant_gap": 0.0} for q in range(4)]}
     (in_tmp / "results").mkdir()
     (in_tmp / "results" / "gap.json").write_text(json.dumps(ten))
     assert cells(studies.gap_table(), "main (seeds 0, 1, 2)")[1:] == [
         "ka-1m (ψ(θ) itself)", "+0.100", "—", "—", "—", "+0.000", "+0.300"]
     _budget_gap(in_tmp)
-    assert "## Where the gap is after 40M tokens" in studies.notebook_part()
+    assert studies.notebook_slots()["gap_budget_tokens"] == "40"
     rows = [line for line in studies.gap_table().splitlines() if line.startswith("| budget40")]
     # pooled 2.25 − 2.0; on the copying class 2.1 − 1.5 (the 10M study has no recall classes)
     assert [r.split(" | ")[1:3] + r.split(" | ")[5:6] for r in rows] == [
@@ -413,7 +412,8 @@ def test_gap_at_40m_without_and_with_the_study(in_tmp):
     _budget_gap(in_tmp, su2=2.1)  # the tuned SU(2) model joins once trained
     rows = [line for line in studies.gap_table().splitlines() if line.startswith("| budget40")]
     assert rows[1].split(" | ")[1:3] + rows[1].split(" | ")[5:6] == ["ka-su2-1m-tuned", "+0.100", "+0.500"]
-    assert "| ka-su2-1m-tuned gap |" in studies.notebook_part()
+    assert cells(studies.gap_tables()["gap_budget"], "all, pooled")[1:] == [
+        "2.250", "2.100", "2.400", "2.000", "+0.250", "+0.100", "+0.400"]  # tuned, su2, ka, tf, then their gaps
 
 
 def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
@@ -438,7 +438,8 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
     # issue 46's sections before their runs exist
     assert cells(page, "successor-2")[2] == "not yet run"
-    assert "Not yet run: `python -m lab run capacity`, `python -m lab run pycode40`." in page
+    assert "Not yet run: `python -m lab run capacity`, `python -m lab run capacity-shape`, `python -m lab run " \
+           "pycode40`." in page
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)
     summary_path, notebook = results_md.write_report(in_tmp)
@@ -512,14 +513,14 @@ def test_leads_say_what_the_40m_studies_measured(in_tmp):
 
 
 def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
-    assert "`python -m lab dynamics lr10m-su2` (then `main-su2`)" in geometries.sync_table(geometries.SU2)
+    assert "`python -m lab dynamics lr10m-su2` (then `main-su2`)" in geometries.sync_table(select.SU2)
     (in_tmp / "results").mkdir(exist_ok=True)
     row = {"local_order": [0.9, 0.8], "global_order": [0.5, 0.4, 0.3], "timescale_tokens": [3.0, None],
            "slow_fraction": [0.5, 0.25], "attn_saturation": [1.0, 0.5]}
     (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
         [{**row, "run": "ka-1m-seed0", "group": "main"}, {**row, "run": "lr10m-su2/x", "group": "lr10m-su2"},
          {**row, "run": "confirm/y", "group": "confirm"}]))
-    text = geometries.sync_table(geometries.SU2)
+    text = geometries.sync_table(select.SU2)
     assert "| lr10m-su2/x | 0.90 → 0.80 | 0.50 → 0.40 → 0.30 | 3.00 → — | 50% → 25% | 100% → 50% |" in text
     assert text.index("lr10m-su2/x") < text.index("ka-1m-seed0") and "confirm/y" not in text
     # a seed evaluated from the second stage's run is that model: its row stands for both
@@ -527,7 +528,7 @@ def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
     rows = json.loads((in_tmp / "results" / "dynamics.json").read_text())
     (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
         [*rows, {**row, "run": "main-su2/ka-su2-1m-seed0", "group": "main-su2"}]))
-    text = geometries.sync_table(geometries.SU2)
+    text = geometries.sync_table(select.SU2)
     assert "| main-su2/ka-su2-1m-seed0 |" in text and "lr10m-su2/x" not in text
 
 
@@ -560,10 +561,10 @@ def test_the_40m_point_is_the_better_rate_on_validation_never_on_test(in_tmp):
     half = {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.00, lr=2e-3, tokens=40_000_000),
             "final_valid_estimate": 2.06}  # better on test, worse on validation: not chosen
     write_results(in_tmp, [swept, half])
-    assert compute.budget_runs()["40M"]["ka-1m-tuned"]["name"] == "ka-1m-tuned-40m"
+    assert select.budget_runs()["40M"]["ka-1m-tuned"]["name"] == "ka-1m-tuned-40m"
     write_results(in_tmp, [{**half, "final_valid_estimate": 2.04}])
-    chosen = compute.budget_runs()["40M"]["ka-1m-tuned"]
-    assert chosen["name"] == "ka-1m-tuned-40m-lr-0.002" and compute.off_rate(chosen)
+    chosen = select.budget_runs()["40M"]["ka-1m-tuned"]
+    assert chosen["name"] == "ka-1m-tuned-40m-lr-0.002" and select.off_rate(chosen)
     assert "2.0000† (lr 0.002)" in summary.budget_section({}, str)  # marked, with the rate it trained at
 
 
@@ -576,7 +577,7 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     tf10 = _along(run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3), [(10_000_000, 2.10, 2.18)])
     ka10 = _along(run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.15), [(10_000_000, 2.12, 2.20)])
     write_results(in_tmp, [tf, ka, tf10, ka10])
-    flat = [x for point in compute.fit_gaps(ka, tf) for x in point]
+    flat = [x for point in select.fit_gaps(ka, tf) for x in point]
     assert flat == pytest.approx([5_000_000, -0.05, -0.05, 10_000_000, 0.08, 0.08, b, 0.12, 0.12])
     assert cells(compute.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "40M", "+0.120", "+0.120", "40M", "5.0M"]
     # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2; anneal cost: 10M tokens into the 40M schedule against
@@ -585,7 +586,7 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     assert cells(slopes, "tf-1m")[7:] == ["-0.115", "—", "+0.120"]
     assert cells(slopes, "ka-1m-tuned")[7:] == ["-0.060", "—", "+0.180"]
     # within the 40M run, from its 10M evaluation: (2.07 - 2.38) / 2
-    assert compute.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and compute.valid_slope(ka10) is None
+    assert select.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and select.valid_slope(ka10) is None
     assert compute.fit_plot(in_tmp / "fit.png") is not None
 
 
@@ -665,11 +666,11 @@ def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
     no_ff = run("ablation", "ka-no-ff", "ka-1m", 2.60, ff="none", ff_proj="none")
     write_results(in_tmp, [full, no_ff])
     text = summary.ablation_section()
-    per = compute.flops_per_token(no_ff)
-    assert per < compute.flops_per_token(full)  # the feed-forward's FLOPs leave with it
-    assert f"| no-ff | +0.3500 | — | +0.27 | {compute.fmt_per_token(per)} / — |" in text
+    per = select.flops_per_token(no_ff)
+    assert per < select.flops_per_token(full)  # the feed-forward's FLOPs leave with it
+    assert f"| no-ff | +0.3500 | — | +0.27 | {common.fmt_per_token(per)} / — |" in text
     assert cells(text, "(full model: test BPC)")[1:3] == ["2.2500", "—"]
-    per_full = compute.fmt_per_token(compute.flops_per_token(full))
+    per_full = common.fmt_per_token(select.flops_per_token(full))
     assert cells(text, "(full model: test BPC)")[4].startswith(f"{per_full} /")
 
 
@@ -684,7 +685,7 @@ def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
                            run("leads-flops", "ka-1m-tuned-k-128-flops-tf-10m", "ka-1m-tuned", 2.17, tokens=tokens,
                                **k128.model)])
     text = leads.section()
-    assert (f"| {tokens / 1e6:.2f}M | {compute.fmt_flops(groups.flops_per_token('ka-1m-tuned', k128.model) * tokens)}"
+    assert (f"| {tokens / 1e6:.2f}M | {common.fmt_flops(groups.flops_per_token('ka-1m-tuned', k128.model) * tokens)}"
             f" | 2.1700 | {2.17 - 2.20:+.4f} | {2.17 - 2.10:+.4f} |") in text
     later = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], depth3.model)
     assert "| ka-1m-tuned-depth-3-flops-tf-10m | depth=3, ff_hidden=484 | — | " in text
@@ -697,7 +698,7 @@ def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
     write_results(in_tmp, [run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40),
                            run("leads40", "ka-1m-tuned-omega-lr-1-flops-tf-40m", "ka-1m-tuned", 1.95,
                                tokens=24_330_240)])
-    assert [name for name, _ in compute.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
+    assert [name for name, _ in select.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
     assert groups.flop_matched("ka-1m-tuned-omega-lr-1-flops-tf-40m")
     assert not groups.flop_matched("ka-1m-tuned-omega-lr-1-40m")
 
@@ -706,7 +707,7 @@ def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
     """The leads40 table gives the lead's validation estimate minus the preset's at each quarter of the schedule."""
     _tuned_base(in_tmp)
     b40 = 40_001_536
-    quarters = [round(f * b40) for f in leads.ALONG]
+    quarters = [round(f * b40) for f in select.ALONG]
     lead_run = run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40,
                    train=groups.LEADS["omega-lr-1"].train)
     base_run = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40)
@@ -762,7 +763,7 @@ def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
     write_results(in_tmp, [run("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3, split="valid")])
     stretch = {s.preset: s for s in groups.plan("budget100")}
     assert stretch["ka-1m-tuned"].train["lr"] == 2e-3 and stretch["tf-1m"].train["lr"] == 4e-3
-    assert compute.off_rate({**run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.9, lr=2e-3)})
+    assert select.off_rate({**run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.9, lr=2e-3)})
     at_rate = [s for s in groups.plan("leads40") if s.name.endswith("-40m-lr-0.002")]
     budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
     assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]
@@ -836,7 +837,29 @@ def test_repro40_table_reads_the_committed_reruns():
             assert row[1] == f"{old['eval_bpc']:.4f} / {rerun['eval_bpc']:.4f}"
             assert row[2] == f"{rerun['eval_bpc'] - old['eval_bpc']:+.4f}"
             assert row[3] == f"{old['final_valid_estimate']:.4f} / {rerun['final_valid_estimate']:.4f}"
-            assert row[5] == f"{compute.valid_slope(old):+.3f} / {compute.valid_slope(rerun):+.3f}"
+            assert row[5] == f"{select.valid_slope(old):+.3f} / {select.valid_slope(rerun):+.3f}"
+
+
+def test_capacity_shapes_join_the_probes_table_against_tf_1ms_capacity_run(in_tmp):
+    def shapes() -> dict[str, list[str]]:  # capacity-shape's rows by their model cell
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in summary.probes46_section()
+                .splitlines() if line.startswith("| capacity-shape |")]
+        return {r[1]: r[2:] for r in rows}
+
+    named = [f"{shape} ({common.changes(model)})" for shape, model in groups.CAPACITY_SHAPES.items()]
+    tokens = groups.CAPACITY_TOKENS
+    write_results(in_tmp, [run("capacity", f"{p}-enwik6-20m", p, b, tokens=tokens, split="train")
+                           for p, b in (("tf-1m", 1.05), ("ka-1m-tuned", 1.14))])
+    assert shapes() == {key: ["not yet run", "—", "—"] for key in named}  # a row per planned run before it runs
+    shape, model = "ff-wide", groups.CAPACITY_SHAPES["ff-wide"]
+    done = {**run("capacity-shape", f"ka-1m-tuned-{shape}-enwik6-20m", "ka-1m-tuned", 1.1, tokens=tokens,
+                  split="train", **model),
+            "curve": [{"tokens": t, "valid_bpc": b, "train_bpc": b} for t, b in ((10_000_000, 1.3), (tokens, 1.12))]}
+    write_results(in_tmp, [done])
+    # its training-split score, its gap to tf-1m's capacity run, its validation slope per doubling from 10M
+    assert shapes()[named[0]] == ["1.1000", f"{1.1 - 1.05:+.4f}", f"{(1.12 - 1.3) / math.log2(2):+.3f}"]
+    assert shapes()[named[1]] == ["not yet run", "—", "—"]
+    assert cells(summary.probes46_section(), "capacity")[1:4] == ["tf-1m", "1.0500", "—"]
 
 
 def test_probe40_table_reads_the_gap_by_copy_depth_and_the_fitted_temperatures(in_tmp):
