@@ -531,7 +531,7 @@ def copy_share(probe: dict[str, Any], key: str) -> float:
 def capacity_shapes() -> list[tuple[str, dict[str, Any], Run | None]]:
     """capacity-shape's runs in plan order: (shape, its model overrides, its result or None while not run)."""
     done = by_name("capacity-shape")
-    return [(shape, model, done.get(f"{LEAD_PRESET}-{shape}-enwik6-20m")) for shape, model in CAPACITY_SHAPES.items()]
+    return [(shape, model, done.get(groups.shape_run(shape))) for shape, model in CAPACITY_SHAPES.items()]
 
 
 # the studies' files (``python -m lab dynamics | gap | probe | probe40 | induction``)

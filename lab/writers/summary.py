@@ -102,13 +102,13 @@ def fixes_section() -> str:
     tf = groups.budget_best("tf-1m", FIX_BUDGET)
     rows = [[name, common.changes({**fix.model, **fix.train}), fmt(r["eval_bpc"]) if (r := done.get(f"{name}-40m"))
              else "not yet run", diff(r, groups.budget_best(fix.preset, FIX_BUDGET)), diff(r, tf),
-             diff(done.get(f"{name}-flops-tf-40m"), tf), fmt_slope(r)] for name, fix in groups.FIXES.items()]
+             diff(done.get(f"{name}-flops-tf-40m"), tf), fmt_slope(r)] for name, fix in groups.fixes().items()]
     rows += [[f"{r['name'].removesuffix('-40m')} (retired)", common.overrides(r), fmt(r["eval_bpc"]),  # marked, as run
               diff(r, groups.budget_best(r["preset"], FIX_BUDGET)), diff(r, tf), "—", fmt_slope(r)]
              for g in RETIRED_FIXES for r in load_results(g)]
     rows += [[f"{p} (its best at 40M)", "—", fmt(b["eval_bpc"]) if (b := groups.budget_best(p, FIX_BUDGET))
               else "not yet run", "—", diff(b, tf) if p != "tf-1m" else "—", "—", fmt_slope(b)]
-             for p in dict.fromkeys([*(f.preset for f in groups.FIXES.values()), "tf-1m"])]
+             for p in dict.fromkeys([*(f.preset for f in groups.fixes().values()), "tf-1m"])]
     return table(["fix", "change", "test BPC at 40M", "Δ vs its preset at 40M", "gap to tf-1m",
                   "gap at tf-1m's 40M FLOPs", f"{SLOPE} 10M→40M"], rows)
 
