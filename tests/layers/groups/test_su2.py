@@ -15,7 +15,7 @@ from geometry_checks import FIELDS, B, D, H, N, T
 
 from kuramoto_attention.layers.groups import naive_su2
 from kuramoto_attention.layers.groups.planes import exp_parts, join, log_unit, split
-from kuramoto_attention.layers.groups.su2 import SU2, im_conj_mul, mul
+from kuramoto_attention.layers.groups.su2 import SU2, im_conj_mul, mul, stacked_exp, stacked_mul
 from kuramoto_attention.layers.kuramoto_attention import KuramotoAttention
 from kuramoto_attention.models.kuramoto import KuramotoConfig
 
@@ -55,6 +55,23 @@ def test_quaternion_primitives_match_the_written_out_products():
             assert torch.allclose(log_unit(exp_pure(w)), w, atol=1e-12)
     assert torch.equal(exp_pure(torch.zeros(3, dtype=torch.float64)), torch.tensor([1.0, 0, 0, 0],
                                                                                    dtype=torch.float64))
+
+
+def test_the_stacked_forms_for_decoding_equal_the_plane_forms():
+    """Without autograd (eager decoding) the product, the exponential, the drift and the move run stacked (…, 4):
+    the same numbers as the plane forms, w = 0 and either side of the series' threshold included, and a model's
+    logits without a gradient those with one."""
+    p, q = random_quaternions(5, 3), random_quaternions(5, 3)
+    assert torch.allclose(stacked_mul(p, q), qmul(p, q), atol=1e-15)
+    for scale in (0.0, 1e-9, 1e-3, 0.0999, 0.1001, 1.0, 3.0):
+        w = F.normalize(torch.randn(50, 3, dtype=torch.float64), dim=-1) * scale
+        assert torch.allclose(stacked_exp(w), exp_pure(w), atol=1e-15, rtol=0)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        model = tiny_model().to(dtype)
+        idx = torch.randint(0, 256, (2, 9))
+        with torch.no_grad():
+            decoding = model(idx)
+        torch.testing.assert_close(decoding, model(idx).detach(), rtol=0, atol=tol)
 
 
 def test_states_are_stored_component_major_and_any_layout_is_read_alike():
