@@ -207,7 +207,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
              "main": main_section(), "repro40": repro_section(),
              "curves": f"![validation curves]({link(plots['curves'])})" if plots.get("curves") else "",
              "ablation": ablation_section(), "budget": budget_section(plots, link), "leads": leads.summary_section(),
-             "fixes": fixes_section(), "probes46": probes46_section(),
+             "fixes": fixes_section(), "probes46": probes46_section(), "capacity_margin": f"{groups.CAPACITY_MARGIN:g}",
              "probe40": probe40_section(("ka-1m-tuned", "fsn-40m", "successor-2-40m")),
              "size": size_section(),
              "geometries": geometries.summary_table(), "induction": studies.induction_table(),
