@@ -443,14 +443,23 @@ def _fixes40() -> list[Spec]:
     return [Spec("fixes40", f"{name}-40m", fix.preset, fix.model, fix_training(fix)) for name, fix in fixes().items()]
 
 
-def _fixes40_flops() -> list[Spec]:
-    """Each fix that beat its preset at 40M on validation (or was recorded), at tf-1m's 40M-token FLOPs."""
-    done = {r["name"]: r for r in load_results("fixes40")}  # what this group waits for
-    out = []
+def fixes_beating_preset() -> dict[str, float]:
+    """The fixes whose 40M run beat their preset's best there on validation: name -> validation estimate, best first."""
+    done = {r["name"]: r for r in load_results("fixes40")}  # what the groups reading this wait for
+    beat = {}
     for name, fix in fixes().items():
         base, run = budget_best(fix.preset, FIX_BUDGET), done.get(f"{name}-40m")
-        beat = base is not None and run is not None and valid_estimate(run) < valid_estimate(base)
-        if beat or _recorded("fixes40-flops", f"{name}-flops-tf-40m"):
+        if base is not None and run is not None and valid_estimate(run) < valid_estimate(base):
+            beat[name] = valid_estimate(run)
+    return dict(sorted(beat.items(), key=lambda kv: kv[1]))
+
+
+def _fixes40_flops() -> list[Spec]:
+    """Each fix that beat its preset at 40M on validation (or was recorded), at tf-1m's 40M-token FLOPs."""
+    beat = fixes_beating_preset()
+    out = []
+    for name, fix in fixes().items():
+        if name in beat or _recorded("fixes40-flops", f"{name}-flops-tf-40m"):
             tokens = flop_matched_tokens(fix.preset, "tf-1m", FIX_BUDGET, fix.model)
             out.append(Spec("fixes40-flops", f"{name}-flops-tf-40m", fix.preset, fix.model, fix_training(fix, tokens)))
     return out
@@ -461,16 +470,11 @@ FIX_SEEDS = (1, 2)  # beside fixes40's seed 0: repro40 puts two identical 40M ru
 
 def _fixes40_seeds() -> list[Spec]:
     """Its preset, then the best fix on validation that beat it at 40M, on FIX_SEEDS: a seed pair at a time."""
-    done = {r["name"]: r for r in load_results("fixes40")}  # what this group waits for
-    beat = []
-    for name, fix in fixes().items():
-        base, run = budget_best(fix.preset, FIX_BUDGET), done.get(f"{name}-40m")
-        if base is not None and run is not None and valid_estimate(run) < valid_estimate(base):
-            beat.append((valid_estimate(run), name, fix))
-    if not beat:
+    if not (beat := fixes_beating_preset()):
         raise ConfigError("fixes40-seeds confirms the best fix that beat its preset at 40M, and results/fixes40 has "
                           f"none; run `{run_command('fixes40')}`")
-    _, name, fix = min(beat)
+    name = next(iter(beat))
+    fix = fixes()[name]
     return [spec for s in FIX_SEEDS for spec in (
         Spec("fixes40-seeds", f"{fix.preset}-40m-seed{s}", fix.preset, {},
              {**fix_training(Fix(fix.preset)), "seed": s}),

@@ -1,7 +1,9 @@
 """How the lab's groups plan from recorded results (lab/groups.py), on fabricated results."""
 
+import pytest
 from conftest import write_results
 
+from kuramoto_attention.errors import ConfigError
 from lab import groups
 
 
@@ -21,3 +23,27 @@ def test_a_capacity_shape_joins_the_fixes_only_past_the_margin(in_tmp):
     # a shape already trained at 40M stays planned (and reported) whatever its screen says later
     write_results(in_tmp, [score("fixes40", "shape-depth-5-40m", 2.0)])
     assert set(groups.fixes()) - set(groups.FIXES) == {"shape-ff-wide", "shape-depth-5"}
+
+
+def run40(group: str, name: str, valid: float, preset: str = "ka-1m-tuned") -> dict:
+    """A 40M-token record as the fix groups read it."""
+    return {"group": group, "name": name, "preset": preset, "tokens": groups.FIX_BUDGET, "eval_bpc": valid,
+            "final_valid_estimate": valid, "eval_split": "test", "family": "kuramoto", "model": {},
+            "train": {"lr": 0.002, "seed": 0}}
+
+
+def test_fixes40_seeds_pairs_the_preset_with_the_best_fix_that_beat_it(in_tmp, monkeypatch):
+    monkeypatch.setattr(groups, "swept_rate", lambda preset: 0.004)  # the 10M sweep, which the schedule starts from
+    write_results(in_tmp, [run40("budget40", "ka-1m-tuned-40m", 2.02), run40("fixes40", "successor-2-40m", 2.015),
+                           run40("fixes40", "fsn-40m", 2.01), run40("fixes40", "bound-elementwise-40m", 2.05)])
+    assert groups.fixes_beating_preset() == {"fsn": 2.01, "successor-2": 2.015}
+    plan = groups.GROUPS["fixes40-seeds"]()
+    assert [(s.name, s.train["seed"]) for s in plan] == [
+        (f"{name}-40m-seed{seed}", seed) for seed in groups.FIX_SEEDS for name in ("ka-1m-tuned", "fsn")]
+    assert all(s.model == (groups.FIXES["fsn"].model if "fsn" in s.name else {}) for s in plan)
+
+
+def test_fixes40_seeds_without_a_winning_fix_says_what_to_run(in_tmp):
+    write_results(in_tmp, [run40("budget40", "ka-1m-tuned-40m", 2.02), run40("fixes40", "fsn-40m", 2.03)])
+    with pytest.raises(ConfigError, match="python -m lab run fixes40"):
+        groups.GROUPS["fixes40-seeds"]()
