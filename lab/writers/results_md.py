@@ -156,7 +156,7 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
         "fit_plot": image("fit", "the gap along the largest budget's runs"), "flops": compute.flops_section(),
         "compute_plot": image("compute", "validation BPC against training FLOPs and seconds"),
         "bench": compute.bench_table(), "leads_why": studies.why_table(), "leads": leads.section(),
-        "probe40": summary.probe40_section(full=True),
+        "probe40": summary.probe40_section(full=True), "repro40": summary.repro_section(),
         "scale": scaling.scale_section(), "size_tuned": scaling.size_section(),
         **{g: scaling.tuning10m_section(g, option) for g, option in (("lr10m", "lr"), ("warmup10m", "warmup"))},
         "lr": lr_section(), "retired": retired_section(), **{f"screen_{g}": screen_section(g) for g in SCREENS},

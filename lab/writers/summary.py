@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import preset_table
 from lab import groups, select
 from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS, with_twins
@@ -127,6 +128,28 @@ def repro_section() -> str:
                   f"{SLOPE} 10M→40M, lr40 / rerun", "gap to tf-1m, lr40 / rerun"], rows)
 
 
+def seeds40_section() -> str:
+    """fixes40-seeds: the preset and the best fix on validation at 40M on seeds 0 and FIX_SEEDS (seed 0: the preset's
+    best 40M run and the fix's fixes40 run): each seed's test BPC, their mean ± sd, the means' Δ and gap to tf-1m."""
+    try:
+        specs = groups.plan("fixes40-seeds")
+    except ConfigError as exc:
+        return f"_fixes40-seeds: nothing to train yet: {exc}._"
+    preset, fix = specs[0].preset, specs[1].name.removesuffix(f"-40m-seed{groups.FIX_SEEDS[0]}")
+    done = select.by_name("fixes40-seeds")
+    first = {preset: groups.budget_best(preset, FIX_BUDGET), fix: select.by_name("fixes40").get(f"{fix}-40m")}
+    runs = {name: [r0, *(done.get(f"{name}-40m-seed{s}") for s in groups.FIX_SEEDS)] for name, r0 in first.items()}
+    means = {name: mean(bpcs([r for r in rs if r])) for name, rs in runs.items()}
+    tf = groups.budget_best("tf-1m", FIX_BUDGET)
+    rows = [[name, " / ".join(fmt(r and r["eval_bpc"]) for r in rs),
+             mean_sd(bpcs([r for r in rs if r])),
+             "—" if name == preset else diff(means[name], means[preset]), diff(means[name], tf)]
+            for name, rs in runs.items()]
+    seeds = " / ".join(map(str, (0, *groups.FIX_SEEDS)))
+    text = table(["at 40M", f"test BPC, seeds {seeds}", "mean ± sd", f"Δ vs {preset}", "gap to tf-1m"], rows)
+    return text + ("" if done else f"\n\n_Not yet run: `{run_command('fixes40-seeds')}`._")
+
+
 def probes46_section() -> str:
     """Issue 46's probes of the pair: capacity, ka-1m-tuned's shapes on it (capacity-shape), and pycode40."""
     if not any(with_twins(g) for g in ("capacity", "capacity-shape", "pycode40")):
@@ -204,7 +227,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
 
     slots = {"notebook": link(notebook), "tokens": f"{PROTOCOL['tokens'] / 1e6:g}",
              "batch_size": PROTOCOL["batch_size"], "context": PROTOCOL["context"], "warmup": PROTOCOL["warmup"],
-             "main": main_section(), "repro40": repro_section(),
+             "main": main_section(), "seeds40": seeds40_section(),
              "curves": f"![validation curves]({link(plots['curves'])})" if plots.get("curves") else "",
              "ablation": ablation_section(), "budget": budget_section(plots, link), "leads": leads.summary_section(),
              "fixes": fixes_section(), "probes46": probes46_section(), "capacity_margin": f"{groups.CAPACITY_MARGIN:g}",

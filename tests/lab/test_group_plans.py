@@ -47,3 +47,18 @@ def test_fixes40_seeds_without_a_winning_fix_says_what_to_run(in_tmp):
     write_results(in_tmp, [run40("budget40", "ka-1m-tuned-40m", 2.02), run40("fixes40", "fsn-40m", 2.03)])
     with pytest.raises(ConfigError, match="python -m lab run fixes40"):
         groups.GROUPS["fixes40-seeds"]()
+
+
+def test_fixes40_seeds_table_gives_each_seed_and_the_means(in_tmp, monkeypatch):
+    from lab.writers import summary
+
+    monkeypatch.setattr(groups, "swept_rate", lambda preset: 0.004)
+    write_results(in_tmp, [run40("budget40", "ka-1m-tuned-40m", 2.02), run40("budget40", "tf-1m-40m", 1.85, "tf-1m"),
+                           run40("fixes40", "fsn-40m", 2.01)])
+    assert "python -m lab run fixes40-seeds" in summary.seeds40_section()  # planned, not run
+    write_results(in_tmp, [run40("fixes40-seeds", "ka-1m-tuned-40m-seed1", 2.04),
+                           run40("fixes40-seeds", "fsn-40m-seed1", 2.00)])
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in summary.seeds40_section().splitlines() if line.startswith("| ka-") or line.startswith("| fsn")}
+    assert rows["ka-1m-tuned"] == ["2.0200 / 2.0400 / —", "2.0300 ± 0.0141", "—", "+0.1800"]
+    assert rows["fsn"] == ["2.0100 / 2.0000 / —", "2.0050 ± 0.0071", "-0.0250", "+0.1550"]

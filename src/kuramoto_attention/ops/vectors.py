@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from kuramoto_attention.ops import native
 from kuramoto_attention.ops.fused import _gates_backward, _gates_forward, _no_autocast
 from kuramoto_attention.ops.torus import norm_factor
 
@@ -160,16 +161,27 @@ _KINDS = {
 }
 
 
+def _compiled(x: Parts, *others: Tensor) -> bool:
+    """Whether the compiled kernels apply: 2, 4, 6 or 8 components (``csrc/vectors.cpp``'s), every plane of one shape
+    (no broadcasting), a CPU float32 or float64 tensor (``native.available``)."""
+    return len(x) in (2, 4, 6, 8) and all(t.shape == x[0].shape for t in others) and native.available(x[0])
+
+
 class _Move(torch.autograd.Function):
     # saves the inputs, |m| and the output (stacked: the layer's next state, which its readers save anyway); what the
-    # move's backward needs besides (cos, sinc, …) is recomputed from the inputs, which is cheaper than keeping it
+    # move's backward needs besides (cos, sinc, …) is recomputed from the inputs, which is cheaper than keeping it.
+    # On the CPU the compiled kernels (``native.py``) do each direction in one loop
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, *xw: Tensor) -> Tensor:  # type: ignore[override]
         x, w = xw[:dim], xw[dim:]
-        move, _, _, _, aux = _KINDS[kind]
-        y, norm = _normalise(move(x, w, aux(x, w)))
-        out = torch.stack(y)
-        ctx.kind, ctx.dim = kind, dim
+        if compiled := _compiled(x, *w):
+            out, norm = native.move_forward(kind, list(x), list(w))
+            out, norm = out.view(dim, *x[0].shape), norm.view(x[0].shape)
+        else:
+            move, _, _, _, aux = _KINDS[kind]
+            y, norm = _normalise(move(x, w, aux(x, w)))
+            out = torch.stack(y)
+        ctx.kind, ctx.dim, ctx.compiled = kind, dim, compiled
         ctx.save_for_backward(*xw, norm, out)
         return out
 
@@ -178,9 +190,13 @@ class _Move(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         *xw, norm, out = ctx.saved_tensors
         x, w = xw[:ctx.dim], xw[ctx.dim:]
-        _, move_backward, _, _, aux = _KINDS[ctx.kind]
-        dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
-        dx, dw = move_backward(dm, x, w, aux(x, w))
+        if ctx.compiled:
+            dx, dw = (d.view(-1, *x[0].shape).unbind(0)
+                      for d in native.move_backward(ctx.kind, grad, list(x), list(w), norm, out))
+        else:
+            _, move_backward, _, _, aux = _KINDS[ctx.kind]
+            dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
+            dx, dw = move_backward(dm, x, w, aux(x, w))
         return (None, None, *dx, *dw)
 
 
@@ -212,29 +228,41 @@ def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
 
 class _Step(torch.autograd.Function):
     # saves as _Move does: the inputs, the bound's per-token numbers, |m| and the stacked output; ξ, w and the move's
-    # (cos, sinc, …) are recomputed in the backward
+    # (cos, sinc, …) are recomputed in the backward. On the CPU the compiled kernels do each direction in two loops
+    # over every token's oscillators (the bound's sum, then the move)
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, value: Tensor, log_radius: Tensor,  # type: ignore[override]
                 *xg: Tensor) -> Tensor:
-        move, _, tangent, _, aux = _KINDS[kind]
         x, g = xg[:dim], xg[dim:]
-        xi = tangent(x, g)
-        w = tuple(value * c for c in xi)
-        sq = dot(w, w).sum(-1, keepdim=True)  # one norm per token, over all its oscillators
-        h = norm_factor(sq, log_radius.exp().to(sq.dtype))
-        step = tuple(h * c for c in w)
-        y, norm = _normalise(move(x, step, aux(x, step)))
-        out = torch.stack(y)
-        ctx.kind, ctx.dim = kind, dim
+        if compiled := _compiled(x, *g, value):
+            out, sq, h, norm = native.step_forward(kind, list(x), list(g), value, log_radius)
+            token = (*x[0].shape[:-1], 1)
+            out, sq, h, norm = out.view(dim, *x[0].shape), sq.view(token), h.view(token), norm.view(x[0].shape)
+        else:
+            move, _, tangent, _, aux = _KINDS[kind]
+            xi = tangent(x, g)
+            w = tuple(value * c for c in xi)
+            sq = dot(w, w).sum(-1, keepdim=True)  # one norm per token, over all its oscillators
+            h = norm_factor(sq, log_radius.exp().to(sq.dtype))
+            step = tuple(h * c for c in w)
+            y, norm = _normalise(move(x, step, aux(x, step)))
+            out = torch.stack(y)
+        ctx.kind, ctx.dim, ctx.compiled = kind, dim, compiled
         ctx.save_for_backward(value, log_radius, sq, h, norm, *xg, out)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]
         value, log_radius, sq, h, norm, *xg, out = ctx.saved_tensors
         x, g = xg[:ctx.dim], xg[ctx.dim:]
+        if ctx.compiled:
+            dx, dg, grad_value, grad_radius = native.step_backward(ctx.kind, grad, list(x), list(g), value,
+                                                                   log_radius, sq, h, norm, out)
+            return (None, None, grad_value.view(value.shape) if ctx.needs_input_grad[2] else None,
+                    grad_radius if ctx.needs_input_grad[3] else None,
+                    *dx.view(-1, *x[0].shape).unbind(0), *dg.view(-1, *x[0].shape).unbind(0))
+        _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         step = tuple(h * c for c in w)

@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
+from kuramoto_attention.ops import native
 from kuramoto_attention.ops.fused import fused_applies
 
 Parts = tuple[Tensor, ...]
@@ -102,14 +103,20 @@ def _exp_state(w: Tensor) -> Tensor:
     return join(exp_parts(split(w)))
 
 
+def _moves_fused(x: Tensor) -> bool:
+    """Whether the moves run hand-fused: in eager training (``fused_applies``), and under torch.compile too where the
+    compiled CPU kernels run them (``ops/native.py``: single operators to the compiler, faster than what it makes of
+    the plain expressions)."""
+    return fused_applies() or (torch.is_grad_enabled() and torch.compiler.is_compiling() and native.available(x))
+
+
 class VectorGeometry(Geometry):
     """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major.
 
     ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype)``: a
     group's hand-fused ``exp_move``, norm-bounded value-gated step on planes, and gated drifted query/key features
-    (``ops/vectors.py``), with their backward written out; used where they pay (``fused_applies``: eager training),
-    the plain expressions otherwise (torch.compile fuses those itself, and runs them several times faster than it runs
-    the hand-written functions).
+    (``ops/vectors.py``), with their backward written out; used where they pay (eager training; the moves also under
+    torch.compile where the compiled CPU kernels run them), the plain expressions otherwise.
     """
 
     fused_move: Callable[[Parts, Parts], Tensor] | None = None  # these two return the state (..., n, c), as join
@@ -177,7 +184,7 @@ class VectorGeometry(Geometry):
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
         w = split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))
-        if self.fused_move is not None and fused_applies():
+        if self.fused_move is not None and _moves_fused(x):
             return self.fused_move(split(x), w)
         return join(self.exp_move(split(x), w))
 
@@ -185,7 +192,7 @@ class VectorGeometry(Geometry):
                   extras: nn.Module | None = None) -> Tensor:
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
-        if self.fused_step is not None and fused_applies():
+        if self.fused_step is not None and _moves_fused(x):
             mean_parts = tuple(c.to(x.dtype) for c in from_heads(mean, self.components))
             return self.fused_step(split(x), mean_parts, v, bound.log_radius)
         w = tuple(v * c for c in self._xi(x, mean))

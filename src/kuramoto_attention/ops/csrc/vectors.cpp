@@ -1,0 +1,458 @@
+// CPU kernels of ops/vectors.py's fused moves: the same mathematics as its Python functions, written as one loop over
+// each token's oscillators, so that a move reads its inputs and writes its outputs once instead of making one memory
+// pass per scalar operation. Tokens run in parallel (at::parallel_for); a token's bound needs the sum over all its
+// oscillators, so the step makes two passes over them (the sum, then the move).
+//
+// Layout: a state or a tangent vector is given as its components, each a contiguous (N, n) plane (N tokens of n
+// oscillators); outputs are stacked component-major, (c, N, n). Kinds: "quaternion" (c = 4, tangent 3: unit
+// quaternions moved by pure ones) and "sphere" (c = D ≤ 8, tangent D: unit vectors moved along P_x w).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+// the per-oscillator helpers must be inlined into the block loops for those to vectorise
+#define KA_INLINE inline __attribute__((always_inline))
+
+constexpr int kMax = 8;          // most components a sphere kernel takes (an even number: 2, 4, 6 or 8)
+constexpr int64_t kGrain = 16;   // tokens per parallel task
+
+// sin a and cos a for a ≥ 0 without a library call, so that loops calling it vectorise: a = kπ/2 + r with
+// |r| ≤ π/4 (π/2 split in three parts, Cody–Waite), Taylor polynomials of r to the r¹⁸ term (error < 1e-17 there),
+// the quadrant k mod 4 choosing signs and roles
+template <typename T>
+KA_INLINE void sin_cos(T a, T& sin, T& cos) {
+  const int q = int(a * T(0.63661977236758134308) + T(0.5));  // a ≥ 0: truncation rounds (and vectorises)
+  const T k = T(q);
+  const T r = ((a - k * T(1.57079632673412561417)) - k * T(6.07710050630396597660e-11)) -
+              k * T(2.02226624879595063154e-21);
+  const T r2 = r * r;
+  const T s = r * (1 + r2 * (T(-1.0 / 6) + r2 * (T(1.0 / 120) + r2 * (T(-1.0 / 5040) + r2 * (T(1.0 / 362880) +
+              r2 * (T(-1.0 / 39916800) + r2 * (T(1.0 / 6227020800) + r2 * (T(-1.0 / 1307674368000) +
+              r2 * T(1.0 / 355687428096000)))))))));
+  const T c = 1 + r2 * (T(-0.5) + r2 * (T(1.0 / 24) + r2 * (T(-1.0 / 720) + r2 * (T(1.0 / 40320) +
+              r2 * (T(-1.0 / 3628800) + r2 * (T(1.0 / 479001600) + r2 * (T(-1.0 / 87178291200) +
+              r2 * (T(1.0 / 20922789888000) + r2 * T(-1.0 / 6402373705728000)))))))));
+  const int quadrant = q & 3;
+  sin = quadrant == 0 ? s : quadrant == 1 ? c : quadrant == 2 ? -s : -c;
+  cos = quadrant == 0 ? c : quadrant == 1 ? -s : quadrant == 2 ? -c : s;
+}
+
+// (cos a, sin(a)/a, d sinc / d a²) from a², as vectors.cos_sinc_grad: Taylor series in a² below a² = 1e-2, the
+// closed forms above (both computed, one selected: no branch in a vectorised loop)
+template <typename T>
+struct CosSinc {
+  T cos, sinc, dsinc;
+  KA_INLINE explicit CosSinc(T a2) {
+    const bool small = a2 < T(1e-2);
+    const T big = small ? T(1) : a2, a = std::sqrt(big);
+    T sin_a, cos_a;
+    sin_cos(a, sin_a, cos_a);
+    const T sinc_a = sin_a / a;
+    cos = small ? 1 - a2 / 2 * (1 - a2 / 12 * (1 - a2 / 30 * (1 - a2 / 56))) : cos_a;
+    sinc = small ? 1 - a2 / 6 * (1 - a2 / 20 * (1 - a2 / 42 * (1 - a2 / 72))) : sinc_a;
+    dsinc = small ? T(-1) / 6 + a2 / 60 * (1 - a2 / 28 * (1 - a2 / 54 * (1 - a2 / 88))) : (cos_a - sinc_a) / (2 * big);
+  }
+};
+
+template <typename T>
+KA_INLINE T dot(const T* a, const T* b, int c) {
+  T out = a[0] * b[0];
+  for (int i = 1; i < c; ++i) out += a[i] * b[i];
+  return out;
+}
+
+// pq of quaternions, either factor conjugated
+template <typename T>
+KA_INLINE void hamilton(const T* p, const T* q, T* out, bool conj_p = false, bool conj_q = false) {
+  T a[4] = {p[0], conj_p ? -p[1] : p[1], conj_p ? -p[2] : p[2], conj_p ? -p[3] : p[3]};
+  T b[4] = {q[0], conj_q ? -q[1] : q[1], conj_q ? -q[2] : q[2], conj_q ? -q[3] : q[3]};
+  out[0] = a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3];
+  out[1] = a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2];
+  out[2] = a[0] * b[2] + a[2] * b[0] + a[3] * b[1] - a[1] * b[3];
+  out[3] = a[0] * b[3] + a[3] * b[0] + a[1] * b[2] - a[2] * b[1];
+}
+
+// A kind: c components, `tangent` components of a step; per oscillator the tangent part ξ of G at x, the move
+// m = x exp(s) (unnormalised) and both backwards.
+template <typename T>
+struct Quaternion {
+  static constexpr int c = 4, tangent = 3;
+  KA_INLINE void xi(const T* q, const T* g, T* out) const {  // Im(conj(q) G)
+    T m[4];
+    hamilton(q, g, m, true);
+    out[0] = m[1], out[1] = m[2], out[2] = m[3];
+  }
+  KA_INLINE void xi_backward(const T* dxi, const T* q, const T* g, T* dq, T* dg) const {  // adds to dq, writes dg
+    T d[4] = {0, dxi[0], dxi[1], dxi[2]}, a[4];
+    hamilton(g, d, a, false, true);  // G conj(D)
+    hamilton(q, d, dg);              // q D
+    for (int i = 0; i < 4; ++i) dq[i] += a[i];
+  }
+  KA_INLINE void move(const T* q, const T* s, T* m) const {  // q exp(s)
+    CosSinc<T> k(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]);
+    T e[4] = {k.cos, k.sinc * s[0], k.sinc * s[1], k.sinc * s[2]};
+    hamilton(q, e, m);
+  }
+  KA_INLINE void move_backward(const T* dm, const T* q, const T* s, T* dq, T* ds) const {  // writes dq and ds
+    CosSinc<T> k(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]);
+    T e[4] = {k.cos, k.sinc * s[0], k.sinc * s[1], k.sinc * s[2]}, de[4];
+    hamilton(dm, e, dq, false, true);  // dm conj(e)
+    hamilton(q, dm, de, true);         // conj(q) dm
+    T da2 = 2 * (k.dsinc * (de[1] * s[0] + de[2] * s[1] + de[3] * s[2]) - k.sinc / 2 * de[0]);
+    for (int i = 0; i < 3; ++i) ds[i] = k.sinc * de[i + 1] + da2 * s[i];
+  }
+};
+
+template <typename T, int D>
+struct Sphere {
+  static constexpr int c = D, tangent = D;
+  KA_INLINE void xi(const T* x, const T* g, T* out) const {  // P_x G
+    T along = dot(g, x, c);
+    for (int i = 0; i < c; ++i) out[i] = g[i] - along * x[i];
+  }
+  KA_INLINE void xi_backward(const T* dxi, const T* x, const T* g, T* dx, T* dg) const {
+    T along = dot(g, x, c), dxi_x = dot(dxi, x, c);
+    for (int i = 0; i < c; ++i) {
+      dx[i] += -along * dxi[i] - dxi_x * g[i];
+      dg[i] = dxi[i] - dxi_x * x[i];
+    }
+  }
+  KA_INLINE void move(const T* x, const T* s, T* m) const {  // cos|u| x + sinc|u| u, u = P_x s
+    T along = dot(s, x, c), u[D];
+    for (int i = 0; i < c; ++i) u[i] = s[i] - along * x[i];
+    CosSinc<T> k(dot(u, u, c));
+    for (int i = 0; i < c; ++i) m[i] = k.cos * x[i] + k.sinc * u[i];
+  }
+  KA_INLINE void move_backward(const T* dm, const T* x, const T* s, T* dx, T* ds) const {
+    T along = dot(s, x, c), u[D], du[D];
+    for (int i = 0; i < c; ++i) u[i] = s[i] - along * x[i];
+    CosSinc<T> k(dot(u, u, c));
+    T da2 = 2 * (k.dsinc * dot(dm, u, c) - k.sinc / 2 * dot(dm, x, c));
+    for (int i = 0; i < c; ++i) du[i] = k.sinc * dm[i] + da2 * u[i];
+    T du_x = dot(du, x, c);
+    for (int i = 0; i < c; ++i) {
+      dx[i] = -along * du[i] - du_x * s[i] + k.cos * dm[i];
+      ds[i] = du[i] - du_x * x[i];
+    }
+  }
+};
+
+// The C component planes of a state, a tangent vector or a per-oscillator scalar, as pointers to (N, n) memory
+template <typename T, int C>
+struct Planes {
+  std::vector<torch::Tensor> keep;
+  T* ptr[C];
+  explicit Planes(const std::vector<torch::Tensor>& parts) {  // each part made contiguous
+    for (int i = 0; i < C; ++i) {
+      keep.push_back(parts[i].contiguous());
+      ptr[i] = keep.back().data_ptr<T>();
+    }
+  }
+  explicit Planes(const torch::Tensor& stacked) {  // (C, ...) contiguous, or one plane when C = 1
+    for (int i = 0; i < C; ++i) ptr[i] = stacked.data_ptr<T>() + i * (stacked.numel() / C);
+  }
+};
+
+// The loops work on blocks of kLanes oscillators copied into local arrays: the compiler then knows that nothing
+// aliases and vectorises the per-oscillator arithmetic across the block (padding lanes repeat the first one)
+constexpr int kLanes = 64;
+
+template <typename T, int C>
+KA_INLINE void load(const Planes<T, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
+  for (int i = 0; i < C; ++i) {
+    const T* src = p.ptr[i] + j0;
+    for (int l = 0; l < m; ++l) buf[i][l] = src[l];
+    for (int l = m; l < kLanes; ++l) buf[i][l] = src[0];
+  }
+}
+
+template <typename T, int C>
+KA_INLINE void store(const Planes<T, C>& p, int64_t j0, int m, const T (*buf)[kLanes]) {
+  for (int i = 0; i < C; ++i) {
+    T* dst = p.ptr[i] + j0;
+    for (int l = 0; l < m; ++l) dst[l] = buf[i][l];
+  }
+}
+
+template <typename T, int C>
+KA_INLINE void lane(const T (*buf)[kLanes], int l, T* out) {
+  for (int i = 0; i < C; ++i) out[i] = buf[i][l];
+}
+
+template <typename T, int C>
+KA_INLINE void set_lane(T (*buf)[kLanes], int l, const T* in) {
+  for (int i = 0; i < C; ++i) buf[i][l] = in[i];
+}
+
+// blocks [j0, j0 + m) of [lo, hi)
+template <typename F>
+inline void blocks(int64_t lo, int64_t hi, const F& f) {
+  for (int64_t j0 = lo; j0 < hi; j0 += kLanes) f(j0, int(std::min<int64_t>(kLanes, hi - j0)));
+}
+
+template <typename T>
+T norm_floor() { return std::max(T(1e-12), std::numeric_limits<T>::min()); }
+
+// dm of y = m/|m| from dy
+template <typename T, int C>
+KA_INLINE void normalise_backward(const T* dy, const T* y, T len, T* dm) {
+  const T along = dot(dy, y, C);
+  for (int i = 0; i < C; ++i) dm[i] = (dy[i] - along * y[i]) / len;
+}
+
+// ----------------------------------------------------------------------------------------------------------- moves
+template <typename T, typename Kind>
+std::vector<torch::Tensor> move_forward(const Kind& kind, const std::vector<torch::Tensor>& xs,
+                                        const std::vector<torch::Tensor>& ws) {
+  constexpr int C = Kind::c, K = Kind::tangent;
+  const Planes<T, C> x(xs);
+  const Planes<T, K> w(ws);
+  const int64_t n = xs[0].size(-1), size = xs[0].numel();
+  torch::Tensor out = torch::empty({C, size / n, n}, xs[0].options()), len_t = torch::empty({size / n, n}, xs[0].options());
+  const Planes<T, C> y(out);
+  const Planes<T, 1> len(len_t);
+  at::parallel_for(0, size, kGrain * n, [&](int64_t lo, int64_t hi) {
+    blocks(lo, hi, [&](int64_t j0, int m) {
+      T X[C][kLanes], W[K][kLanes], Y[C][kLanes], N[1][kLanes];
+      load(x, j0, m, X), load(w, j0, m, W);
+      for (int l = 0; l < kLanes; ++l) {
+        T a[C], s[K], mv[C];
+        lane<T, C>(X, l, a), lane<T, K>(W, l, s);
+        kind.move(a, s, mv);
+        const T r = std::sqrt(dot(mv, mv, C));
+        for (int i = 0; i < C; ++i) Y[i][l] = mv[i] / r;
+        N[0][l] = r;
+      }
+      store(y, j0, m, Y), store(len, j0, m, N);
+    });
+  });
+  return {out, len_t};
+}
+
+template <typename T, typename Kind>
+std::vector<torch::Tensor> move_backward(const Kind& kind, torch::Tensor grad, const std::vector<torch::Tensor>& xs,
+                                         const std::vector<torch::Tensor>& ws, torch::Tensor norm, torch::Tensor out) {
+  grad = grad.contiguous(), norm = norm.contiguous();
+  constexpr int C = Kind::c, K = Kind::tangent;
+  const Planes<T, C> x(xs), dy(grad), y(out);
+  const Planes<T, K> w(ws);
+  const Planes<T, 1> len(norm);
+  const int64_t n = xs[0].size(-1), size = xs[0].numel();
+  torch::Tensor dx_t = torch::empty({C, size / n, n}, out.options()), dw_t = torch::empty({K, size / n, n}, out.options());
+  const Planes<T, C> dx(dx_t);
+  const Planes<T, K> dw(dw_t);
+  at::parallel_for(0, size, kGrain * n, [&](int64_t lo, int64_t hi) {
+    blocks(lo, hi, [&](int64_t j0, int m) {
+      T X[C][kLanes], W[K][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes], DX[C][kLanes], DW[K][kLanes];
+      load(x, j0, m, X), load(w, j0, m, W), load(dy, j0, m, DY), load(y, j0, m, Y), load(len, j0, m, N);
+      for (int l = 0; l < kLanes; ++l) {
+        T a[C], s[K], g[C], b[C], dm[C], da[C], ds[K];
+        lane<T, C>(X, l, a), lane<T, K>(W, l, s), lane<T, C>(DY, l, g), lane<T, C>(Y, l, b);
+        normalise_backward<T, C>(g, b, N[0][l], dm);
+        kind.move_backward(dm, a, s, da, ds);
+        set_lane<T, C>(DX, l, da), set_lane<T, K>(DW, l, ds);
+      }
+      store(dx, j0, m, DX), store(dw, j0, m, DW);
+    });
+  });
+  return {dx_t, dw_t};
+}
+
+// ------------------------------------------------------------------------------------------------------------ steps
+// normalise(x exp(h w)), w = v ⊙ ξ(x, G), h = r tanh(‖w‖)/‖w‖ over each token's n oscillators
+template <typename T, typename Kind>
+std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torch::Tensor>& xs,
+                                        const std::vector<torch::Tensor>& gs, torch::Tensor value, double radius) {
+  constexpr int C = Kind::c, K = Kind::tangent;
+  value = value.contiguous();
+  const Planes<T, C> x(xs), g(gs);
+  const Planes<T, 1> v(value);
+  const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
+  auto opts = xs[0].options();
+  torch::Tensor out = torch::empty({C, tokens, n}, opts), len_t = torch::empty({tokens, n}, opts);
+  torch::Tensor sq_t = torch::empty({tokens, 1}, opts), h_t = torch::empty({tokens, 1}, opts);
+  const Planes<T, C> y(out);
+  const Planes<T, 1> len(len_t);
+  const T r = T(radius), floor = norm_floor<T>();
+  T *sq = sq_t.data_ptr<T>(), *h = h_t.data_ptr<T>();
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      T acc = 0;  // ‖w‖² over the token
+      blocks(t * n, (t + 1) * n, [&](int64_t j0, int m) {
+        T X[C][kLanes], G[C][kLanes], V[1][kLanes], S[kLanes];  // local to the block: nothing aliases them
+        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V);
+        for (int l = 0; l < kLanes; ++l) {
+          T a[C], b[C], xi[K];
+          lane<T, C>(X, l, a), lane<T, C>(G, l, b);
+          kind.xi(a, b, xi);
+          T sum = 0;
+          for (int i = 0; i < K; ++i) sum += (V[0][l] * xi[i]) * (V[0][l] * xi[i]);
+          S[l] = sum;
+        }
+        for (int l = 0; l < m; ++l) acc += S[l];
+      });
+      const T nn = std::sqrt(std::max(acc, floor)), ht = r * (std::tanh(nn) / nn);
+      sq[t] = acc, h[t] = ht;
+      blocks(t * n, (t + 1) * n, [&, ht](int64_t j0, int m) {
+        T X[C][kLanes], G[C][kLanes], V[1][kLanes], Y[C][kLanes], N[1][kLanes];
+        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V);
+        for (int l = 0; l < kLanes; ++l) {
+          T a[C], b[C], xi[K], mv[C];
+          lane<T, C>(X, l, a), lane<T, C>(G, l, b);
+          kind.xi(a, b, xi);
+          for (int i = 0; i < K; ++i) xi[i] = ht * (V[0][l] * xi[i]);
+          kind.move(a, xi, mv);
+          const T k = std::sqrt(dot(mv, mv, C));
+          for (int i = 0; i < C; ++i) Y[i][l] = mv[i] / k;
+          N[0][l] = k;
+        }
+        store(y, j0, m, Y), store(len, j0, m, N);
+      });
+    }
+  });
+  return {out, sq_t, h_t, len_t};
+}
+
+// (dx, dG, dv, ⟨dstep, w⟩ h per token): dL/d log r is the last one's sum
+template <typename T, typename Kind>
+std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, const std::vector<torch::Tensor>& xs,
+                                         const std::vector<torch::Tensor>& gs, torch::Tensor value, double radius,
+                                         torch::Tensor sq_t, torch::Tensor h_t, torch::Tensor norm, torch::Tensor out) {
+  grad = grad.contiguous(), value = value.contiguous(), norm = norm.contiguous();
+  constexpr int C = Kind::c, K = Kind::tangent;
+  const Planes<T, C> x(xs), g(gs), dy(grad), y(out);
+  const Planes<T, 1> v(value), len(norm);
+  const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
+  torch::Tensor dx_t = torch::empty({C, tokens, n}, out.options()), dg_t = torch::empty({C, tokens, n}, out.options());
+  torch::Tensor dv_t = torch::empty({tokens, n}, out.options()), radius_t = torch::empty({tokens}, out.options());
+  const Planes<T, C> dx(dx_t), dg(dg_t);
+  const Planes<T, 1> dv(dv_t);
+  const T *sq = sq_t.data_ptr<T>(), *h = h_t.data_ptr<T>();
+  T* per_radius = radius_t.data_ptr<T>();
+  const T r = T(radius), floor = norm_floor<T>();
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const T ht = h[t];
+      // pass 1: the move's backward; dx_move and dstep parked in dx and dG; ⟨dstep, w⟩ summed over the token
+      T along = 0;
+      blocks(t * n, (t + 1) * n, [&, ht](int64_t j0, int m) {
+        T X[C][kLanes], G[C][kLanes], V[1][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes];
+        T DX[C][kLanes], DG[C][kLanes], S[kLanes];
+        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dy, j0, m, DY), load(y, j0, m, Y);
+        load(len, j0, m, N);
+        for (int l = 0; l < kLanes; ++l) {
+          T a[C], b[C], xi[K], s[K], dyj[C], yj[C], dm[C], da[C], ds[C];
+          lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DY, l, dyj), lane<T, C>(Y, l, yj);
+          kind.xi(a, b, xi);
+          for (int i = 0; i < K; ++i) s[i] = ht * (V[0][l] * xi[i]);
+          normalise_backward<T, C>(dyj, yj, N[0][l], dm);
+          kind.move_backward(dm, a, s, da, ds);
+          T sum = 0;
+          for (int i = 0; i < K; ++i) sum += ds[i] * (V[0][l] * xi[i]);
+          for (int i = K; i < C; ++i) ds[i] = 0;
+          S[l] = sum;
+          set_lane<T, C>(DX, l, da), set_lane<T, C>(DG, l, ds);
+        }
+        for (int l = 0; l < m; ++l) along += S[l];
+        store(dx, j0, m, DX), store(dg, j0, m, DG);
+      });
+      // the bound h = r tanh(√s)/√s: dL/ds = along · r · h'(s), zero below the floor (where s is clamped)
+      const T nn = std::sqrt(std::max(sq[t], floor)), th = std::tanh(nn);
+      const T slope = ((1 - th * th) / nn - th / (nn * nn)) / (2 * nn);
+      const T dsq = sq[t] >= floor ? along * r * slope : T(0);
+      per_radius[t] = along * ht;
+      // pass 2: dw = h dstep + 2 w dL/ds, dv = ⟨dw, ξ⟩, and ξ's backward with dξ = v dw
+      blocks(t * n, (t + 1) * n, [&, ht, dsq](int64_t j0, int m) {
+        T X[C][kLanes], G[C][kLanes], V[1][kLanes], DX[C][kLanes], DG[C][kLanes], DV[1][kLanes];
+        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dx, j0, m, DX), load(dg, j0, m, DG);
+        for (int l = 0; l < kLanes; ++l) {
+          T a[C], b[C], xi[K], da[C], ds[C], dxi[K], dgj[C];
+          lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DX, l, da), lane<T, C>(DG, l, ds);
+          kind.xi(a, b, xi);
+          T dvj = 0;
+          for (int i = 0; i < K; ++i) {
+            const T dw = ht * ds[i] + (V[0][l] * xi[i]) * (2 * dsq);
+            dvj += dw * xi[i];
+            dxi[i] = V[0][l] * dw;
+          }
+          kind.xi_backward(dxi, a, b, da, dgj);
+          DV[0][l] = dvj;
+          set_lane<T, C>(DX, l, da), set_lane<T, C>(DG, l, dgj);
+        }
+        store(dx, j0, m, DX), store(dg, j0, m, DG), store(dv, j0, m, DV);
+      });
+    }
+  });
+  return {dx_t, dg_t, dv_t, radius_t};
+}
+
+// ------------------------------------------------------------------------------------------------ dispatch by kind
+template <typename T, typename F>
+auto by_group(const std::string& kind, int64_t c, F&& f) {
+  if (kind == "quaternion") return f(T{}, Quaternion<T>{});
+  switch (c) {
+    case 2: return f(T{}, Sphere<T, 2>{});
+    case 4: return f(T{}, Sphere<T, 4>{});
+    case 6: return f(T{}, Sphere<T, 6>{});
+    default: return f(T{}, Sphere<T, 8>{});
+  }
+}
+
+template <typename F>
+auto by_kind(const std::string& kind, int64_t c, torch::ScalarType dtype, F&& f) {
+  TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kDouble, "vectors: float32 or float64 only");
+  TORCH_CHECK(kind == "quaternion" ? c == 4 : (kind == "sphere" && c % 2 == 0 && c >= 2 && c <= kMax),
+              "vectors: unknown kind or component count");
+  if (dtype == torch::kFloat) return by_group<float>(kind, c, f);
+  return by_group<double>(kind, c, f);
+}
+
+std::vector<torch::Tensor> move_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
+                                            const std::vector<torch::Tensor>& ws) {
+  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+    return move_forward<decltype(t)>(k, xs, ws);
+  });
+}
+
+std::vector<torch::Tensor> move_backward_any(const std::string& kind, torch::Tensor grad,
+                                             const std::vector<torch::Tensor>& xs,
+                                             const std::vector<torch::Tensor>& ws, torch::Tensor norm,
+                                             torch::Tensor out) {
+  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+    return move_backward<decltype(t)>(k, grad, xs, ws, norm, out);
+  });
+}
+
+std::vector<torch::Tensor> step_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
+                                            const std::vector<torch::Tensor>& gs, torch::Tensor value,
+                                            double radius) {
+  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+    return step_forward<decltype(t)>(k, xs, gs, value, radius);
+  });
+}
+
+std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Tensor grad,
+                                             const std::vector<torch::Tensor>& xs,
+                                             const std::vector<torch::Tensor>& gs, torch::Tensor value,
+                                             double radius, torch::Tensor sq, torch::Tensor h, torch::Tensor norm,
+                                             torch::Tensor out) {
+  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+    return step_backward<decltype(t)>(k, grad, xs, gs, value, radius, sq, h, norm, out);
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("move_forward", &move_forward_any, "normalise(move(x, w)): (out (c, N, n), |m| (N, n))");
+  m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (tangent, N, n))");
+  m.def("step_forward", &step_forward_any, "(out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
+  m.def("step_backward", &step_backward_any, "(dx, dG (c, N, n), dv (N, n), ⟨dstep, w⟩ h (N,))");
+}

@@ -1,0 +1,123 @@
+"""The compiled CPU kernels of ``vectors.py``'s moves (``csrc/vectors.cpp``), built on first use.
+
+``vectors.py``'s fused Functions written as PyTorch operators make one memory pass per scalar operation per
+component; on the CPU the kernels here do each move in one vectorised loop over every token's oscillators. They are
+built with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about a minute, once: torch caches the build) the
+first time a float32 or float64 CPU tensor asks for them, and registered as the custom operators ``kuramoto::*`` so
+that torch.compile sees them as single nodes. Where they cannot be built, or with ``KURAMOTO_NATIVE=0``, the Python
+functions run instead: the same numbers up to rounding, slower (the reason is printed once).
+
+    move_forward(kind, x, w)                    -> (y (c, N, n), |m| (N, n))
+    move_backward(kind, dy, x, w, |m|, y)       -> (dx (c, N, n), dw (tangent, N, n))
+    step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
+    step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx, dG (c, N, n), dv (N, n), dL/dlog r (1,))
+
+x, G, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; kind "quaternion" or "sphere".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+ENV = "KURAMOTO_NATIVE"  # "0": never use (or build) the compiled kernels
+SOURCE = Path(__file__).with_name("csrc") / "vectors.cpp"
+# the instruction sets the loops are compiled for, by the CPU's capability as torch reads it; the build is named after
+# it, so that a cache shared by several machines never hands one a build its CPU cannot run
+_ISA = {"AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx2", "-mfma"], "AVX2": ["-mavx2", "-mfma"]}
+_loaded: dict[str, ModuleType | None] = {}
+
+
+def _build() -> ModuleType | None:
+    from torch.utils import cpp_extension  # imported here: it pulls in setuptools
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    # no errno and no trapping: what lets the compiler vectorise sqrt and compute both sides of a select (no change
+    # to any result: the kernels never read errno or floating-point exceptions); -fopenmp: ATen's parallel_for is
+    # inlined from its headers, and without it runs on one thread
+    flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *_ISA.get(capability, [])]
+    try:
+        return cpp_extension.load(f"kuramoto_vectors_{capability.lower()}", [str(SOURCE)], extra_cflags=flags,
+                                  extra_ldflags=["-fopenmp"], verbose=False)
+    except Exception as exc:  # no compiler, no ninja, a failed build: the Python path still runs
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"kuramoto-attention: the compiled CPU kernels could not be built ({first}); the vector geometries "
+              f"run their Python kernels instead (slower, same numbers up to rounding). Set {ENV}=0 to skip the "
+              "build.", file=sys.stderr)
+        return None
+
+
+def _module() -> ModuleType | None:
+    if "module" not in _loaded:
+        _loaded["module"] = _build()
+    return _loaded["module"]
+
+
+def available(like: Tensor) -> bool:
+    """Whether the compiled kernels run for tensors like ``like``: a CPU float32 or float64 tensor, kernels that
+    built, and ``KURAMOTO_NATIVE`` not 0."""
+    if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
+        return False
+    return os.environ.get(ENV, "1") != "0" and _module() is not None
+
+
+def _planes(x: list[Tensor], count: int) -> Tensor:
+    n = x[0].shape[-1]
+    return x[0].new_empty(count, x[0].numel() // n, n)
+
+
+@torch.library.custom_op("kuramoto::move_forward", mutates_args=())
+def move_forward(kind: str, x: list[Tensor], w: list[Tensor]) -> tuple[Tensor, Tensor]:
+    out, norm = _module().move_forward(kind, x, w)
+    return out, norm
+
+
+@move_forward.register_fake
+def _(kind: str, x: list[Tensor], w: list[Tensor]) -> tuple[Tensor, Tensor]:
+    return _planes(x, len(x)), _planes(x, 1)[0]
+
+
+@torch.library.custom_op("kuramoto::move_backward", mutates_args=())
+def move_backward(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], norm: Tensor,
+                  out: Tensor) -> tuple[Tensor, Tensor]:
+    dx, dw = _module().move_backward(kind, grad, x, w, norm, out)
+    return dx, dw
+
+
+@move_backward.register_fake
+def _(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor]:
+    return _planes(x, len(x)), _planes(x, len(w))
+
+
+@torch.library.custom_op("kuramoto::step_forward", mutates_args=())
+def step_forward(kind: str, x: list[Tensor], g: list[Tensor], value: Tensor,
+                 log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    radius = float(log_radius.exp().to(x[0].dtype))
+    out, sq, h, norm = _module().step_forward(kind, x, g, value, radius)
+    return out, sq, h, norm
+
+
+@step_forward.register_fake
+def _(kind: str, x: list[Tensor], g: list[Tensor], value: Tensor,
+      log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    tokens = x[0].numel() // x[0].shape[-1]
+    return _planes(x, len(x)), x[0].new_empty(tokens, 1), x[0].new_empty(tokens, 1), _planes(x, 1)[0]
+
+
+@torch.library.custom_op("kuramoto::step_backward", mutates_args=())
+def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], value: Tensor, log_radius: Tensor,
+                  sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    radius = float(log_radius.exp().to(x[0].dtype))
+    dx, dg, dv, per_token = _module().step_backward(kind, grad, x, g, value, radius, sq, h, norm, out)
+    return dx, dg, dv, per_token.sum().reshape(log_radius.shape).to(log_radius.dtype)
+
+
+@step_backward.register_fake
+def _(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], value: Tensor, log_radius: Tensor,
+      sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _planes(x, len(x)), _planes(x, len(x)), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
