@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,21 @@ def write_results(tmp: Path, rows: list[dict]) -> None:
         path = tmp / "results" / r["group"] / f"{r['name']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(r))
+
+
+# the vector geometries' compiled kernels (ops/native.py) build wherever a C++ compiler is installed
+HAS_COMPILER = shutil.which("c++") is not None or shutil.which("g++") is not None
+
+
+@pytest.fixture(params=["compiled", "python"])
+def backend(request, monkeypatch):
+    """The test runs on the compiled kernels and on the Python functions."""
+    from kuramoto_attention.ops import native
+
+    if request.param == "python":
+        monkeypatch.setenv(native.ENV, "0")
+    elif not native.available(torch.zeros(1)):
+        if HAS_COMPILER:
+            pytest.fail("a C++ compiler is installed but the compiled kernels did not build (see stderr)")
+        pytest.skip("no C++ compiler: the compiled kernels cannot be built here")
+    return request.param

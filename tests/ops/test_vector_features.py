@@ -1,9 +1,9 @@
 """The hand-fused drifted, gated query/key features of the vector groups (ops/vectors.py ``quaternion_query_key``,
 ``sphere_query_key``) equal the plain expressions they replace (``Geometry.gated_query_key``: the group's ``drifted``
 and ``gates.gated_features``): the forward to the bit, gradients in float64 and float32, gradcheck, bf16 autocast,
-torch.compile; and whole models (ka-su2-1m, ka-su2-1m-tuned, ka-sphere-1m) give the previous path's logits and
-gradients. The layer-level comparisons with the literal T × T references (test_su2.py, test_sphere.py) run through
-these kernels too, whenever autograd records."""
+torch.compile, on both backends (the compiled CPU kernels, the Python functions); and whole models (ka-su2-1m,
+ka-su2-1m-tuned, ka-sphere-1m) give the previous path's logits and gradients. The layer-level comparisons with the
+literal T × T references (test_su2.py, test_sphere.py) run through these kernels too, whenever autograd records."""
 
 import pytest
 import torch
@@ -14,6 +14,8 @@ from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.layers.groups.planes import VectorGeometry
 from kuramoto_attention.layers.groups.sphere import Sphere
 from kuramoto_attention.layers.groups.su2 import SU2
+
+pytestmark = pytest.mark.usefixtures("backend")  # conftest.py: each test on both backends
 
 B, T, N, H = 2, 5, 6, 2
 GEOMETRIES = {"su2": SU2(), "sphere": Sphere(), "sphere6": Sphere(6), "circle": Sphere(2)}
@@ -138,14 +140,14 @@ def test_under_torch_compile_equals_eager(case):
 
 @pytest.mark.parametrize("preset", ["ka-su2-1m", "ka-su2-1m-tuned", "ka-sphere-1m"])
 def test_whole_model_logits_and_gradients_equal_the_previous_path(preset, monkeypatch):
-    """A training step's logits and every parameter's gradient, float32, against the same model with the kernel
-    switched off (the default ``gated_query_key`` of the group's ``drifted`` and ``gated_features``): the logits to
-    the bit (the forward is the same operations); each gradient within 1e-6 of its size, or within the previous path's
-    own distance from the float64 gradient (the embedding's sums over tokens: 1.4e-6 of its size), except where float32
-    cannot give that on either path: the scalars log τ and log r, sums over every token with cancellation, which both
-    paths miss by 2e-6 … 5e-5 of their size (against float64; log τ over 6 seeds of each preset, both paths alike).
-    There the kernel's gradient is within 2e-5 of the previous path's (or twice that path's own error), and within
-    1e-4 of the float64 gradient."""
+    """A training step's logits and every parameter's gradient, float32, against the same model with the kernel switched
+    off (the default ``gated_query_key`` of the group's ``drifted`` and ``gated_features``): the logits to the bit
+    (the forward is the same operations); each gradient within 1e-6 of its size, or within twice the previous path's
+    own distance from the float64 gradient (the embedding's sums over tokens: 1.4e-6 of its size), except where
+    float32 cannot give that on either path: the scalars log τ and log r, sums over every token with cancellation,
+    which both paths miss by 2e-6 … 5e-5 of their size (against float64; log τ over 6 seeds of each preset, both
+    paths alike). There the kernel's gradient is within 2e-5 of the previous path's (or twice that path's own
+    error), and within 1e-4 of the float64 gradient."""
     torch.manual_seed(0)
     model = ka.build_model(*ka.get_preset(preset))
     idx = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
@@ -170,5 +172,6 @@ def test_whole_model_logits_and_gradients_equal_the_previous_path(preset, monkey
         rounding = (g - exact[name]).abs().max().item()  # the previous path's own float32 error
         if name.endswith(("log_tau", "log_radius")):
             assert diff <= max(2e-5 * size, 2 * rounding) and error <= 1e-4 * size, (name, diff, error, size)
-        else:  # or, for a sum over many tokens (the embedding's), no more than the previous path's own float32 error
-            assert diff <= max(1e-6 * size, rounding), (name, diff, size, rounding)
+        else:  # or, for a sum over many tokens (the embedding's, the clocks'), no more than twice the previous path's
+            # own float32 error (two paths each that far from the exact sum; seen on an AMD EPYC: 1.12×)
+            assert diff <= max(1e-6 * size, 2 * rounding), (name, diff, size, rounding)

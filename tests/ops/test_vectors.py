@@ -2,8 +2,6 @@
 modules' arithmetic), values and gradients in float64, gradcheck, bf16 autocast and torch.compile; each on both
 backends: the compiled CPU kernels (ops/native.py) and the Python functions."""
 
-import shutil
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,19 +14,7 @@ from kuramoto_attention.ops import native
 from kuramoto_attention.ops.vectors import cos_sinc_grad, quaternion_move, quaternion_step, sphere_move, sphere_step
 
 B, T, N = 2, 3, 5
-HAS_COMPILER = shutil.which("c++") is not None or shutil.which("g++") is not None
-
-
-@pytest.fixture(params=["compiled", "python"], autouse=True)
-def backend(request, monkeypatch):
-    """Every test here runs on the compiled kernels and on the Python functions."""
-    if request.param == "python":
-        monkeypatch.setenv(native.ENV, "0")
-    elif not native.available(torch.zeros(1)):
-        if HAS_COMPILER:
-            pytest.fail("a C++ compiler is installed but the compiled kernels did not build (see stderr)")
-        pytest.skip("no C++ compiler: the compiled kernels cannot be built here")
-    return request.param
+pytestmark = pytest.mark.usefixtures("backend")  # conftest.py: each test on both backends
 
 
 def test_backend_is_the_one_asked_for(backend):

@@ -12,7 +12,12 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
     step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx, dG (c, N, n), dv (N, n), dL/dlog r (1,))
 
-x, G, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; kind "quaternion" or "sphere".
+    features_forward(kind, x, R, g, H, T)        -> (q, k (N, H, c, d))
+    features_backward(kind, dq, dk, x, R, g, H, T, need_drift) -> (dx (c, N, n), dg (N, 2, n), dR (parts, N, n))
+
+x, G, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; kind "quaternion" or
+"sphere"; R the drift's rotation as parts (T, n), g the gates (N, 2, n); dR summed over the batch is the rotation's
+gradient.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ def _build() -> ModuleType | None:
     capability = torch.backends.cpu.get_cpu_capability()
     # no errno and no trapping: what lets the compiler vectorise sqrt and compute both sides of a select (no change
     # to any result: the kernels never read errno or floating-point exceptions); -fopenmp: ATen's parallel_for is
-    # inlined from its headers, and without it runs on one thread
-    flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *_ISA.get(capability, [])]
+    # inlined from its headers, and without it runs on one thread; no contraction into FMAs: the features' forward
+    # is then the Python one's to the bit
+    flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
+             *_ISA.get(capability, [])]
     try:
         return cpp_extension.load(f"kuramoto_vectors_{capability.lower()}", [str(SOURCE)], extra_cflags=flags,
                                   extra_ldflags=["-fopenmp"], verbose=False)
@@ -121,3 +128,34 @@ def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], val
 def _(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], value: Tensor, log_radius: Tensor,
       sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _planes(x, len(x)), _planes(x, len(x)), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
+
+
+@torch.library.custom_op("kuramoto::features_forward", mutates_args=())
+def features_forward(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
+                     positions: int) -> tuple[Tensor, Tensor]:
+    q, k = _module().features_forward(kind, x, rotation, gates, heads, positions)
+    return q, k
+
+
+@features_forward.register_fake
+def _(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
+      positions: int) -> tuple[Tensor, Tensor]:
+    n = x[0].shape[-1]
+    shape = (x[0].numel() // n, heads, len(x), n // heads)
+    return x[0].new_empty(shape), x[0].new_empty(shape)
+
+
+@torch.library.custom_op("kuramoto::features_backward", mutates_args=())
+def features_backward(kind: str, grad_q: Tensor, grad_k: Tensor, x: list[Tensor], rotation: list[Tensor],
+                      gates: Tensor, heads: int, positions: int, need_drift: bool) -> tuple[Tensor, Tensor, Tensor]:
+    dx, dg, dr = _module().features_backward(kind, grad_q, grad_k, x, rotation, gates, heads, positions, need_drift)
+    return dx, dg, dr
+
+
+@features_backward.register_fake
+def _(kind: str, grad_q: Tensor, grad_k: Tensor, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
+      positions: int, need_drift: bool) -> tuple[Tensor, Tensor, Tensor]:
+    n = x[0].shape[-1]
+    tokens = x[0].numel() // n
+    return (x[0].new_empty(len(x), tokens, n), x[0].new_empty(tokens, 2, n),
+            x[0].new_empty(len(rotation) if need_drift else 0, tokens, n))

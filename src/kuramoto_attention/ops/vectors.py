@@ -355,12 +355,18 @@ def _quaternion_rotate_again(r: Parts, x: Parts) -> Parts:
 
 def _quaternion_rotate_backward(df: Parts, x: Parts, f: Parts, r: Parts, pos: Tensor, aux: Parts,
                                 need_drift: bool, out: Tensor) -> Tensor | None:
-    """f = r x:  dx = conj(r) df (written into ``out`` (4, B, T, n)),  dr = Σ_b df conj(x);  r = (cos|a|, sinc|a| a)
-    with a = tΩ:  da = sinc dr⃗ + 2 a (sinc' ⟨dr⃗, a⟩ − sinc/2 dr₀),  dΩ = Σ_t t da."""
+    """f = r x:  dx = conj(r) df (written into ``out`` (4, B, T, n)),  dr = Σ_b df conj(x), then dΩ
+    (``_quaternion_drift``)."""
     _hamilton_accumulated(r, df, conj_p=True, out=out)
     if not need_drift:
         return None
-    dr = tuple(_batch_sum(c, r[0].shape) for c in _hamilton_accumulated(df, x, conj_q=True))
+    return _quaternion_drift(tuple(_batch_sum(c, r[0].shape) for c in _hamilton_accumulated(df, x, conj_q=True)),
+                             pos, aux)
+
+
+def _quaternion_drift(dr: Parts, pos: Tensor, aux: Parts) -> Tensor:
+    """dΩ from dr (4 parts (T, n)): r = (cos|a|, sinc|a| a) with a = tΩ:
+    da = sinc dr⃗ + 2 a (sinc' ⟨dr⃗, a⟩ − sinc/2 dr₀),  dΩ = Σ_t t da."""
     *a, sinc, dsinc = aux
     da2 = 2 * (dsinc * (dr[1] * a[0] + dr[2] * a[1] + dr[3] * a[2]) - sinc / 2 * dr[0])
     return torch.stack([pos @ (sinc * d + da2 * c) for d, c in zip(dr[1:], a, strict=True)], dim=-1)
@@ -407,10 +413,17 @@ def _plane_rotate_backward(df: Parts, x: Parts, f: Parts, r: Parts, pos: Tensor,
     return torch.stack(dangle, dim=-1) if need_drift else None
 
 
-# kind -> (the rotation's parts, R x exactly as the plain forward, R x recomputed for the backward, the backward)
+def _plane_drift(dangle: Parts, pos: Tensor, aux: Parts) -> Tensor:
+    """dΩ = Σ_t t d angle, from d angle (D/2 parts (T, n), in the first D/2 of the D the kernels return)."""
+    return torch.stack([pos @ d for d in dangle[:len(dangle) // 2]], dim=-1)
+
+
+# kind -> (the rotation's parts, R x exactly as the plain forward, R x recomputed for the backward, the backward,
+# dΩ from the batch-summed gradient of the rotation's parts, as the compiled kernels give it)
 _DRIFTS = {
-    "quaternion": (_quaternion_rotation, _quaternion_rotate, _quaternion_rotate_again, _quaternion_rotate_backward),
-    "sphere": (_plane_rotation, _plane_rotate, _plane_rotate_again, _plane_rotate_backward),
+    "quaternion": (_quaternion_rotation, _quaternion_rotate, _quaternion_rotate_again, _quaternion_rotate_backward,
+                   _quaternion_drift),
+    "sphere": (_plane_rotation, _plane_rotate, _plane_rotate_again, _plane_rotate_backward, _plane_drift),
 }
 
 
@@ -430,29 +443,45 @@ class _QueryKey(torch.autograd.Function):
     @_no_autocast
     def forward(ctx: FunctionCtx, x: Tensor, drift: Tensor, pos: Tensor, z: Tensor,  # type: ignore[override]
                 tau: Tensor, kind: str, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        rotation, rotate, _, _ = _DRIFTS[kind]
+        rotation, rotate, _, _, _ = _DRIFTS[kind]
+        b, t, n, _ = x.shape
+        heads = tau.shape[0]
         r, aux = rotation(pos, drift)
-        f = rotate(r, x.unbind(-1))  # c planes (B, T, n)
+        parts = x.unbind(-1)
         g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
-        q, key = _gated(f, g, tau.shape[0], out_dtype)
+        # the compiled kernels: the rotation, the gates and the heads' layout in one pass
+        compiled = g.dtype == x.dtype and _compiled(parts)
+        if compiled:
+            q, key = (y.view(b, t, heads, -1).to(out_dtype)
+                      for y in native.features_forward(kind, list(parts), list(r), g.view(b * t, 2, n), heads, t))
+        else:
+            q, key = _gated(rotate(r, parts), g, heads, out_dtype)  # c planes (B, T, n), then the heads' layout
         # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
         # and the rotation's (T, n) parts are kept
         ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)
-        ctx.kind, ctx.nrot = kind, len(r)
+        ctx.kind, ctx.nrot, ctx.compiled = kind, len(r), compiled
         return q.transpose(1, 2), key.transpose(1, 2)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
-        _, _, rotate, rotate_backward = _DRIFTS[ctx.kind]
+        _, _, rotate, rotate_backward, drift_grad = _DRIFTS[ctx.kind]
         x, pos, z, tau, scale, inv_mean, *rest = ctx.saved_tensors
         r, aux = rest[:ctx.nrot], rest[ctx.nrot:]
         b, t, n, c = x.shape
         heads = tau.shape[0]
         parts = x.unbind(-1)
-        f = rotate(r, parts)
         # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
         g = F.softplus(z.to(scale.dtype)).view(b, t, 2, heads, -1).mul_(scale)
+        if ctx.compiled:
+            gq, gk = (grad.transpose(1, 2).reshape(b * t, heads, c, -1).to(x.dtype) for grad in (grad_q, grad_k))
+            dx, grad_g, dr = native.features_backward(ctx.kind, gq, gk, list(parts), list(r), g.view(b * t, 2, n),
+                                                      heads, t, ctx.needs_input_grad[1])
+            need_drift, need_tau = ctx.needs_input_grad[1], ctx.needs_input_grad[4]
+            grad_drift = drift_grad(dr.view(-1, b, t, n).sum(1).unbind(0), pos, aux) if need_drift else None
+            grad_z, grad_tau = _gates_backward(grad_g.view(g.shape), g, scale, inv_mean, z, tau, need_tau)
+            return dx.view(c, b, t, n).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None
+        f = rotate(r, parts)
         rows = g.view(b, t, 2, n)  # g^q, g^k as (B, T, n) rows
         # dq and dk as whole rows, in one buffer (B, T, 2, c, n) in x's dtype: one copy each
         grads = grad_q.new_empty(b, t, 2, c, heads, n // heads, dtype=x.dtype)

@@ -393,6 +393,147 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
   return {dx_t, dg_t, dv_t, radius_t};
 }
 
+// ------------------------------------------------------------------------------------------ query/key features
+// f = R_{t,j} x_{t,j}, the drift's rotation of each oscillator given by its parts (T, n) (SU(2): the unit quaternion
+// exp(tΩ_j); the sphere: cos and sin of each coordinate plane's angle), in the same operations and order as
+// vectors.py's _quaternion_rotate and _plane_rotate (so that, without contraction into FMAs, the bits are theirs);
+// q = g^q ⊙ f and k = g^k ⊙ f in the heads' layout (B, T, H, c, d)
+template <typename T>
+struct QuaternionDrift {
+  static constexpr int c = 4, parts = 4;
+  KA_INLINE void rotate(const T* r, const T* x, T* f) const {
+    f[0] = r[0] * x[0] - r[1] * x[1] - r[2] * x[2] - r[3] * x[3];
+    const T cross[3] = {r[2] * x[3] - r[3] * x[2], r[3] * x[1] - r[1] * x[3], r[1] * x[2] - r[2] * x[1]};
+    for (int i = 0; i < 3; ++i) f[i + 1] = r[0] * x[i + 1] + x[0] * r[i + 1] + cross[i];
+  }
+  // dx = conj(r) df; dr = df conj(x) (its sum over the batch is the rotation's gradient)
+  KA_INLINE void backward(const T* r, const T* x, const T* f, const T* df, T* dx, T* dr) const {
+    hamilton(r, df, dx, true);
+    hamilton(df, x, dr, false, true);
+  }
+};
+
+template <typename T, int D>
+struct PlaneDrift {
+  static constexpr int c = D, parts = D, angles = D / 2;
+  KA_INLINE void rotate(const T* r, const T* x, T* f) const {
+    for (int p = 0; p < D / 2; ++p) {
+      const T a = x[2 * p], b = x[2 * p + 1], cos = r[2 * p], sin = r[2 * p + 1];
+      f[2 * p] = a * cos - b * sin, f[2 * p + 1] = a * sin + b * cos;
+    }
+  }
+  // dx = Rᵀ df; d angle_p = df_{2p+1} f_{2p} − df_{2p} f_{2p+1} (in dr's first D/2 slots)
+  KA_INLINE void backward(const T* r, const T* x, const T* f, const T* df, T* dx, T* dr) const {
+    for (int p = 0; p < D / 2; ++p) {
+      const T da = df[2 * p], db = df[2 * p + 1], cos = r[2 * p], sin = r[2 * p + 1];
+      dx[2 * p] = da * cos + db * sin, dx[2 * p + 1] = db * cos - da * sin;
+      dr[p] = db * f[2 * p] - da * f[2 * p + 1];
+    }
+    for (int p = D / 2; p < D; ++p) dr[p] = 0;
+  }
+};
+
+// x: c planes (B·T, n); r: the rotation's parts (T, n); g (B·T, 2, n) contiguous. Returns q, k (B·T, H, c, d).
+template <typename T, typename Drift>
+std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vector<torch::Tensor>& xs,
+                                            const std::vector<torch::Tensor>& rs, torch::Tensor gates, int64_t heads,
+                                            int64_t positions) {
+  constexpr int C = Drift::c, R = Drift::parts;
+  const Planes<T, C> x(xs);
+  const Planes<T, R> r(rs);
+  gates = gates.contiguous();
+  const T* g = gates.data_ptr<T>();
+  const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
+  torch::Tensor q_t = torch::empty({tokens, heads, C, d}, xs[0].options()), k_t = torch::empty_like(q_t);
+  T *q = q_t.data_ptr<T>(), *k = k_t.data_ptr<T>();
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t bt = lo; bt < hi; ++bt) {
+      const int64_t t = bt % positions;
+      for (int64_t h = 0; h < heads; ++h) {
+        blocks(h * d, (h + 1) * d, [&, bt, t, h](int64_t j0, int m) {
+          T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], Q[C][kLanes], K[C][kLanes];
+          load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
+          for (int l = 0; l < kLanes; ++l) {
+            GQ[l] = g[(bt * 2) * n + j0 + (l < m ? l : 0)], GK[l] = g[(bt * 2 + 1) * n + j0 + (l < m ? l : 0)];
+          }
+          for (int l = 0; l < kLanes; ++l) {
+            T a[C], rr[R], f[C];
+            lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
+            drift.rotate(rr, a, f);
+            for (int i = 0; i < C; ++i) Q[i][l] = f[i] * GQ[l], K[i][l] = f[i] * GK[l];
+          }
+          for (int i = 0; i < C; ++i) {
+            T *qd = q + ((bt * heads + h) * C + i) * d + (j0 - h * d), *kd = k + ((bt * heads + h) * C + i) * d + (j0 - h * d);
+            for (int l = 0; l < m; ++l) qd[l] = Q[i][l], kd[l] = K[i][l];
+          }
+        });
+      }
+    }
+  });
+  return {q_t, k_t};
+}
+
+// dq, dk (B·T, H, c, d) contiguous -> (dx (c, B·T, n), dg (B·T, 2, n), dr (parts, B·T, n): the rotation's gradient
+// before its sum over the batch; only when need_drift)
+template <typename T, typename Drift>
+std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor grad_q, torch::Tensor grad_k,
+                                             const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& rs,
+                                             torch::Tensor gates, int64_t heads, int64_t positions, bool need_drift) {
+  constexpr int C = Drift::c, R = Drift::parts;
+  grad_q = grad_q.contiguous(), grad_k = grad_k.contiguous(), gates = gates.contiguous();
+  const Planes<T, C> x(xs);
+  const Planes<T, R> r(rs);
+  const T *g = gates.data_ptr<T>(), *dq = grad_q.data_ptr<T>(), *dk = grad_k.data_ptr<T>();
+  const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
+  torch::Tensor dx_t = torch::empty({C, tokens, n}, xs[0].options()), dg_t = torch::empty({tokens, 2, n}, xs[0].options());
+  torch::Tensor dr_t = torch::empty({need_drift ? R : 0, tokens, n}, xs[0].options());
+  const Planes<T, C> dx(dx_t);
+  T* dg = dg_t.data_ptr<T>();
+  T* dr = dr_t.data_ptr<T>();
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t bt = lo; bt < hi; ++bt) {
+      const int64_t t = bt % positions;
+      for (int64_t h = 0; h < heads; ++h) {
+        blocks(h * d, (h + 1) * d, [&, bt, t, h](int64_t j0, int m) {
+          T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], DQ[C][kLanes], DK[C][kLanes];
+          T DX[C][kLanes], DR[R][kLanes], DGQ[kLanes], DGK[kLanes];
+          load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
+          for (int l = 0; l < kLanes; ++l) {
+            const int64_t at = l < m ? l : 0;
+            GQ[l] = g[(bt * 2) * n + j0 + at], GK[l] = g[(bt * 2 + 1) * n + j0 + at];
+            for (int i = 0; i < C; ++i) {
+              const int64_t from = ((bt * heads + h) * C + i) * d + (j0 - h * d) + at;
+              DQ[i][l] = dq[from], DK[i][l] = dk[from];
+            }
+          }
+          for (int l = 0; l < kLanes; ++l) {
+            T a[C], rr[R], f[C], df[C], da[C], drr[R];
+            lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
+            drift.rotate(rr, a, f);
+            T sq = 0, sk = 0;
+            for (int i = 0; i < C; ++i) {
+              sq += DQ[i][l] * f[i], sk += DK[i][l] * f[i];
+              df[i] = GQ[l] * DQ[i][l] + GK[l] * DK[i][l];
+            }
+            drift.backward(rr, a, f, df, da, drr);
+            DGQ[l] = sq, DGK[l] = sk;
+            set_lane<T, C>(DX, l, da), set_lane<T, R>(DR, l, drr);
+          }
+          store(dx, bt * n + j0, m, DX);
+          for (int l = 0; l < m; ++l) dg[(bt * 2) * n + j0 + l] = DGQ[l], dg[(bt * 2 + 1) * n + j0 + l] = DGK[l];
+          if (need_drift) {
+            for (int p = 0; p < R; ++p) {
+              T* to = dr + (p * tokens + bt) * n + j0;
+              for (int l = 0; l < m; ++l) to[l] = DR[p][l];
+            }
+          }
+        });
+      }
+    }
+  });
+  return {dx_t, dg_t, dr_t};
+}
+
 // ------------------------------------------------------------------------------------------------ dispatch by kind
 template <typename T, typename F>
 auto by_group(const std::string& kind, int64_t c, F&& f) {
@@ -448,6 +589,43 @@ std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Ten
   });
 }
 
+template <typename T, typename F>
+auto by_drift(const std::string& kind, int64_t c, F&& f) {
+  if (kind == "quaternion") return f(T{}, QuaternionDrift<T>{});
+  switch (c) {
+    case 2: return f(T{}, PlaneDrift<T, 2>{});
+    case 4: return f(T{}, PlaneDrift<T, 4>{});
+    case 6: return f(T{}, PlaneDrift<T, 6>{});
+    default: return f(T{}, PlaneDrift<T, 8>{});
+  }
+}
+
+template <typename F>
+auto by_drift_kind(const std::string& kind, int64_t c, torch::ScalarType dtype, F&& f) {
+  TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kDouble, "vectors: float32 or float64 only");
+  TORCH_CHECK(kind == "quaternion" ? c == 4 : (kind == "sphere" && c % 2 == 0 && c >= 2 && c <= kMax),
+              "vectors: unknown kind or component count");
+  if (dtype == torch::kFloat) return by_drift<float>(kind, c, f);
+  return by_drift<double>(kind, c, f);
+}
+
+std::vector<torch::Tensor> features_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
+                                                const std::vector<torch::Tensor>& rs, torch::Tensor gates,
+                                                int64_t heads, int64_t positions) {
+  return by_drift_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+    return features_forward<decltype(t)>(k, xs, rs, gates, heads, positions);
+  });
+}
+
+std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch::Tensor grad_q, torch::Tensor grad_k,
+                                                 const std::vector<torch::Tensor>& xs,
+                                                 const std::vector<torch::Tensor>& rs, torch::Tensor gates,
+                                                 int64_t heads, int64_t positions, bool need_drift) {
+  return by_drift_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+    return features_backward<decltype(t)>(k, grad_q, grad_k, xs, rs, gates, heads, positions, need_drift);
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -455,4 +633,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (tangent, N, n))");
   m.def("step_forward", &step_forward_any, "(out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
   m.def("step_backward", &step_backward_any, "(dx, dG (c, N, n), dv (N, n), ⟨dstep, w⟩ h (N,))");
+  m.def("features_forward", &features_forward_any, "(q, k (N, H, c, d))");
+  m.def("features_backward", &features_backward_any, "(dx (c, N, n), dg (N, 2, n), dr (parts, N, n))");
 }
