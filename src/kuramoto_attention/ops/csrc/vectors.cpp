@@ -535,29 +535,30 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
 }
 
 // ------------------------------------------------------------------------------------------------ dispatch by kind
-template <typename T, typename F>
-auto by_group(const std::string& kind, int64_t c, F&& f) {
-  if (kind == "quaternion") return f(T{}, Quaternion<T>{});
+// f(T{}, the kind's struct): Q<T> for quaternions, S<T, c> for the sphere's c components (2, 4, 6 or 8)
+template <template <typename> class Q, template <typename, int> class S, typename T, typename F>
+auto by_components(const std::string& kind, int64_t c, F&& f) {
+  if (kind == "quaternion") return f(T{}, Q<T>{});
   switch (c) {
-    case 2: return f(T{}, Sphere<T, 2>{});
-    case 4: return f(T{}, Sphere<T, 4>{});
-    case 6: return f(T{}, Sphere<T, 6>{});
-    default: return f(T{}, Sphere<T, 8>{});
+    case 2: return f(T{}, S<T, 2>{});
+    case 4: return f(T{}, S<T, 4>{});
+    case 6: return f(T{}, S<T, 6>{});
+    default: return f(T{}, S<T, 8>{});
   }
 }
 
-template <typename F>
+template <template <typename> class Q, template <typename, int> class S, typename F>
 auto by_kind(const std::string& kind, int64_t c, torch::ScalarType dtype, F&& f) {
   TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kDouble, "vectors: float32 or float64 only");
   TORCH_CHECK(kind == "quaternion" ? c == 4 : (kind == "sphere" && c % 2 == 0 && c >= 2 && c <= kMax),
               "vectors: unknown kind or component count");
-  if (dtype == torch::kFloat) return by_group<float>(kind, c, f);
-  return by_group<double>(kind, c, f);
+  if (dtype == torch::kFloat) return by_components<Q, S, float>(kind, c, f);
+  return by_components<Q, S, double>(kind, c, f);
 }
 
 std::vector<torch::Tensor> move_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                             const std::vector<torch::Tensor>& ws) {
-  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+  return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     return move_forward<decltype(t)>(k, xs, ws);
   });
 }
@@ -566,7 +567,7 @@ std::vector<torch::Tensor> move_backward_any(const std::string& kind, torch::Ten
                                              const std::vector<torch::Tensor>& xs,
                                              const std::vector<torch::Tensor>& ws, torch::Tensor norm,
                                              torch::Tensor out) {
-  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+  return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     return move_backward<decltype(t)>(k, grad, xs, ws, norm, out);
   });
 }
@@ -574,7 +575,7 @@ std::vector<torch::Tensor> move_backward_any(const std::string& kind, torch::Ten
 std::vector<torch::Tensor> step_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                             const std::vector<torch::Tensor>& gs, torch::Tensor value,
                                             double radius) {
-  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+  return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     return step_forward<decltype(t)>(k, xs, gs, value, radius);
   });
 }
@@ -584,35 +585,15 @@ std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Ten
                                              const std::vector<torch::Tensor>& gs, torch::Tensor value,
                                              double radius, torch::Tensor sq, torch::Tensor h, torch::Tensor norm,
                                              torch::Tensor out) {
-  return by_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+  return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     return step_backward<decltype(t)>(k, grad, xs, gs, value, radius, sq, h, norm, out);
   });
-}
-
-template <typename T, typename F>
-auto by_drift(const std::string& kind, int64_t c, F&& f) {
-  if (kind == "quaternion") return f(T{}, QuaternionDrift<T>{});
-  switch (c) {
-    case 2: return f(T{}, PlaneDrift<T, 2>{});
-    case 4: return f(T{}, PlaneDrift<T, 4>{});
-    case 6: return f(T{}, PlaneDrift<T, 6>{});
-    default: return f(T{}, PlaneDrift<T, 8>{});
-  }
-}
-
-template <typename F>
-auto by_drift_kind(const std::string& kind, int64_t c, torch::ScalarType dtype, F&& f) {
-  TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kDouble, "vectors: float32 or float64 only");
-  TORCH_CHECK(kind == "quaternion" ? c == 4 : (kind == "sphere" && c % 2 == 0 && c >= 2 && c <= kMax),
-              "vectors: unknown kind or component count");
-  if (dtype == torch::kFloat) return by_drift<float>(kind, c, f);
-  return by_drift<double>(kind, c, f);
 }
 
 std::vector<torch::Tensor> features_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                                 const std::vector<torch::Tensor>& rs, torch::Tensor gates,
                                                 int64_t heads, int64_t positions) {
-  return by_drift_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+  return by_kind<QuaternionDrift, PlaneDrift>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     return features_forward<decltype(t)>(k, xs, rs, gates, heads, positions);
   });
 }
@@ -621,7 +602,7 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
                                                  const std::vector<torch::Tensor>& xs,
                                                  const std::vector<torch::Tensor>& rs, torch::Tensor gates,
                                                  int64_t heads, int64_t positions, bool need_drift) {
-  return by_drift_kind(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
+  return by_kind<QuaternionDrift, PlaneDrift>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     return features_backward<decltype(t)>(k, grad_q, grad_k, xs, rs, gates, heads, positions, need_drift);
   });
 }
