@@ -1,11 +1,16 @@
-// CPU kernels of ops/vectors.py's fused moves: the same mathematics as its Python functions, written as one loop over
-// each token's oscillators, so that a move reads its inputs and writes its outputs once instead of making one memory
+// CPU kernels of ops/vectors.py's fused Functions: the same mathematics as their Python bodies, written as loops over
+// each token's oscillators, so that a step reads its inputs and writes its outputs once instead of making one memory
 // pass per scalar operation. Tokens run in parallel (at::parallel_for); a token's bound needs the sum over all its
-// oscillators, so the step makes two passes over them (the sum, then the move).
+// oscillators, so the attention step makes two passes over them (the sum, then the move).
+//
+//   move_*      y = normalise(x exp(w))                        the feed-forward's move
+//   step_*      y = normalise(x exp(h w)), w = v ⊙ ξ(x, G)     the attention's move, h the norm bound per token
+//   features_*  q = g^q ⊙ R x, k = g^k ⊙ R x                   the drifted, gated query/key features
 //
 // Layout: a state or a tangent vector is given as its components, each a contiguous (N, n) plane (N tokens of n
-// oscillators); outputs are stacked component-major, (c, N, n). Kinds: "quaternion" (c = 4, tangent 3: unit
-// quaternions moved by pure ones) and "sphere" (c = D ≤ 8, tangent D: unit vectors moved along P_x w).
+// oscillators); outputs are stacked component-major, (c, N, n), the features in the heads' layout (N, H, c, d).
+// Kinds: "quaternion" (c = 4, tangent 3: unit quaternions moved by pure ones) and "sphere" (c = D in 2, 4, 6, 8,
+// tangent D: unit vectors moved along P_x w, drifted by a rotation in each coordinate plane).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
