@@ -4,7 +4,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from kuramoto_attention.diagnostics.flops import model_flops
@@ -23,27 +23,17 @@ RAW: dict[str, Any] = {"ff": "angles", "ff_hidden": 336, "ff_proj": "none"}
 # ψ(θ) itself, ka-1m's default before P ψ(θ): a SwiGLU reading 2k inputs has 5kh weights, h = 200 keeps 1.01M
 UNPROJECTED: dict[str, Any] = {"ff": "lift", "ff_hidden": 200, "ff_proj": "none"}
 
-
-def _pinned_lr(preset: str) -> float:
-    """A pinned group's rate: ka-1m's from the sweep it ran with (lr-unprojected), the transformer's from lr."""
-    return best_lr(preset, "lr-unprojected" if preset == "ka-1m" else "lr")
-
-
-# The confirmed ka-1m variants (group confirm, retired) that kept groups build on, as overrides of ka-1m
-_CLOCK: dict[str, Any] = TUNED_SCORE  # the tuned score, declared once (models/presets.py)
-# the paper's score: each field of the tuned score at the layer's default
+# the paper's score: each field of the tuned score (models/presets.py) at the layer's default
 PAPER_SCORE: dict[str, Any] = {k: getattr(AttentionConfig(), k) for k in TUNED_SCORE}
-# the best 1M variant at 10M tokens outside the paper's score when the later groups were planned
+# The confirmed ka-1m variants (group confirm, retired) the notebook names, as overrides of ka-1m: the best 1M variant
+# at 10M tokens outside the paper's score when the later groups were planned, and the confirm candidate that is the
+# preset ka-1m-tuned (a test holds them equal): k = 160 paid for by shared metric gates and by the value and metric
+# gates reading the feed-forward's shared P ψ(θ)
 BEST_VARIANT = "phase-lag-no-self"
-BUDGET_VARIANT = "phase-lag-no-self"  # the variant also trained to 20M (the best confirmed when it ran)
-# the confirm candidate that is the preset ka-1m-tuned (a test holds them equal): k = 160 paid for by shared metric
-# gates and by the value and metric gates reading the feed-forward's shared P ψ(θ)
 TUNED_CANDIDATE = "phase-lag-no-self-clock-8-init-4-ff-proj-shared-gates-dim-160-gates-proj"
 VARIANTS: dict[str, dict[str, Any]] = {
     BEST_VARIANT: {"phase_lag": True, "self_coupling": False},
-    "phase-lag-no-self-clock-8-init-4": _CLOCK,
-    "phase-lag-no-self-clock-8-init-4-ff-proj-shared": {**_CLOCK, "ff_proj": "shared", "ff_hidden": 312},
-    TUNED_CANDIDATE: {**_CLOCK, **TUNED_SHARING, "dim": 160, "ff_hidden": 350},
+    TUNED_CANDIDATE: {**TUNED_SCORE, **TUNED_SHARING, "dim": 160, "ff_hidden": 350},
 }
 
 
@@ -65,129 +55,9 @@ def _main(corpus: str = "enwik7", seeds: tuple[int, ...] = (0, 1, 2), group: str
             for p in presets for s in seeds]
 
 
-def _budget() -> list[Spec]:
-    """Does the gap close with more training? The main pair and a confirmed variant at 20M tokens, seed 0."""
-    train = {**PROTOCOL, "tokens": 20_000_000, "seed": 0}
-    return ([Spec("budget", f"{p}-20m", p, {}, {**train, "lr": _pinned_lr(p)}) for p in ("ka-1m", "tf-1m")]
-            # a confirmed variant: does its gap widen with training too?
-            + [Spec("budget", f"ka-1m-{BUDGET_VARIANT}-20m", "ka-1m", VARIANTS[BUDGET_VARIANT],
-                    {**train, "lr": _pinned_lr("ka-1m")})])
-
-
-def _scale() -> list[Spec]:
-    """Does the gap close with size? The 5M pair at the protocol, seed 0, at their 1M rates and below them."""
-    train = {**PROTOCOL, "seed": 0}
-    # then lower rates, in the order they were added: each family's second try after the other gained from it, and one
-    # step further for each while its best was the lowest rate tried
-    lower = (("tf-5m", 4e-3), ("ka-5m", 2e-3), ("tf-5m", 2e-3), ("ka-5m", 1e-3), ("tf-5m", 1e-3), ("ka-5m", 5e-4))
-    return ([Spec("scale", p, p, {}, {**train, "lr": _pinned_lr(p.replace("-5m", "-1m"))}) for p in ("ka-5m", "tf-5m")]
-            + [Spec("scale", f"{p}-lr-{lr:g}", p, {}, {**train, "lr": lr}) for p, lr in lower])
-
-
-# the 1M variants tried at 5M: the base of the later groups, then the best at 1M (8 clocks; 16 were no better)
-SCALE_VARIANTS = (BEST_VARIANT, "phase-lag-no-self-clock-8-init-4", "phase-lag-no-self-clock-8-init-4-ff-proj-shared")
-# a 1M candidate's feed-forward width re-matched to ka-5m's parameter count (4,999,154 with 8 clocks; 702: −2,048)
-SCALE_WIDTHS: dict[str, dict[str, Any]] = {"phase-lag-no-self-clock-8-init-4-ff-proj-shared": {"ff_hidden": 702}}
-
-
-def _scale_variant() -> list[Spec]:
-    """Do the 1M variants' gains carry to 5M? Each on ka-5m at its best rate in ``scale``, seed 0."""
-    return [Spec("scale-variant", f"ka-5m-{v}", "ka-5m", {**VARIANTS[v], **SCALE_WIDTHS.get(v, {})},
-                 {**PROTOCOL, "seed": 0, "lr": best_lr("ka-5m", "scale")}) for v in SCALE_VARIANTS]
-
-
-def _lr10m() -> list[Spec]:
-    """Is the 3M sweep's rate still each 1M model's best at 10M tokens? One sweep step below it, seed 0."""
-    train = {**PROTOCOL, "seed": 0}
-    return [Spec("lr10m", f"{p}-lr-{_pinned_lr(p) / 2:g}", p, {}, {**train, "lr": _pinned_lr(p) / 2})
-            for p in ("ka-1m", "tf-1m")]
-
-
-def _warmup10m() -> list[Spec]:
-    """Round 6's 30-step warmup at the protocol's 10M tokens, each 1M model at its swept rate, seed 0."""
-    train = {**PROTOCOL, "seed": 0, "warmup": 30}
-    return [Spec("warmup10m", f"{p}-warmup-30", p, {}, {**train, "lr": _pinned_lr(p)}) for p in ("ka-1m", "tf-1m")]
-
-
 # ka-1m-tuned was chosen among confirm's candidates by their test BPC on seeds 0-2, so those runs (main-tuned's seeds
 # 0-2, their twins) are favoured by the choice: three more seeds, which played no part in it, measure it afresh
 TUNED_FRESH_SEEDS = (3, 4, 5)
-
-
-# Issue 26's structural leads on ka-1m-tuned: screened at the protocol (seed 0), the best then at 40M (leads40)
-@dataclass(frozen=True)
-class Lead:
-    model: dict[str, Any] = field(default_factory=dict)  # model overrides
-    train: dict[str, Any] = field(default_factory=dict)  # training overrides
-    # a lead whose reason is the budget itself goes to 40M (leads40) whatever it scores at the protocol: the protocol
-    # favours what helps early, and the gap is what grows late
-    at_budget: bool = False
-    # also at the preset's swept rate in leads40 where lr40 found a lower one better for the preset: a change that
-    # smooths training may want a higher rate than the preset does
-    at_swept_rate: bool = False
-
-    def change(self) -> str:
-        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in {**self.model, **self.train}.items())
-
-
-LEADS: dict[str, Lead] = {
-    # the coupling's second harmonic (Daido), signed weights learned from 0 (layers/harmonics.py)
-    "harmonics-2": Lead({"harmonics": 2}),
-    # ω at the base rate, or frozen: at ×20 Adam's first steps move every ω past RoPE's slow rates, and slow
-    # oscillators are what compare content far apart
-    "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}), "omega-frozen": Lead(train={"omega_lr_mult": 0.0}),
-    # the same, in the parametrisation: ω learned as log ω, each step moving a rate by a factor
-    "omega-log": Lead({"omega": "log"}), "omega-log-lr-1": Lead({"omega": "log"}, {"omega_lr_mult": 1.0}),
-    # every angle slower, not ω alone: ×20 was chosen at 3M tokens, where the Kuramoto models lead
-    "angles-lr-5": Lead(train={"phase_lr_mult": 5.0, "omega_lr_mult": 1.0}, at_budget=True),
-    # past the bound's knee the matrices that make an increment act through their direction alone: a larger decay
-    # holds their norms down
-    "decay-0.3": Lead(train={"weight_decay": 0.3}, at_budget=True),
-    # the gap at 40M is largest on bytes copying predicts: a complex mix of a head's oscillators in the step, the
-    # score, or both (layers/cross_coupling.py), paid for by feed-forward units
-    "cross-coupling": Lead({"cross_coupling": True, "ff_hidden": 323}),
-    "cross-score": Lead({"cross_score": True, "ff_hidden": 323}),
-    # both mixes go to 40M whatever their screen: slower early, they were catching up when the protocol ended
-    "cross-both": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297}, at_budget=True),
-    # the two changes that gained at 40M together (do their gains add?), also at the swept rate
-    "cross-both-omega-lr-1": Lead({"cross_score": True, "cross_coupling": True, "ff_hidden": 297},
-                                  {"omega_lr_mult": 1.0}, at_budget=True, at_swept_rate=True),
-    # Is it the Kuramoto step that scales worse? The value-projection ablation, its weights paid for by feed-forward
-    # units
-    "linear-value": Lead({"value": "projection", "ff_hidden": 243}, at_budget=True),
-}
-
-
-def _leads() -> list[Spec]:
-    lr = swept_rate("ka-1m-tuned")
-    return [Spec("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", lead.model,
-                 {**PROTOCOL, "seed": 0, "lr": lr, **lead.train}) for k, lead in LEADS.items()]
-
-
-def _leads_beating_tuned(group: str, over_seeds: bool = False) -> list[tuple[str, Lead]]:
-    """The leads whose seed 0 (``over_seeds``: with leads-seeds') beat main-tuned's mean, best first; else raises."""
-    base = [r["eval_bpc"] for r in load_results("main-tuned")]
-    done = load_results("leads")
-    if over_seeds:
-        seeds = {r["name"]: r["eval_bpc"] for r in load_results("leads-seeds")}
-        for i, r in enumerate(done):
-            vals = [seeds.get(f"{r['name']}-seed{s}") for s in LEAD_SEEDS]
-            if None not in vals:
-                done[i] = {**r, "eval_bpc": (r["eval_bpc"] + sum(vals)) / (1 + len(vals))}
-    if not base:
-        raise ConfigError(f"{group} trains the leads that beat ka-1m-tuned's mean over main-tuned's runs, and "
-                          "results/main-tuned has none; run `python -m lab run main-tuned`")
-    if not done:
-        raise ConfigError(f"{group} trains the leads that beat ka-1m-tuned: none of the {len(LEADS)} leads is in "
-                          "results/leads; run `python -m lab run leads`")
-    mean = sum(base) / len(base)
-    better = sorted((r for r in done if r["eval_bpc"] < mean), key=lambda r: r["eval_bpc"])
-    if not better:
-        best = min(done, key=lambda r: r["eval_bpc"])
-        raise ConfigError(f"no lead beat ka-1m-tuned at the protocol (best {best['name']}: {best['eval_bpc']:.4f} "
-                          f"against main-tuned's mean {mean:.4f}): nothing for {group} to confirm")
-    return [(r["name"], LEADS[r["name"].removeprefix("ka-1m-tuned-")]) for r in better]
 
 
 def _recorded(group: str, name: str) -> bool:
@@ -195,96 +65,12 @@ def _recorded(group: str, name: str) -> bool:
     return (protocol.RESULTS / group / f"{name}.json").exists()
 
 
-def _leads40() -> list[Spec]:
-    """The beating and ``at_budget`` leads at 40M at the preset's best rate (and recorded ones), then at equal FLOPs."""
-    at_budget = [(f"ka-1m-tuned-{k}", lead) for k, lead in LEADS.items() if lead.at_budget]
-    try:
-        chosen = dict(_leads_beating_tuned("leads40", over_seeds=True))
-    except ConfigError:  # none screened or none beat it: the budget's own leads still go
-        if not at_budget:
-            raise
-        chosen = {}
-    chosen.update(at_budget)
-    swept, best = swept_rate("ka-1m-tuned"), {b: rate_at("ka-1m-tuned", b) for b in BUDGETS}
-    with protocol.unrecorded():  # the group's own runs, read once (a group may ask about its own)
-        own = load_results("leads40")
-
-    def rates(name: str, b: int) -> list[float]:
-        """The best rate at the budget, and every other one a recorded run of the lead was trained at (kept)."""
-        stem = f"{name}-{b // 1_000_000}m"
-        made = {float(p.stem.removeprefix(f"{stem}-lr-"))
-                for p in (protocol.RESULTS / "leads40").glob(f"{stem}-lr-*.json")}
-        also = chosen[name].at_swept_rate or _recorded("leads40", stem)
-        return sorted({best[b], *made, *([swept] if also else [])}, reverse=True)
-
-    return [Spec("leads40", f"{name}-{b // 1_000_000}m" + ("" if rate == swept else f"-lr-{rate:g}"), "ka-1m-tuned",
-                 lead.model, {**_own_training("ka-1m-tuned", b), **lead.train, "lr": rate})
-            for b in BUDGETS for name, lead in chosen.items() for rate in rates(name, b)] + [
-        # and each at tf-1m's training FLOPs of that budget (its own full schedule): the target's other half
-        Spec("leads40", f"{name}-flops-tf-{b // 1_000_000}m", "ka-1m-tuned", lead.model,
-             {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", b, lead.model)),
-              **lead.train})
-        for name, lead in chosen.items() for b in BUDGETS
-        if _recorded("leads40", f"{name}-flops-tf-{b // 1_000_000}m") or _beat_at(name, b, own)]
+# ka-su2-1m-tuned's studies train as retired screen-su2's best, "tuned-omega-lr-1", did: ω at the base rate (its
+# record: results/screen-su2/ka-su2-1m-tuned-omega-lr-1.json)
+SU2_TUNED_TRAIN: dict[str, Any] = {"omega_lr_mult": 1.0}
 
 
-def lead_runs_at(name: str, tokens: int, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs of the lead ``name`` among ``runs`` (leads40's) at ``tokens``, at any rate (…-40m, …-40m-lr-X)."""
-    stem = f"{name}-{tokens // 1_000_000}m"
-    return [r for r in runs if r["name"] == stem or r["name"].startswith(stem + "-lr-")]
-
-
-def _beat_at(name: str, tokens: int, runs: list[dict[str, Any]]) -> bool:
-    """Whether a run of the lead among leads40's ``runs`` at ``tokens`` beat ka-1m-tuned's best there on validation."""
-    base = budget_best("ka-1m-tuned", tokens)
-    return base is not None and any(valid_estimate(r) < valid_estimate(base) for r in lead_runs_at(name, tokens, runs))
-
-
-LEAD_SEEDS = (1, 2)  # beside leads' seed 0: a lead's mean over three seeds against main-tuned's over six
-
-
-def _leads_seeds() -> list[Spec]:
-    """The beating leads at the protocol on two more seeds: one seed cannot tell a lead from seed noise."""
-    return [Spec("leads-seeds", f"{name}-seed{s}", "ka-1m-tuned", lead.model,
-                 {**PROTOCOL, "seed": s, "lr": swept_rate("ka-1m-tuned"), **lead.train})
-            for name, lead in _leads_beating_tuned("leads-seeds") for s in LEAD_SEEDS]
-
-
-# Issue 26's cheaper widths: ka-1m-tuned's recipe in shapes with fewer FLOPs per token at the same parameters, each
-# at tf-1m's 10M-token training FLOPs, judged against flops' ka-1m-tuned-flops-tf-10m
-WIDTHS: dict[str, Lead] = {
-    # ka-1m's k = 128 (heads of 32): narrower T×T matmuls and a smaller shared P, applied 8 times (1.41× tf-1m)
-    "k-128": Lead({"dim": 128, "ff_hidden": 502}),
-    # three layers of k = 160: one Kuramoto step fewer, a wider feed-forward (1.39× tf-1m)
-    "depth-3": Lead({"depth": 3, "ff_hidden": 484}),
-    # the other way: five layers of k = 96 (heads of 24), narrow and deep as tf-1m is (1.34× tf-1m)
-    "k-96-depth-5": Lead({"dim": 96, "depth": 5, "ff_hidden": 586}),
-}
-
-
-def _leads_flops() -> list[Spec]:
-    return [Spec("leads-flops", f"ka-1m-tuned-{k}-flops-tf-10m", "ka-1m-tuned", lead.model,
-                 {**_own_training("ka-1m-tuned", flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"],
-                                                                     lead.model)), **lead.train})
-            for k, lead in WIDTHS.items()]
-
-
-# Issue 25's variant: what of ka-1m-tuned's recipe applies off the torus (k = 80 paid for as its 160 was), and ω
-# at the base rate; screened at the 3M sweep's best rate
-_SU2_PRESET = flat_fields(get_preset("ka-su2-1m")[1])
-SU2_VARIANTS: dict[str, Lead] = {
-    "tuned": Lead({**{k: v for k, v in VARIANTS[TUNED_CANDIDATE].items()
-                      if k not in ("phase_lag", "dim", "ff_hidden") and _SU2_PRESET[k] != v},
-                   "dim": 80, "ff_hidden": 494}),
-    "omega-lr-1": Lead(train={"omega_lr_mult": 1.0}),
-}
-SU2_VARIANTS["tuned-omega-lr-1"] = Lead(SU2_VARIANTS["tuned"].model, SU2_VARIANTS["omega-lr-1"].train)
-# ka-su2-1m-tuned's studies train as the screen's best did: ω at the base rate (valid 2.3461 at 3M against "tuned"'s
-# 2.3728 at ×20; the plain preset gained 0.10 from it)
-SU2_TUNED_TRAIN = SU2_VARIANTS["tuned-omega-lr-1"].train
-
-
-BUDGETS = (40_000_000,)  # issue 26's budget curve, beside main's 10M and budget's 20M
+BUDGETS = (40_000_000,)  # issue 26's budget curve, beside main's 10M and retired budget's 20M
 
 
 @dataclass(frozen=True)
@@ -369,16 +155,6 @@ def _lr40() -> list[Spec]:
             for rate in (swept_rate(p) * LR40_FACTOR ** k for k in range(1, LR40_STEPS[p] + 1))]
 
 
-def _repro40() -> list[Spec]:
-    """lr40's best run of each preset (on validation) trained again from scratch, same seed: never a twin."""
-    best = {p: budget_best(p, BUDGETS[-1], ("lr40",)) for p in STRETCH_PRESETS}
-    if missing := [p for p, r in best.items() if r is None]:
-        raise ConfigError(f"repro40 reruns lr40's best runs and results/lr40 has none of {', '.join(missing)}; run "
-                          f"`{run_command('lr40')}`")
-    return [replace(s, group="repro40", name=f"{s.name}-rerun", fresh=True) for s in _lr40()
-            if s.name == best[s.preset]["name"]]
-
-
 def flop_matched_tokens(preset: str, reference: str, reference_tokens: int, model: dict[str, Any] | None = None) -> int:
     """The tokens at which ``preset``'s training FLOPs equal ``reference``'s, in whole protocol steps."""
     step = PROTOCOL["batch_size"] * PROTOCOL["context"]
@@ -457,15 +233,12 @@ def fixes_beating_preset() -> dict[str, float]:
 def _fixes40_flops() -> list[Spec]:
     """Each fix that beat its preset at 40M on validation (or was recorded), at tf-1m's 40M-token FLOPs."""
     beat = fixes_beating_preset()
-    out = []
-    for name, fix in fixes().items():
-        if name in beat or _recorded("fixes40-flops", f"{name}-flops-tf-40m"):
-            tokens = flop_matched_tokens(fix.preset, "tf-1m", FIX_BUDGET, fix.model)
-            out.append(Spec("fixes40-flops", f"{name}-flops-tf-40m", fix.preset, fix.model, fix_training(fix, tokens)))
-    return out
+    return [Spec("fixes40-flops", f"{name}-flops-tf-40m", fix.preset, fix.model,
+                 fix_training(fix, flop_matched_tokens(fix.preset, "tf-1m", FIX_BUDGET, fix.model)))
+            for name, fix in fixes().items() if name in beat or _recorded("fixes40-flops", f"{name}-flops-tf-40m")]
 
 
-FIX_SEEDS = (1, 2)  # beside fixes40's seed 0: repro40 puts two identical 40M runs up to 0.009 apart
+FIX_SEEDS = (1, 2)  # beside fixes40's seed 0: repro40 (retired) put two identical 40M runs up to 0.009 apart
 
 
 def _fixes40_seeds() -> list[Spec]:
@@ -481,26 +254,14 @@ def _fixes40_seeds() -> list[Spec]:
         Spec("fixes40-seeds", f"{name}-40m-seed{s}", fix.preset, fix.model, {**fix_training(fix), "seed": s}))]
 
 
-# Issue 46's probes of the pair: capacity (enwik6 for 20M tokens, scored on its training split) and repetition
-# (pycode to 40M tokens: fresh data)
-PROBE_PAIR = ("tf-1m", "ka-1m-tuned")
-CAPACITY_TOKENS = 20_000_000
-
-
-def _capacity() -> list[Spec]:
-    return [Spec("capacity", f"{p}-enwik6-20m", p, {},
-                 {**_own_training(p, CAPACITY_TOKENS), "corpus": "enwik6", "lr": rate_at(p, FIX_BUDGET)}, "train")
-            for p in PROBE_PAIR]
-
-
 # Where ka-1m-tuned's stored knowledge lives, at 1M parameters (±3%): fewer oscillators and a wider feed-forward, more
-# oscillators and a narrower one, or tf-1m's depth of 5, each on the capacity probe
+# oscillators and a narrower one, or tf-1m's depth of 5, each on issue 46's capacity probe (retired group capacity:
+# enwik6 for 20M tokens, scored on its training split)
 CAPACITY_SHAPES: dict[str, dict[str, Any]] = {
     "ff-wide": {"dim": 128, "ff_hidden": 500}, "bank-wide": {"dim": 256, "ff_hidden": 90},
     "depth-5": {"depth": 5, "ff_hidden": 270},
 }
-
-
+CAPACITY_TOKENS = 20_000_000
 CAPACITY_MARGIN = 0.02  # training-split BPC a shape must gain on the preset to go on to 40M (a quarter of tf's lead)
 
 
@@ -526,18 +287,6 @@ def _capacity_shape() -> list[Spec]:
             for shape, model in CAPACITY_SHAPES.items()]
 
 
-def _pycode40() -> list[Spec]:
-    return [Spec("pycode40", f"{p}-40m", p, {},
-                 {**_own_training(p, FIX_BUDGET), "corpus": "pycode", "lr": rate_at(p, FIX_BUDGET)})
-            for p in PROBE_PAIR]
-
-
-def _screen_su2() -> list[Spec]:
-    lr = best_lr("ka-su2-1m", "lr-su2")
-    return [Spec("screen-su2", f"ka-su2-1m-{k}", "ka-su2-1m", v.model, {**SWEEP, "lr": lr, **v.train}, "valid")
-            for k, v in SU2_VARIANTS.items()]
-
-
 def _second_stage(group: str, sweep: str, preset: str, train: dict[str, Any] | None = None) -> list[Spec]:
     """A sweep's second stage: its two best 3M rates at the protocol, seed 0, scored on valid."""
     ranked = sorted((r for r in load_results(sweep) if r["preset"] == preset), key=lambda r: r["eval_bpc"])
@@ -553,7 +302,8 @@ EQUAL_FLOPS_5M = "ka-5m-tuned-flops-tf-5m-10m"  # main-5m's equal-compute run
 
 
 def _main_5m() -> list[Spec]:
-    """The size axis: ka-5m-tuned against tf-5m over 3 seeds, and ka-5m-tuned at tf-5m's training FLOPs."""
+    """The size axis: ka-5m-tuned against tf-5m over 3 seeds, and ka-5m-tuned at tf-5m's training FLOPs; tf-5m at its
+    best rate in retired group scale (read from its results)."""
     rates = {"ka-5m-tuned": best_lr("ka-5m-tuned", "lr-5m-tuned"), "tf-5m": best_lr("tf-5m", "scale")}
     tokens = flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
     return [*(Spec("main-5m", f"{p}-seed{s}", p, {}, {**PROTOCOL, "seed": s, "lr": lr})
@@ -593,7 +343,6 @@ def _ablation(group: str = "ablation", model: dict[str, Any] | None = None, lr_g
 # The protocol's groups in run order (what `replicate` runs), then frozen groups kept reproducible.
 GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr": _lr, "main": _main, "ablation": _ablation, "pycode": lambda: _main("pycode", (0,), "pycode"),
-    "budget": _budget, "scale": _scale, "lr10m": _lr10m, "warmup10m": _warmup10m, "scale-variant": _scale_variant,
     # the protocol again for ka-1m-tuned (presets.py), the best variant as a preset; tf-1m's runs are lr's, main's and
     # pycode's. Its rate is swept in two stages: lr-tuned at 3M tokens, then its two best rates at 10M (lr10m-tuned)
     "lr-tuned": lambda: _lr("lr-tuned", presets=("ka-1m-tuned",)),
@@ -607,16 +356,13 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
     "budget40": _budget40, "lr40": _lr40, "budget100": _budget100, "flops": _flops,
-    "leads": _leads, "leads40": _leads40, "leads-seeds": _leads_seeds, "leads-flops": _leads_flops,
     # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
     "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
     # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds
     "lr-su2": lambda: _lr("lr-su2", presets=("ka-su2-1m",)),
     "lr10m-su2": lambda: _second_stage("lr10m-su2", "lr-su2", "ka-su2-1m"),
     "main-su2": lambda: _main(group="main-su2", presets=("ka-su2-1m",), lr_group="lr10m-su2"),
-    "screen-su2": _screen_su2,  # the tuned recipe's ingredients on SU(2), at 3M tokens
-    # the screen's best, "tuned-omega-lr-1" (presets.py ka-su2-1m-tuned, trained with ω at the base rate), the same
-    # three stages
+    # the tuned recipe on SU(2) (presets.py ka-su2-1m-tuned, trained with ω at the base rate), the same three stages
     "lr-su2-tuned": lambda: _lr("lr-su2-tuned", presets=("ka-su2-1m-tuned",), train=SU2_TUNED_TRAIN),
     "lr10m-su2-tuned": lambda: _second_stage("lr10m-su2-tuned", "lr-su2-tuned", "ka-su2-1m-tuned", SU2_TUNED_TRAIN),
     "main-su2-tuned": lambda: _main(group="main-su2-tuned", presets=("ka-su2-1m-tuned",), lr_group="lr10m-su2-tuned",
@@ -625,12 +371,9 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
     "lr-sphere": lambda: _lr("lr-sphere", presets=("ka-sphere-1m",)),
     "lr10m-sphere": lambda: _second_stage("lr10m-sphere", "lr-sphere", "ka-sphere-1m"),
     "main-sphere": lambda: _main(group="main-sphere", presets=("ka-sphere-1m",), lr_group="lr10m-sphere"),
-    # issue 46: scaling fixes judged at 40M tokens, and the probes of why the gap grows
-    "fixes40": _fixes40, "fixes40-flops": _fixes40_flops, "fixes40-seeds": _fixes40_seeds, "capacity": _capacity,
-    "pycode40": _pycode40,
+    # issue 46: scaling fixes judged at 40M tokens, and ka-1m-tuned's shapes on the capacity probe
+    "fixes40": _fixes40, "fixes40-flops": _fixes40_flops, "fixes40-seeds": _fixes40_seeds,
     "capacity-shape": _capacity_shape,
-    # issue 46: how far apart two identical 40M-token runs land (the same seed, trained again from scratch)
-    "repro40": _repro40,
 }
 # `python -m lab dynamics` without groups: main, ka-1m on ψ(θ) itself, the variants the notebook discusses, 5M
 DYNAMICS_GROUPS = ("main", "main-unprojected", "confirm", "screen5", "screen6", "scale", "scale-variant")
@@ -646,24 +389,20 @@ FROZEN: dict[str, Callable[[], list[Spec]]] = {
     "pycode-unprojected": lambda: _main("pycode", (0,), "pycode-unprojected", ("ka-1m",), dict(UNPROJECTED),
                                         "lr-unprojected"),
 }
-# The groups run while ka-1m's feed-forward read ψ(θ) itself keep it (their own overrides win); the retired groups
-# ran so too (``RAN_UNPROJECTED``: what the notebook strips from their overrides)
-PINNED_UNPROJECTED = frozenset({"budget", "lr10m", "warmup10m", *FROZEN})
-RAN_UNPROJECTED = PINNED_UNPROJECTED | frozenset(RETIRED)
+# ka-1m's runs of the frozen groups read ψ(θ) itself (their overrides say so) or raw θ, and so did those of the retired
+# groups: what the notebook strips from their overrides
+RAN_UNPROJECTED = frozenset(FROZEN) | frozenset(RETIRED)
 
 
 def plan(group: str) -> list[Spec]:
     if group in RETIRED:
-        raise ConfigError(f"{group} is retired ({RETIRED[group].what}): its fields left the library; its results stay "
-                          f"in results/{group}/ and are reported; to rerun it: `{RETIRED[group].rerun(group)}`")
+        raise ConfigError(f"{group} is retired ({RETIRED[group].what}): its results stay in results/{group}/ and are "
+                          f"reported; to rerun it: `{RETIRED[group].rerun(group)}`")
     groups = {**GROUPS, **FROZEN}
     if group not in groups:
         raise ConfigError(f"unknown experiment group {group!r}; choose one of: {', '.join(groups)} "
                           f"(retired: {', '.join(RETIRED)})")
-    specs = groups[group]()
-    if group in PINNED_UNPROJECTED:
-        specs = [replace(sp, model={**UNPROJECTED, **sp.model}) if sp.preset == "ka-1m" else sp for sp in specs]
-    return specs
+    return groups[group]()
 
 
 def with_twins(group: str) -> list[dict[str, Any]]:

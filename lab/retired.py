@@ -1,4 +1,5 @@
-"""Retired groups: dead ends whose fields left the library; their results stay, with the commit that reruns them."""
+"""Retired groups: dead ends whose fields left the library, and finished questions no open work plans from; their
+results stay and are reported, with the commit that reruns them."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,9 @@ class Retired:
         return f"git checkout {self.commit} && {self.command.format(group=group)}"
 
 
+# the last commit whose lab plans and runs the groups retired by issue 47 (finished questions), and its command
+LAB = ("aa4b739", "python -m lab run {group}")
+
 RETIRED: dict[str, Retired] = {
     "screen": Retired("screening round 1 (1.6M tokens): ka-1m variants against the first reading of the paper, "
                       "with the feed-forward on wrap(θ) (ff_wrap)"),
@@ -43,7 +47,7 @@ RETIRED: dict[str, Retired] = {
                           "is still read by main-raw and ablation-raw"),
     "main-wrapped": Retired("the main protocol for ka-1m with the feed-forward on wrap(θ) (ff_wrap=True)"),
     "ablation-wrapped": Retired("the ablations of ka-1m with the feed-forward on wrap(θ) (ff_wrap=True)"),
-    # issue 26's leads that their screen dropped: each run stays in the leads table, marked, with its field gone
+    # issue 26's leads that their screen dropped, their fields gone: the notebook reports their runs with the leads'
     "leads-retired": Retired("issue 26's structural leads worse than ka-1m-tuned at the protocol: lag_from_state "
                              "(the phase lag also read from the token's state, β_t = β + W_β u_t)", "4c98f00",
                              "python -m lab run leads --only ka-1m-tuned-lag-from-state"),
@@ -66,9 +70,28 @@ RETIRED: dict[str, Retired] = {
                                            "bound's scale learned, ω at the base rate), worse than ka-1m-tuned's best "
                                            "at 40M tokens", "34fef35",
                                            "python -m lab run fixes40 --only bound-scale-learned-omega-lr-1-40m"),
+    # finished questions no open work plans from (issue 47): the library keeps their fields, LAB their planners
+    "budget": Retired("the gap with more training: the pair (ka-1m on ψ(θ) itself) and a confirmed variant to 20M "
+                      "tokens, seed 0", *LAB),
+    "lr10m": Retired("each 1M model (ka-1m on ψ(θ) itself) one sweep step below its swept rate at 10M tokens", *LAB),
+    "warmup10m": Retired("screen round 6's 30-step warmup for each 1M model (ka-1m on ψ(θ) itself) at 10M tokens",
+                         *LAB),
+    "scale": Retired("the gap with size: ka-5m and tf-5m at several rates, seed 0 (main-5m reads tf-5m's best)", *LAB),
+    "scale-variant": Retired("the best 1M variants of their time on ka-5m at its best rate in scale, seed 0", *LAB),
+    "screen-su2": Retired("ka-1m-tuned's ingredients on SU(2) at 3M tokens; the best is the preset ka-su2-1m-tuned",
+                          *LAB),
+    "leads": Retired("issue 26's structural leads on ka-1m-tuned at the protocol (10M tokens, seed 0)", *LAB),
+    "leads-seeds": Retired("the leads that beat main-tuned's mean, on two more seeds", *LAB),
+    "leads40": Retired("issue 26's chosen leads at 40M tokens and at tf-1m's 40M-token FLOPs", *LAB),
+    "leads-flops": Retired("ka-1m-tuned in cheaper widths (fewer FLOPs per token) at tf-1m's 10M-token FLOPs", *LAB),
+    "repro40": Retired("lr40's best run of each preset trained again from scratch, same seed: identical runs' spread",
+                       *LAB),
+    "capacity": Retired("issue 46's capacity probe: tf-1m and ka-1m-tuned on enwik6 for 20M tokens, scored on its "
+                        "training split", *LAB),
+    "pycode40": Retired("issue 46's repetition probe: tf-1m and ka-1m-tuned on pycode (fresh data) to 40M tokens",
+                        *LAB),
 }
-# the retired groups whose runs a kept table still lists, marked (writers/leads.py, writers/summary.py)
-RETIRED_LEADS = ("leads-retired", "leads-retired-optim", "leads-retired-bound-scale")
+# the retired groups whose runs a kept table still lists, marked (writers/summary.py)
 RETIRED_FIXES = ("fixes40-retired", "fixes40-retired-bound-scale")
 
 

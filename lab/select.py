@@ -6,7 +6,6 @@ a choice of runs (the 40M point, a lead's reference, a study's seeds) is made on
 import contextlib
 import json
 import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,19 +13,17 @@ from typing import Any
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.training.data import CHECKSUMS
 from lab import groups, protocol
-from lab.groups import BUDGETS, CAPACITY_SHAPES, FLOPS_PRESETS, HOMES, STRETCH_BUDGET, Lead, flop_matched, with_twins
+from lab.groups import BUDGETS, HOMES, STRETCH_BUDGET, flop_matched, with_twins
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
-from lab.retired import RETIRED_LEADS, retired_settings, without_retired
+from lab.retired import RETIRED, retired_settings, without_retired
 
 Run = dict[str, Any]
 REFERENCE = "tf-1m"  # the transformer every gap is measured to
 BENCH_MODE = ("compile" if PROTOCOL["compile"] else "eager", PROTOCOL["precision"])  # the protocol's, as the bench's
 TRAIN_BYTES = int(CHECKSUMS["enwik7"][0] * 0.9)  # enwik7's training split (data.py), for a budget's passes over it
 LARGEST = f"{BUDGETS[-1] // 1_000_000}M"
-ALONG = (0.25, 0.5, 0.75, 1.0)  # where along a schedule the validation estimates are compared
-LEAD_PRESET = "ka-1m-tuned"  # the preset the structural leads change
 SCREENS = ("screen", "screen2", "screen3", "screen4", "screen5", "screen6")
-SIZE_PAIR, SIZE_GROUP = ("ka-5m-tuned", "tf-5m"), "main-5m"  # the tuned recipe at 5M and its transformer
+SIZE_PAIR, SIZE_GROUP, SIZE_SWEEP = ("ka-5m-tuned", "tf-5m"), "main-5m", "lr-5m-tuned"  # the tuned recipe at 5M
 NEAR_FROM = 8  # the gap study's position bin read as "near the window's start" beside the last (the farthest context)
 COPYING = 1  # its recall class "seen, copying predicts the byte" (studies/gap.py ``recall_classes``)
 # the training settings a variant (a lead, an ablation) changes
@@ -45,11 +42,6 @@ def mean(vals: list[float]) -> float | None:
 
 def median(vals: list[float]) -> float | None:
     return statistics.median(vals) if vals else None
-
-
-def best(runs: Any) -> Run | None:
-    """The run with the lowest test (or valid) BPC, None of none."""
-    return min(runs, key=lambda r: r["eval_bpc"], default=None)
 
 
 def throughput(r: Run) -> float | None:
@@ -81,16 +73,6 @@ def by_name(*names: str) -> dict[str, Run]:
 def seed_runs(group: str, preset: str) -> list[Run]:
     """A preset's runs in a group, another group's identical runs included (``groups.with_twins``), by seed."""
     return sorted((r for r in with_twins(group) if r["preset"] == preset), key=lambda r: r["train"]["seed"])
-
-
-def seed0(group: str, preset: str) -> Run | None:
-    """A preset's seed-0 run in a group (``seed_runs``), or None."""
-    return next((r for r in seed_runs(group, preset) if r["train"]["seed"] == 0), None)
-
-
-def reference_main() -> list[Run]:
-    """main's transformer runs and ka-1m on ψ(θ) itself: the pair of the groups pinned to ψ(θ)."""
-    return [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")
 
 
 def transformer_group(group: str) -> str:
@@ -153,39 +135,21 @@ def candidates(group: str = "confirm") -> dict[str, list[Run]]:
     return by
 
 
-def confirm_seeds() -> dict[str, list[float]]:
-    """Each confirm candidate's test BPC per seed, by its name less ``ka-`` and ``-seedN``."""
-    return {k.removeprefix("ka-"): bpcs(runs) for k, runs in candidates().items()}
-
-
 def confirm_ranking(min_seeds: int = 3) -> list[str]:
-    """Confirm's candidates with at least ``min_seeds`` seeds, by mean test BPC (best first)."""
-    return [k for _, k in sorted((statistics.mean(v), k) for k, v in confirm_seeds().items() if len(v) >= min_seeds)]
+    """Confirm's candidates with at least ``min_seeds`` seeds, by mean test BPC (best first), named less ``ka-``."""
+    return [k.removeprefix("ka-") for _, k in sorted((statistics.mean(bpcs(rs)), k) for k, rs in candidates().items()
+                                                     if len(rs) >= min_seeds)]
 
 
 def confirm_against_main(group: str = "confirm") -> tuple[dict[int, float], float | None, list[tuple[str, list[Run],
                                                                                                    float]]]:
     """Confirm's candidates against the ka-1m they change (main-unprojected's, ψ(θ) itself): its test BPC by seed,
     the transformer's mean, and each candidate run on seeds it has (its runs, ka-1m's mean on the same seeds)."""
-    main = reference_main()
+    main = [r for r in load_results("main") if r["family"] == "transformer"] + load_results("main-unprojected")
     ka = {r["train"]["seed"]: r["eval_bpc"] for r in main if r["family"] == "kuramoto"}
     tf = mean([r["eval_bpc"] for r in main if r["family"] == "transformer"])
     return ka, tf, [(name, runs, statistics.mean(ka[s] for s in seeds)) for name, runs in candidates(group).items()
                     if (seeds := {r["train"]["seed"] for r in runs}) <= set(ka)]
-
-
-def screen_match(run: Run) -> tuple[Run, Run, str] | None:
-    """The last screening round that ran a confirm run's change: (its run there, that round's ka-default, round)."""
-    keys = (*TRAINING_VARIANTS, "beta1", "beta2", "grad_clip", "precision", "warmup")
-    name = run["name"].split("-seed")[0]
-    for group in reversed(SCREENS):
-        rows = {r["name"]: r for r in with_twins(group)}
-        same = [r for n, r in rows.items() if n != "ka-default" and (n == name or (
-            r["model_overrides"] == run["model_overrides"] and all(
-                r["train"].get(k, TRAIN_DEFAULTS[k]) == run["train"].get(k, TRAIN_DEFAULTS[k]) for k in keys)))]
-        if same and "ka-default" in rows:
-            return same[0], rows["ka-default"], group
-    return None
 
 
 def screen_deltas(sweep: str, screen: str, preset: str) -> list[tuple[str, Run, float]]:
@@ -252,7 +216,8 @@ def overfit(r: Run) -> tuple[tuple[float, float] | None, tuple[float, float] | N
 
 def budget_runs() -> dict[str, dict[str, Run]]:
     """Per budget label, each preset's run there (seed 0, its own schedule; 3M: its sweep's best, on valid)."""
-    rows = {"3M": {p: best(r for r in load_results(home.sweep) if r["preset"] == p) for p, home in HOMES.items()},
+    rows = {"3M": {p: min((r for r in load_results(home.sweep) if r["preset"] == p), key=lambda r: r["eval_bpc"],
+                          default=None) for p, home in HOMES.items()},
             "10M": {p: next((r for r in with_twins(home.main) if r["preset"] == p and r["train"].get("seed", 0) == 0),
                             None) for p, home in HOMES.items()},
             "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")}}
@@ -274,21 +239,6 @@ def valid_slope(r: Run | None, start: int = PROTOCOL["tokens"]) -> float | None:
     if near is None or abs(near[0] - start) > 0.05 * start or pts[-1][0] <= 1.5 * near[0]:
         return None
     return (pts[-1][1] - near[1]) / math.log2(pts[-1][0] / near[0])
-
-
-def flops_rows() -> list[tuple[str, str, Run | None, Run | None, Run | None, int | None]]:
-    """(reference budget, preset, tf-1m there, the preset at equal tokens, at equal FLOPs, tokens at equal FLOPs)."""
-    runs, flops = budget_runs(), by_name("flops")
-    out = []
-    for b in (PROTOCOL["tokens"], *BUDGETS):
-        label = f"{b // 1_000_000}M"
-        for p in FLOPS_PRESETS:
-            tokens = None
-            with contextlib.suppress(Exception):  # a preset the library cannot build here
-                tokens = groups.flop_matched_tokens(p, REFERENCE, b)
-            out.append((label, p, runs.get(label, {}).get(REFERENCE), runs.get(label, {}).get(p),
-                        flops.get(f"{p}-flops-tf-{label.lower()}"), tokens))
-    return out
 
 
 def fit_gaps(r: Run, tf: Run) -> list[tuple[int, float, float]]:
@@ -347,45 +297,53 @@ def curves(p: str) -> list[tuple[Run, list[tuple[int, float]]]]:
             if r["preset"] == p and r["train"].get("seed", 0) == 0 and not changed(r)]
 
 
-# the first budget curve (ka-1m on ψ(θ) itself) and size
+# runs against their references (the retired groups' tables, lab/writers/run_table.py)
 
-def pair_by_budget() -> tuple[dict[tuple[str, int], Run], dict[int, Run]]:
-    """main's pinned pair's and budget's seed-0 runs by (family, millions of tokens), and the confirmed variant of
-    ``groups.BUDGET_VARIANT`` by millions of tokens (its confirm run, its 20M run)."""
-    runs, variant, name = {}, {}, groups.BUDGET_VARIANT
-    for r in reference_main() + load_results("budget") + load_results("confirm"):
-        if r["train"]["seed"] == 0 and r["name"] in (f"ka-{name}", f"ka-1m-{name}-20m"):
-            variant[r["tokens"] // 1_000_000] = r
-        elif r["train"]["seed"] == 0 and r["group"] != "confirm" and r["model_overrides"] in ({}, groups.UNPROJECTED):
-            runs[(r["family"], r["tokens"] // 1_000_000)] = r
-    return runs, variant
+def pinned(r: Run) -> dict[str, Any]:
+    """The feed-forward a run's group pinned it to: ψ(θ) itself for ka-1m in a frozen or retired group, else none."""
+    return groups.UNPROJECTED if r["group"] in groups.RAN_UNPROJECTED and r["preset"] == "ka-1m" else {}
 
 
-def by_size() -> dict[str, Run]:
-    """Each preset's best seed-0 run among main's pinned pair and scale's rates."""
-    runs: dict[str, Run] = {}
-    for r in (r for r in reference_main() + load_results("scale") if r["train"]["seed"] == 0):
-        if r["preset"] not in runs or r["eval_bpc"] < runs[r["preset"]]["eval_bpc"]:
-            runs[r["preset"]] = r
-    return runs
+def own_changes(r: Run) -> dict[str, Any]:
+    """A run's changes to its preset: its model overrides, less the retired fields at their defaults and what its
+    group pinned; and its training variants away from their defaults."""
+    model = {k: v for k, v in changed(r).items() if pinned(r).get(k, object()) != v}
+    train = {k: v for k in TRAINING_VARIANTS if (v := r["train"].get(k, TRAIN_DEFAULTS[k])) != TRAIN_DEFAULTS[k]}
+    return {**model, **train}
 
 
-def same_rate(r: Run, group: str, preset: str) -> Run | None:
-    """``preset``'s run in ``group`` at ``r``'s rate and seed."""
-    return next((x for x in load_results(group) if x["preset"] == preset and x["train"]["lr"] == r["train"]["lr"]
-                 and x["train"]["seed"] == r["train"]["seed"]), None)
+def same_budget(x: Run, r: Run) -> bool:
+    """Whether two runs trained to the same budget: tf-1m's FLOPs of the same tokens, else tokens within 10%."""
+    if flop_matched(x["name"]) or flop_matched(r["name"]):
+        return x["name"].split("-flops-tf-")[-1] == r["name"].split("-flops-tf-")[-1]
+    return abs(x["tokens"] - r["tokens"]) <= 0.1 * r["tokens"]
 
 
-def at_both_settings(group: str, option: str) -> dict[str, list[Run]] | None:
-    """ka-1m's and tf-1m's seed-0 runs at main's and at ``group``'s setting of ``option`` (by its value), None until
-    both are in for each."""
-    def value(r: Run) -> Any:
-        return r["train"].get(option, TRAIN_DEFAULTS[option])
+def reference_pool() -> list[Run]:
+    """What ``reference`` searches, in order: the kept groups' runs, twins included, the seeds' groups (main…) first;
+    then the retired groups'."""
+    kept = sorted((*groups.GROUPS, *groups.FROZEN), key=lambda g: not g.startswith("main"))
+    return [r for g in kept for r in with_twins(g)] + [r for g in RETIRED for r in load_results(g)]
 
-    pool = [r for r in reference_main() + load_results(group) if r["train"]["seed"] == 0]
-    rows = {p: sorted((r for r in pool if r["preset"] == p), key=value) for p in ("ka-1m", "tf-1m")}
-    done = all(len({r["group"] for r in rs}) == 2 and group in {r["group"] for r in rs} for rs in rows.values())
-    return rows if done else None
+
+def reference(r: Run, pool: list[Run]) -> Run | None:
+    """The run ``r`` is judged against, at the same seed, corpus, split and budget: its preset's own model (``r``'s
+    recorded model config but for ``r``'s changes; for a run of the preset's own model, another run of it) at the same
+    rate; else, for a Kuramoto run, its own group's transformer, the best on validation; else its preset's own model at
+    another rate (the first in ``pool``'s order, those pinned as ``r`` was first); None where there is none."""
+    me, mine, model = f"{r['group']}/{r['name']}", own_changes(r), r.get("model", {})
+
+    def alike(x: Run) -> bool:
+        return (me not in (f"{x['group']}/{x['name']}", x.get("twin"), x.get("trained_in")) and x.get("corpus") ==
+                r.get("corpus") and x["eval_split"] == r["eval_split"] and same_budget(x, r)
+                and x["train"].get("seed", 0) == r["train"].get("seed", 0))
+
+    own = [x for x in pool if alike(x) and x["preset"] == r["preset"] and not own_changes(x)
+           and all(v == model[k] for k, v in x.get("model", {}).items() if k in model and k not in mine)]
+    own.sort(key=lambda x: pinned(x) != pinned(r))  # first the runs pinned as r was (ka-1m on ψ(θ) itself, or not)
+    tf = [x for x in pool if alike(x) and x["group"] == r["group"] and x["family"] == "transformer" != r["family"]]
+    return (next((x for x in own if x["train"]["lr"] == r["train"]["lr"]), None)
+            or min(tf, key=groups.valid_estimate, default=None) or next(iter(own), None))
 
 
 # the tuned recipe at 5M
@@ -394,60 +352,6 @@ def size_runs() -> dict[str, list[Run]]:
     """The tuned recipe's and tf-5m's seeds at the protocol's budget (main-5m, not its equal-FLOP run)."""
     return {p: [r for r in seed_runs(SIZE_GROUP, p) if r["name"] != groups.EQUAL_FLOPS_5M] for p in SIZE_PAIR}
 
-
-def equal_flops_run() -> Run | None:
-    return by_name(SIZE_GROUP).get(groups.EQUAL_FLOPS_5M)
-
-
-# the structural leads (issue 26)
-
-def lead_rows() -> list[tuple[str, Lead, Run | None]]:
-    """Each lead's planned name, its change and its result (None: not run yet), then the retired leads' (marked)."""
-    done = by_name("leads")
-    return ([(f"{LEAD_PRESET}-{k}", lead, done.get(f"{LEAD_PRESET}-{k}")) for k, lead in groups.LEADS.items()]
-            + [(f"{r['name']} (retired)", Lead(r.get("model_overrides", {})), r) for g in RETIRED_LEADS
-               for r in load_results(g)])
-
-
-def lead_seeds(name: str) -> list[Run]:
-    """A lead's runs on its further seeds (leads-seeds), by seed."""
-    return sorted((x for x in load_results("leads-seeds") if x["name"].startswith(f"{name}-seed")),
-                  key=lambda x: x["train"]["seed"])
-
-
-def flops_ref(budget: int = BUDGETS[-1]) -> Run | None:
-    """flops' run of ka-1m-tuned at tf-1m's training FLOPs of ``budget`` tokens (the equal-FLOP leads' reference)."""
-    return by_name("flops").get(f"{LEAD_PRESET}-flops-tf-{budget // 1_000_000}m")
-
-
-def lead_reference(r: Run) -> Run | None:
-    """A leads40 run's reference: the preset at the same FLOPs, else at the same budget and rate (budget40, lr40)."""
-    if flop_matched(r["name"]):
-        return flops_ref(int(re.search(r"-flops-tf-(\d+)m$", r["name"])[1]) * 1_000_000)
-    return next((x for g in ("budget40", "lr40") for x in with_twins(g)
-                 if x["preset"] == LEAD_PRESET and not x.get("model_overrides") and x["train"]["lr"] == r["train"]["lr"]
-                 and 0.9 * r["tokens"] <= x["tokens"] <= 1.1 * r["tokens"]), None)
-
-
-def along(r: Run, ref: Run) -> list[float | None]:
-    """A run's validation estimate minus the reference's at the schedule's quarters (``ALONG``; None: no point within
-    5% of it in both)."""
-    own, base = dict(valid_points(r)), dict(valid_points(ref))
-    shared, out = sorted(set(own) & set(base)), []
-    for at in (f * r["tokens"] for f in ALONG):
-        t = min(shared, key=lambda x: abs(x - at), default=None)
-        out.append(own[t] - base[t] if t is not None and abs(t - at) <= 0.05 * at else None)
-    return out
-
-
-def lead_rates(rows: list[Run]) -> list[tuple[str, Run, Run]]:
-    """Each lead leads40 trained at several rates: (its name less the rate, its best run on validation, the preset's
-    best at the same budget)."""
-    runs: dict[str, list[Run]] = {}
-    for r in (r for r in rows if not flop_matched(r["name"])):
-        runs.setdefault(re.sub(r"-lr-[^-]+$", "", r["name"]), []).append(r)
-    return [(stem, min(own, key=groups.valid_estimate), ref) for stem, own in runs.items()
-            if len(own) > 1 and (ref := groups.budget_best(LEAD_PRESET, own[0]["tokens"]))]
 
 
 # the non-torus states (issue 25)
@@ -468,7 +372,6 @@ class Study:
     beside: tuple[tuple[str, str], ...] = ()
     screen: str = ""
     train: dict[str, Any] = field(default_factory=dict)  # training overrides of all three stages (groups.py)
-    variants: dict[str, Lead] = field(default_factory=dict)  # the screen's variants by name (groups.py), if any
 
     @property
     def compared(self) -> tuple[tuple[str, str], ...]:
@@ -481,8 +384,8 @@ class Study:
             if self.screen else []
 
 
-SU2 = Study("SU(2)", "issue 25", "ka-su2-1m", "lr-su2", "lr10m-su2", "main-su2", screen="screen-su2",
-            variants=groups.SU2_VARIANTS)  # the non-abelian state
+# the non-abelian state; its screen (retired) put ka-1m-tuned's ingredients on it
+SU2 = Study("SU(2)", "issue 25", "ka-su2-1m", "lr-su2", "lr10m-su2", "main-su2", screen="screen-su2")
 SU2_TUNED = Study("SU(2) with the tuned recipe", "issue 25", "ka-su2-1m-tuned", "lr-su2-tuned", "lr10m-su2-tuned",
                   "main-su2-tuned", beside=((SU2.preset, SU2.main),), train=groups.SU2_TUNED_TRAIN)
 SPHERE = Study("The sphere S³ ⊂ R⁴", "issue 25's stretch", "ka-sphere-1m", "lr-sphere", "lr10m-sphere",
@@ -514,24 +417,10 @@ def ablations() -> tuple[dict[str, Run | None], dict[str, dict[str, Run]]]:
     return full, {g: by_name(g) for g in full}
 
 
-def reruns() -> dict[str, tuple[Run | None, Run]]:
-    """repro40's reruns by preset, each beside the lr40 run it repeats (None where lr40 has no such run)."""
-    recorded = by_name("lr40")
-    return {r["preset"]: (recorded.get(r["name"].removesuffix("-rerun")), r) for r in load_results("repro40")}
-
-
 def copy_share(probe: dict[str, Any], key: str) -> float:
     """probe40's share of ``key`` (bytes, or a model's gap in bits) on the bytes with an earlier match (depths ≥ 1)."""
     every = probe["by_copy_depth"]
     return sum(r[key] for r in every if r["depth"] > 0) / sum(r[key] for r in every)
-
-
-# issue 46's probes
-
-def capacity_shapes() -> list[tuple[str, dict[str, Any], Run | None]]:
-    """capacity-shape's runs in plan order: (shape, its model overrides, its result or None while not run)."""
-    done = by_name("capacity-shape")
-    return [(shape, model, done.get(groups.shape_run(shape))) for shape, model in CAPACITY_SHAPES.items()]
 
 
 # the studies' files (``python -m lab dynamics | gap | probe | probe40 | induction``)

@@ -10,11 +10,12 @@ from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 from lab import groups, select
-from lab.groups import BEST_VARIANT, RAN_UNPROJECTED, UNPROJECTED, best_lr, plan
+from lab.groups import BEST_VARIANT, best_lr, plan
 from lab.protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results, run_command
 from lab.select import TRAINING_VARIANTS, Run, bpcs, mean, median
 
 PAPER_1M = {"ka-1m": "1.637 ± 0.010", "tf-1m": "1.616 ± 0.004"}  # the paper's enwik8 test BPC at 1M (means)
+PAPER_5M = "1.448 / 1.452, −0.004 (medians)"  # the paper's enwik8 test BPC at 5M, ka / tf, and its gap
 SLOPE = "valid slope/doubling"  # RESULTS.md's header for select.valid_slope: validation BPC per doubling of tokens
 PAPER_DELTAS = {"value-projection": "+0.25", "no-ff": "+0.27", "no-gates": "+0.09"}  # the paper's ablations' ΔBPC
 
@@ -46,21 +47,11 @@ def costs(r: Run | None) -> list[str]:
     return [fmt_per_token(select.flops_per_token(r)) if r else "—", fmt_flops(select.training_flops(r))]
 
 
-def fmt_slope(r: Run | None) -> str:
-    """A run's validation slope per doubling of its tokens from the protocol's (``select.valid_slope``)."""
-    return signed(select.valid_slope(r))
-
-
 def mean_sd(vals: list[float]) -> str:
     """Mean ± sample sd, or the one value with "(one seed)": an sd of one run is not a spread."""
     if not vals:
         return "—"
     return fmt(statistics.mean(vals)) + (f" ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else " (one seed)")
-
-
-def seed_cells(vals: list[float]) -> list[str]:
-    """Three cells on a model's seeds: each one's test BPC, their mean ± sd, their median."""
-    return [", ".join(map(fmt, vals)) or "not run", mean_sd(vals), fmt(median(vals))]
 
 
 def seeds_table(rows: list[tuple[str, str, list[Run]]], tf: float | None, reference: str = "tf-1m",
@@ -74,7 +65,8 @@ def seeds_table(rows: list[tuple[str, str, list[Run]]], tf: float | None, refere
             return costs(rs[0]) if rs else [fmt_per_token(groups.flops_per_token(model)), "—"]
         return ["—", "—"]
 
-    body = [[model, group, str(len(rs)), ", ".join(str(r["train"]["seed"]) for r in rs) or "—", *seed_cells(bpcs(rs)),
+    body = [[model, group, str(len(rs)), ", ".join(str(r["train"]["seed"]) for r in rs) or "—",
+             ", ".join(map(fmt, bpcs(rs))) or "not run", mean_sd(bpcs(rs)), fmt(median(bpcs(rs))),
              "—" if model == reference else diff(mean(bpcs(rs)), tf), count(rs[0] if rs else None),
              lr(rs[0]) if rs else "—", millions(rs[0]["tokens"]) if rs else "—", *cost(model, rs),
              f"{rate:,.0f}" if (rate := select.mean_rate(rs)) else "—", *([paper[1].get(model, "—")] if paper else [])]
@@ -132,7 +124,7 @@ def changes(fields: dict[str, Any]) -> str:
 
 def overrides(r: Run, strip_pinned: bool = True) -> str:
     """A run's model overrides and changed training settings, less the ψ(θ) feed-forward its group is pinned to."""
-    pinned = UNPROJECTED if strip_pinned and r["group"] in RAN_UNPROJECTED else {}
+    pinned = select.pinned(r) if strip_pinned else {}
     parts = [f"{k}={v}" for k, v in r["model_overrides"].items() if pinned.get(k, object()) != v
              and not (k == "ff" and v == "lift" and "ff_proj" in r["model_overrides"])]
     for name in TRAINING_VARIANTS:

@@ -10,6 +10,7 @@ from lab import protocol, select
 from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, STRETCH_BUDGET, valid_estimate, with_twins
 from lab.select import BENCH_MODE, LARGEST, REFERENCE, Run
 from lab.writers.common import changes, costs, diff, fmt, fmt_flops, lr, millions, note, table
+from lab.writers.run_table import BPC, RUN, group_table
 
 PAIRS = tuple((p, REFERENCE) for p in FLOPS_PRESETS)  # each Kuramoto preset of the curve against the transformer
 COLOURS = {"ka-1m": "tab:blue", "ka-1m-tuned": "tab:green", "tf-1m": "tab:orange", "ka-su2-1m-tuned": "tab:purple"}
@@ -23,17 +24,13 @@ def overfit_cells(r: Run) -> list[str]:
             "—" if rose is None else f"{rose[0]:+.3f} ({millions(rose[1])})"]
 
 
-def model_note(r: Run) -> str:
-    """A curve run's model overrides in brackets ("" for its preset's own model)."""
-    return f" ({changes(c)})" if (c := select.changed(r)) else ""
-
-
 def budget_section() -> str:
     """Every preset at every budget: its run, split, BPC, gap to tf-1m, lr, costs and memorisation."""
     runs = select.budget_runs()
     if not runs:
-        return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget`, `... budget40`)._"
-    body = [[label, p + model_note(r), r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"], fmt(r["eval_bpc"]),
+        return "_No runs yet (`python -m lab run lr`, `... main`, `... main-tuned`, `... budget40`)._"
+    body = [[label, p + (f" ({changes(c)})" if (c := select.changed(r)) else ""),  # its overrides, if any
+             r.get("twin", f"{r['group']}/{r['name']}"), r["eval_split"], fmt(r["eval_bpc"]),
              diff(r, by.get(REFERENCE)) if p != REFERENCE else "—", lr(r), *costs(r), *overfit_cells(r)]
             for label, by in runs.items() for p in BUDGET_PRESETS if (r := by.get(p)) is not None]
     return table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "lr", "model FLOPs/token",
@@ -42,21 +39,24 @@ def budget_section() -> str:
                       ("budget40", BUDGETS[-1]), ("budget100", STRETCH_BUDGET)) if f"{b // 1_000_000}M" not in runs)
 
 
-def flops_section() -> str:
-    """The gap at equal training FLOPs (group flops) beside the gap at equal tokens, per reference budget of tf-1m."""
-    body = [[f"tf-1m at {label}", fmt(tf["eval_bpc"]) if tf else "not run", p,
-             "—" if tokens is None else f"{tokens / 1e6:.2f}M", fmt(same and same["eval_bpc"]),
-             diff(same, tf), fmt(eq["eval_bpc"]) if eq else "not run", fmt_flops(select.training_flops(eq)),
-             diff(eq, tf)]
-            for label, p, tf, same, eq, tokens in select.flops_rows()]
-    return table(["reference", "tf-1m test BPC", "model", "tokens at equal FLOPs", "BPC at equal tokens",
-                  "gap at equal tokens", "BPC at equal FLOPs", "training FLOPs", "gap at equal FLOPs"], body) + (
-        "" if with_twins("flops") else note("Not run yet: `python -m lab run flops`"))
+def flops_section(pool: list[Run] | None = None) -> str:
+    """Group flops: each Kuramoto preset at tf-1m's training FLOPs of a budget, and its gap to tf-1m at that budget."""
+    tf = {label.lower(): by.get(REFERENCE) for label, by in select.budget_runs().items()}
+
+    def gap(r: Run) -> str:
+        return diff(r, tf.get(r["name"].split("-flops-tf-")[-1]))
+
+    columns = (RUN, ("tokens", lambda r: millions(r["tokens"], 2)),
+               ("training FLOPs", lambda r: fmt_flops(select.training_flops(r))), BPC,
+               ("gap to tf-1m at the budget it matches", gap))
+    return group_table("flops", columns, pool)
 
 
 def bench_table() -> str:
-    """The bench's rates of each pair, its load average, and tf-1m's own recorded rates' spread."""
-    rates = [(pair, r) for pair in PAIRS if (r := select.bench_rates(pair))]
+    """The bench's rates of each pair (the curve's presets, then the studies', against tf-1m), its load average, and
+    tf-1m's own recorded rates' spread."""
+    pairs = dict.fromkeys((*PAIRS, *((s.preset, REFERENCE) for s in select.STUDIES)))
+    rates = [(pair, r) for pair in pairs if (r := select.bench_rates(pair))]
     if not rates:
         return ""
     load = json.loads((protocol.RESULTS / "bench.json").read_text()).get("machine", {}).get("load_average_at_start")
@@ -79,20 +79,13 @@ def fit_table() -> str:
 
 
 def rate_table() -> str:
-    """lr40's runs against budget40's at the swept rate, and the gaps to tf-1m at the best and the swept rates."""
+    """lr40's runs against budget40's at the swept rate: each one's test BPC and validation estimate (what chooses
+    the curve's point)."""
     swept, lower = select.swept_and_lower()
-    top, tried = select.budget_runs().get(LARGEST, {}), {r["preset"] for r in lower}
-
-    def gaps(q: str) -> list[str]:
-        if q == REFERENCE or REFERENCE not in tried or not {q, REFERENCE} <= top.keys() or REFERENCE not in swept:
-            return ["—", "—"]
-        return [diff(top[q], top[REFERENCE]), diff(swept[q], swept[REFERENCE])]
-
-    rows = [[r["preset"], lr(r), fmt(r["eval_bpc"]), lr(w), fmt(w["eval_bpc"]), diff(r, w),
-             diff(valid_estimate(r), valid_estimate(w)), *gaps(r["preset"])]
+    rows = [[r["preset"], *(x for run in (r, w) for x in (lr(run), fmt(run["eval_bpc"]), fmt(valid_estimate(run))))]
             for r in lower if (w := swept[r["preset"]])]
-    return table(["model", "lower lr", f"test BPC at {LARGEST}", "swept lr", "test BPC at the swept lr", "Δ",
-                  "Δ validation", "gap to tf-1m at best rates", "gap at swept rates"], rows) if lower else ""
+    return table(["model", "lower lr", f"test BPC at {LARGEST}", "validation estimate", "swept lr",
+                  "test BPC at the swept lr", "validation estimate at the swept lr"], rows) if lower else ""
 
 
 def _top(shares: dict[str, float], top: int = 3) -> str:

@@ -1,15 +1,14 @@
 """The non-torus states (issue 25): SU(2), SU(2) tuned and the sphere S³, each a ``Study`` beside the torus presets."""
 
-import statistics
 from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
 from lab import select
-from lab.groups import flops_per_token, plan
+from lab.groups import plan
 from lab.protocol import load_results
-from lab.select import BENCH_MODE, REFERENCE, STUDIES, Study, bench_rates, bpcs, mean, mean_rate, median
+from lab.select import REFERENCE, STUDIES, Study, bpcs, mean
 from lab.writers import common, studies
 from lab.writers.common import count, diff, fmt, lr, not_run, planned, table
 
@@ -17,25 +16,9 @@ BASE = "ka-1m"  # the preset each study's preset is described against (its chang
 
 
 def comparison_tables(study: Study, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Every compared model over its seeds, then the study's preset against each (Δs, larger seed sd, cost ratios)."""
-    tf, mine, rate = mean(bpcs(runs[REFERENCE])), bpcs(runs[study.preset]), mean_rate(runs[study.preset])
-    seeds = common.seeds_table([(p, group, runs[p]) for p, group in study.compared], tf)
-    if not mine:
-        return [seeds, f"_{not_run(study.main)}; its runs: {planned(study.main)}._"]
-    bench, body = bench_rates((study.preset, REFERENCE)), []
-    for p, _ in study.compared[1:]:
-        other = bpcs(runs[p])
-        sds = [statistics.stdev(v) for v in (mine, other) if len(v) > 1]
-        body.append([f"vs {p}", f"{len(mine)} / {len(other)}", diff(mean(mine), mean(other)),
-                     f"{max(sds):.4f}" if sds and other else "—",
-                     diff(median(mine), median(other)) if other else "—",
-                     f"{flops_per_token(study.preset) / flops_per_token(p):.2f}×",
-                     f"{rate / mean_rate(runs[p]):.2f}×" if rate and mean_rate(runs[p]) else "—",
-                     f"{bench[study.preset]:,.0f} / {bench[REFERENCE]:,.0f} "
-                     f"({bench[study.preset] / bench[REFERENCE]:.2f}×)" if bench and p == REFERENCE else "—"])
-    return [seeds, table([study.preset, "seeds", "Δ of means", "larger seed sd", "Δ of medians",
-                          "model FLOPs/token ratio", "recorded tokens/s ratio",
-                          f"bench tokens/s side by side ({' '.join(BENCH_MODE)})"], body)]
+    """Every compared model over its seeds (its bench rate is the notebook's bench table's), or what to run."""
+    seeds = common.seeds_table([(p, group, runs[p]) for p, group in study.compared], mean(bpcs(runs[REFERENCE])))
+    return [seeds] if runs[study.preset] else [seeds, f"_{not_run(study.main)}; its runs: {planned(study.main)}._"]
 
 
 def sync_table(study: Study) -> str:
@@ -56,14 +39,13 @@ def section(study: Study) -> str:
                    ", ".join(f"{k}={v:g}" for k, v in study.train.items()) or "—",
                    ", ".join((study.sweep, study.second, *([study.screen] if study.screen else []), study.main))]])
     screen = table(["variant", "change", "params", "lr", "valid BPC at 3M", f"Δ against {study.preset} at that rate"],
-                   [[name, study.variants[name].change(), count(r), lr(r), fmt(r["eval_bpc"]), f"{d:+.4f}"]
-                    for name, r, d in screened]) if screened else \
-        f"_{not_run(study.screen)}; its runs: {planned(study.screen)}._"
+                   [[name, common.overrides(r), count(r), lr(r), fmt(r["eval_bpc"]), f"{d:+.4f}"]
+                    for name, r, d in screened])  # a retired screen: shown where its results are
     parts = [what, f"### Its learning rate: the 3M sweep ({study.sweep})",
              common.sweep_section(study.sweep, study.preset),
              f"### The 3M sweep's two best rates at 10M tokens ({study.second})",
              common.second_stage_section(study.second, study.sweep, study.preset),
-             *([f"### Variants of {study.preset} at 3M tokens ({study.screen})", screen] if study.screen else []),
+             *([f"### Variants of {study.preset} at 3M tokens ({study.screen})", screen] if screened else []),
              f"### {study.preset} against {', '.join(p for p, _ in study.compared[1:])} (test BPC, 10M tokens)",
              *comparison_tables(study, runs),
              *([f"Scored again, not trained again: {'; '.join(reused)}."] if reused else []), sync_table(study)]
@@ -84,9 +66,7 @@ def summary_table() -> str:
         screened = next(iter(study.screened()), None)
         body.append([f"{study.label} ({study.issue})", f"`{study.preset}`", seeds,
                      common.mean_sd(mine) if mine else not_run(study.main, "not run yet"), diff(mean(mine), mean(tf)),
-                     ", ".join(f"{diff(mean(mine), mean(bpcs(runs[p])))} vs {p}" for p, _ in study.compared[1:-1]
-                               if mine and runs[p]) or "—",
                      f"{lr(sweep)}: {fmt(sweep['eval_bpc'])}" if sweep else "—",
                      f"{screened[0]}: {fmt(screened[1]['eval_bpc'])} ({screened[2]:+.4f})" if screened else "—"])
-    return table(["study", "preset", "seeds", "test BPC", "gap to tf-1m", "Δ of means vs the others",
-                  "3M sweep: best lr: valid BPC", "best 3M variant (Δ)"], body)
+    return table(["study", "preset", "seeds", "test BPC", "gap to tf-1m", "3M sweep: best lr: valid BPC",
+                  "best 3M variant (Δ)"], body)

@@ -6,15 +6,18 @@ from pathlib import Path
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import get_preset
-from lab import protocol, select
+from lab import groups, protocol, select
 from lab.groups import BEST_VARIANT, TUNED_CANDIDATE, TUNED_FRESH_SEEDS, all_results, best_lr, with_twins
 from lab.protocol import PROTOCOL, load_results
 from lab.retired import RETIRED, retired_options, retired_settings
 from lab.select import SCREENS, Run, bpcs, mean
-from lab.writers import common, compute, geometries, leads, scaling, studies, summary
+from lab.writers import common, compute, geometries, run_table, studies, summary
 from lab.writers.common import costs, diff, fmt, label, lr, millions, overrides, table
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "notebook.md"
+# issue 26's structural leads (retired), in the order they ran: at 10M, those dropped, more seeds, at 40M, widths
+LEADS = ("leads", "leads-retired", "leads-retired-optim", "leads-retired-bound-scale", "leads-seeds", "leads40",
+         "leads-flops")
 
 
 def screen_section(group: str) -> str:
@@ -84,13 +87,9 @@ def ablation_section(group: str = "ablation", full_group: str = "main") -> str:
                    common.PAPER_DELTAS.get(r["name"].removeprefix("ka-"), "—")] for r in [full, *rows]])
 
 
-def _screen_delta(run: Run) -> str:
-    """A confirm run's Δ against ka-default in the last screening round that ran the same change."""
-    return "—" if (match := select.screen_match(run)) is None else f"{diff(match[0], match[1])} ({match[2]})"
-
-
-def confirm_sections(group: str = "confirm") -> tuple[str, str]:
-    """Confirm's candidates against the ka-1m they change: over seeds (best first), and run by run."""
+def confirm_sections(group: str = "confirm", pool: list[Run] | None = None) -> tuple[str, str]:
+    """Confirm's candidates against the ka-1m they change: over seeds (best first), and run by run (each against its
+    reference: ka-1m on ψ(θ) itself on the same seed)."""
     ka, tf, ranked = select.confirm_against_main(group)
     rows, main_lr = load_results(group), next((m["train"]["lr"] for m in load_results("main-unprojected")), None)
     if not rows or not ka or tf is None:
@@ -102,12 +101,8 @@ def confirm_sections(group: str = "confirm") -> tuple[str, str]:
     ranked = sorted(([name, change(runs[0]), ", ".join(str(s) for s in sorted(r["train"]["seed"] for r in runs)),
                       common.mean_sd(bpcs(runs)), fmt(same), diff(mean(bpcs(runs)), same), diff(mean(bpcs(runs)), tf)]
                      for name, runs, same in ranked), key=lambda row: float(row[5]))
-    by_run = [[r["name"], change(r), str(r["train"]["seed"]), _screen_delta(r), fmt(r["eval_bpc"]),
-               diff(r["eval_bpc"], ka.get(r["train"]["seed"])), diff(r["eval_bpc"], tf)] for r in rows]
     return (table(["candidate", "change", "seeds", "mean ± sd test BPC", "ka-1m on ψ(θ), same seeds",
-                   "Δ vs ka-1m on ψ(θ)", "gap to tf-1m mean"], ranked),
-            table(["run", "change", "seed", "screen Δ (3M, valid)", "test BPC", "Δ vs ka-1m on ψ(θ), same seed",
-                   "gap to tf-1m mean"], by_run))
+                   "Δ vs ka-1m on ψ(θ)", "gap to tf-1m mean"], ranked), run_table.runs_table(rows, pool=pool))
 
 
 def tuned_table() -> str:
@@ -117,6 +112,17 @@ def tuned_table() -> str:
     tuned = {k: v for k, v in flat_fields(get_preset("ka-1m-tuned")[1]).items() if base.get(k) != v}
     return table(["confirm candidate", "rank by mean test BPC (3+ seeds)", "its change to ka-1m"],
                  [[TUNED_CANDIDATE, rank, common.changes(tuned)]])
+
+
+def size_section() -> str:
+    """The tuned recipe at 5M: its sweep, then the seeds and the run at tf-5m's training FLOPs, against tf-5m's mean."""
+    (ka, tf), by = select.SIZE_PAIR, select.size_runs()
+    eq = select.by_name(select.SIZE_GROUP).get(groups.EQUAL_FLOPS_5M)  # at tf-5m's training FLOPs, not a seed
+    rows = [*((p, select.SIZE_GROUP, rs) for p, rs in by.items()),
+            (groups.EQUAL_FLOPS_5M, select.SIZE_GROUP, [eq] if eq else [])]
+    unrun = [f"_{common.not_run(select.SIZE_GROUP)}._"] if not any(by.values()) else []
+    return "\n\n".join([common.sweep_section(select.SIZE_SWEEP, ka), common.seeds_table(rows, mean(bpcs(by[tf])), tf),
+                        *unrun])
 
 
 def retired_section() -> str:
@@ -136,7 +142,8 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
     def image(key: str, alt: str) -> str:
         return f"![{alt}]({link(plots[key])})" if plots.get(key) else ""
 
-    moved_gap, confirm = confirm_sections()
+    pool = select.reference_pool()  # where the retired groups' runs find their references
+    moved_gap, confirm = confirm_sections(pool=pool)
     slots = {
         "results_link": link(notebook.parent.parent / "RESULTS.md"),
         "protocol": ", ".join(f"{k}={v}" for k, v in PROTOCOL.items() if k != "progress"),
@@ -149,16 +156,16 @@ def notebook_text(notebook: Path, plots: dict[str, Path | None]) -> str:
             ("ablation-raw", "main-raw"), ("ablation-wrapped", "main-wrapped"))},
         "planned_ablation": common.planned("ablation"), "planned_ablation_tuned": common.planned("ablation-tuned"),
         **{f"geometry_{i}": geometries.section(s) for i, s in enumerate(geometries.STUDIES)},
-        "superseded": superseded_section(), "budget_curve": scaling.budget_section(),
+        "superseded": superseded_section(), "budget_curve": run_table.group_tables(("budget",), pool),
         "compute_budget": compute.budget_section(), "budget_plot": image("budget", "test BPC against budget"),
         "fit_table": compute.fit_table(), "rate_table": compute.rate_table(),
         "clip_table": compute.clip_table(all_results()),
-        "fit_plot": image("fit", "the gap along the largest budget's runs"), "flops": compute.flops_section(),
+        "fit_plot": image("fit", "the gap along the largest budget's runs"), "flops": compute.flops_section(pool),
         "compute_plot": image("compute", "validation BPC against training FLOPs and seconds"),
-        "bench": compute.bench_table(), "leads_why": studies.why_table(), "leads": leads.section(),
-        "probe40": summary.probe40_section(full=True), "repro40": summary.repro_section(),
-        "scale": scaling.scale_section(), "size_tuned": scaling.size_section(),
-        **{g: scaling.tuning10m_section(g, option) for g, option in (("lr10m", "lr"), ("warmup10m", "warmup"))},
+        "bench": compute.bench_table(), "leads": run_table.group_tables(LEADS, pool),
+        "probe40": summary.probe40_section(full=True), "repro40": run_table.group_tables(("repro40",), pool),
+        "scale": run_table.group_tables(("scale", "scale-variant"), pool), "size_tuned": size_section(),
+        **{g: run_table.group_tables((g,), pool) for g in ("lr10m", "warmup10m")},
         "lr": lr_section(), "retired": retired_section(), **{f"screen_{g}": screen_section(g) for g in SCREENS},
         "curves": image("curves", "validation curves"), **studies.notebook_slots(),
     }

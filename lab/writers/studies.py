@@ -1,7 +1,6 @@
 """The studies' files (results/dynamics.json, gap*.json, probe.json, induction.json) as tables, and the numbers the
 templates' sentences about them quote: the studies write data only, their pages are rendered here."""
 
-import statistics
 from typing import Any
 
 from kuramoto_attention.diagnostics.measure import OFFSETS
@@ -141,7 +140,10 @@ def notebook_slots() -> dict[str, Any]:
         "dynamics_groups": " ".join(dict.fromkeys(r["group"] for r in dynamics)) or "—", "dynamics_judged": group,
         "dynamics_runs": len(rows) or "—",
         **{f"dynamics_{k}": sum(r[k] for r in rows) if rows else "—" for k in CLAIMS},
-        "offsets": OFFSETS, "gap_seeds": ", ".join(map(str, gap.get("seeds", []))) or "—",
+        "offsets": OFFSETS,
+        # the share of ka-1m-tuned's oscillators slower than once per context at initialisation (RoPE's rates)
+        "rope_slow": f"{select.slow_at_start('ka-1m-tuned', PROTOCOL['context']):.0%}",
+        "gap_seeds": ", ".join(map(str, gap.get("seeds", []))) or "—",
         "gap_windows": gap.get("windows_per_seed", "—"), "gap_context": gap.get("context", "—"),
         "gap_variant": gap.get("variant_name") or "—", "recall_order": RECALL_ORDER,
         "gap_budget_tokens": f"{max((budget.get('tokens') or {'': BUDGETS[-1]}).values()) / 1e6:.0f}",
@@ -183,24 +185,6 @@ def gap_table() -> str:
         return "_Not measured yet (`python -m lab gap`, `python -m lab gap budget40`: they need trained runs)._"
     return table(["study", "model", "pooled gap", f"positions {near}", f"positions {far}", "copying predicts the byte",
                   "easiest quarter", "hardest quarter"], rows)
-
-
-def why_table(preset: str = "ka-1m-tuned") -> str:
-    """What the 40M-token studies measured that the leads answer (empty where their files are missing)."""
-    gap, dyn = select.study_file(f"gap-{GAP_GROUP}.json"), select.study_file("dynamics.json")
-    rows = [r for r in dyn or [] if r["run"] == f"{GAP_GROUP}/{preset}-40m"]
-    if not gap or not rows or "slow_fraction" not in rows[0] or "tuned" not in gap.get("runs", {}):
-        return ""
-    near, far = bins(gap)
-    pooled, at_near, at_far, copying = cells(gap, "tuned")
-    context = PROTOCOL["context"]
-    return table([f"{preset} after 40M tokens", "value"], [
-        ["gap to tf-1m, pooled (bits per byte)", pooled], [f"gap at positions {near}", at_near],
-        [f"gap at positions {far}", at_far], ["gap on the bytes copying predicts", copying],
-        [f"oscillators slower than once per {context}-byte context, trained",
-         f"{statistics.mean(rows[0]['slow_fraction']):.0%}"],
-        ["the same at RoPE's start (initialisation)", f"{select.slow_at_start(preset, context):.0%}"],
-        ["attention increments on the bound", f"{statistics.mean(rows[0]['attn_saturation']):.0%}"]])
 
 
 def induction_table(full: bool = False) -> str:

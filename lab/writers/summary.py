@@ -8,12 +8,12 @@ from typing import Any
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import preset_table
 from lab import groups, select
-from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS, with_twins
+from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS
 from lab.protocol import PROTOCOL, load_results, run_command
 from lab.retired import RETIRED_FIXES
-from lab.select import Run, best, bpcs, mean, median, seed_runs
-from lab.writers import common, geometries, leads, scaling, studies
-from lab.writers.common import PAPER_1M, SLOPE, costs, diff, fmt, fmt_per_token, fmt_slope, lr, mean_sd, signed, table
+from lab.select import Run, bpcs, mean, median, seed_runs
+from lab.writers import common, geometries, run_table, studies
+from lab.writers.common import PAPER_1M, SLOPE, costs, diff, fmt, fmt_per_token, lr, mean_sd, signed, table
 
 TEMPLATE = Path(__file__).parent.parent / "templates" / "RESULTS.md"
 MAIN = (("tf-1m", "main"), ("ka-1m", "main"), ("ka-1m-tuned", "main-tuned"))
@@ -76,56 +76,41 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
         + ("" if p == "tf-1m" else f" ({diff(r, by.get('tf-1m'), 3)})")
         for p in BUDGET_PRESETS)] for label, by in runs.items()]
     text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") for p in BUDGET_PRESETS)], body)
-    eq = {(label, p): (tf, same, at) for label, p, tf, same, at, _ in select.flops_rows()}
-    b, s = f"{BUDGETS[-1] // 1_000_000}M", f"{STRETCH_BUDGET // 1_000_000}M"
+    # the gaps at equal tokens are the first table's; at tf-1m's FLOPs of a budget: group flops' runs
+    b, s, flops = f"{BUDGETS[-1] // 1_000_000}M", f"{STRETCH_BUDGET // 1_000_000}M", select.by_name("flops")
     gaps = []
     for p in BUDGET_PRESETS:
-        tf10, same10, at10 = eq.get(("10M", p), (None, None, None))
-        tf40, same40, at40 = eq.get((b, p), (None, None, None))
-        moved = at40 and same40 and at40["train"]["lr"] != same40["train"]["lr"]
-        gaps.append([p, fmt_per_token(groups.flops_per_token(p)), diff(same10, tf10), diff(at10, tf10),
-                     diff(same40, tf40), diff(at40, tf40) + (f" (lr {lr(at40)})" if moved else ""),
-                     fmt_slope(runs.get(b, {}).get(p)), signed(select.per_doubling(runs, p, "10M", b)),
+        (at10, at40), (tf10, tf40) = ([flops.get(f"{p}-flops-tf-{x.lower()}") for x in ("10M", b)],
+                                      [runs.get(x, {}).get("tf-1m") for x in ("10M", b)])
+        moved = at40 and (same40 := runs.get(b, {}).get(p)) and at40["train"]["lr"] != same40["train"]["lr"]
+        gaps.append([p, fmt_per_token(groups.flops_per_token(p)), diff(at10, tf10),
+                     diff(at40, tf40) + (f" (lr {lr(at40)})" if moved else ""),
+                     signed(select.valid_slope(runs.get(b, {}).get(p))), signed(select.per_doubling(runs, p, "10M", b)),
                      signed(select.per_doubling(runs, p, b, s)), signed(select.anneal_cost(runs, p))])
-    text += "\n\n" + table(["model", "FLOPs/token", "gap at 10M", "at tf-1m's 10M FLOPs", f"at {b}",
+    text += "\n\n" + table(["model", "FLOPs/token", "gap at tf-1m's 10M FLOPs",
                             f"at tf-1m's {b} FLOPs", f"{SLOPE} 10M→{b}", f"test/doubling 10M→{b}",
                             f"{b}→{s}", "anneal cost"], gaps)
-    missing = [g for g, done in (("budget40", b in runs), ("flops", any(r[4] for r in select.flops_rows())))
-               if not done]
+    missing = [g for g, done in (("budget40", b in runs), ("flops", bool(flops))) if not done]
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
     return (text + "".join(f"\n\n_Not run yet: `python -m lab run {g}`._" for g in missing)
             + ("\n\n" + " ".join(imgs) if imgs else ""))
 
 
-def fixes_section() -> str:
-    """Issue 46's fixes at 40M tokens against their preset's best and tf-1m's, with their slopes."""
-    done = select.by_name("fixes40", "fixes40-flops")
-    tf = groups.budget_best("tf-1m", FIX_BUDGET)
-    rows = [[name, common.changes({**fix.model, **fix.train}), fmt(r["eval_bpc"]) if (r := done.get(f"{name}-40m"))
-             else "not yet run", diff(r, groups.budget_best(fix.preset, FIX_BUDGET)), diff(r, tf),
-             diff(done.get(f"{name}-flops-tf-40m"), tf), fmt_slope(r)] for name, fix in groups.fixes().items()]
-    rows += [[f"{r['name'].removesuffix('-40m')} (retired)", common.overrides(r), fmt(r["eval_bpc"]),  # marked, as run
-              diff(r, groups.budget_best(r["preset"], FIX_BUDGET)), diff(r, tf), "—", fmt_slope(r)]
-             for g in RETIRED_FIXES for r in load_results(g)]
-    rows += [[f"{p} (its best at 40M)", "—", fmt(b["eval_bpc"]) if (b := groups.budget_best(p, FIX_BUDGET))
-              else "not yet run", "—", diff(b, tf) if p != "tf-1m" else "—", "—", fmt_slope(b)]
-             for p in dict.fromkeys([*(f.preset for f in groups.fixes().values()), "tf-1m"])]
-    return table(["fix", "change", "test BPC at 40M", "Δ vs its preset at 40M", "gap to tf-1m",
-                  "gap at tf-1m's 40M FLOPs", f"{SLOPE} 10M→40M"], rows)
+def fixes_section(pool: list[Run] | None = None) -> str:
+    """Issue 46's fixes at 40M tokens (the retired ones marked) against their preset at the same rate and tf-1m's
+    best there, with their slopes; the planned ones not yet run named below."""
+    if not (rows := [r for g in ("fixes40", *RETIRED_FIXES) for r in load_results(g)]):
+        return f"_Not yet run: `{run_command('fixes40')}`._"
+    tf, flops = groups.budget_best("tf-1m", FIX_BUDGET), select.by_name("fixes40-flops")
 
+    def at_flops(r: Run) -> Run | None:  # its run at tf-1m's 40M-token FLOPs (fixes40-flops), if any
+        return flops.get(r["name"].replace("-40m", "-flops-tf-40m"))
 
-def repro_section() -> str:
-    """repro40's reruns beside the lr40 runs they repeat: test BPC, validation estimate, slope and gap to tf-1m."""
-    if not (pairs := select.reruns()):
-        return f"_Not yet run: `{run_command('repro40')}`._"
-    tf = pairs.get("tf-1m", (None, None))
-
-    valid = select.valid_estimate
-    rows = [[b["name"].removesuffix("-rerun"), f"{fmt(a and a['eval_bpc'])} / {fmt(b['eval_bpc'])}", diff(b, a),
-             f"{fmt(valid(a))} / {fmt(valid(b))}", diff(valid(b), valid(a)), f"{fmt_slope(a)} / {fmt_slope(b)}",
-             "—" if p == "tf-1m" else f"{diff(a, tf[0])} / {diff(b, tf[1])}"] for p, (a, b) in pairs.items()]
-    return table(["run (seed 0)", "test BPC, lr40 / rerun", "Δ", "validation estimate, lr40 / rerun", "Δ",
-                  f"{SLOPE} 10M→40M, lr40 / rerun", "gap to tf-1m, lr40 / rerun"], rows)
+    columns = (("fix", lambda r: r["name"].removesuffix("-40m") + " (retired)" * (r["group"] in RETIRED_FIXES)),
+               run_table.CHANGE, ("test BPC at 40M", run_table.BPC[1]), ("Δ vs its preset at 40M", run_table.DELTA[1]),
+               ("gap to tf-1m", lambda r: diff(r, tf)), ("gap at tf-1m's 40M FLOPs", lambda r: diff(at_flops(r), tf)),
+               (f"{SLOPE} 10M→40M", run_table.SLOPE_TO_END[1]))
+    return run_table.runs_table(rows, columns, pool) + run_table.unrun("fixes40")
 
 
 def seeds40_section() -> str:
@@ -150,22 +135,14 @@ def seeds40_section() -> str:
     return text + ("" if done else f"\n\n_Not yet run: `{run_command('fixes40-seeds')}`._")
 
 
-def probes46_section() -> str:
+PROBES = ("capacity", "capacity-shape", "pycode40")  # issue 46's probes (capacity and pycode40 retired)
+
+
+def probes46_section(pool: list[Run] | None = None) -> str:
     """Issue 46's probes of the pair: capacity, ka-1m-tuned's shapes on it (capacity-shape), and pycode40."""
-    if not any(with_twins(g) for g in ("capacity", "capacity-shape", "pycode40")):
-        return ("Not yet run: `python -m lab run capacity`, `python -m lab run capacity-shape`, "
-                "`python -m lab run pycode40`.")
-    by = {g: {r["preset"]: r for r in with_twins(g)} for g in ("capacity", "pycode40")}
-
-    def row(group: str, model: str, r: Run | None, tf: Run | None) -> list[str]:
-        return [group, model, fmt(r["eval_bpc"]) if r else "not yet run", diff(r, tf) if r is not tf else "—",
-                fmt_slope(r)]
-
-    rows = [row("capacity", p, by["capacity"].get(p), by["capacity"].get("tf-1m")) for p in groups.PROBE_PAIR]
-    rows += [row("capacity-shape", f"{shape} ({common.changes(model)})", r, by["capacity"].get("tf-1m"))
-             for shape, model, r in select.capacity_shapes()]  # ka-1m-tuned in other shapes, against tf-1m's run
-    rows += [row("pycode40", p, by["pycode40"].get(p), by["pycode40"].get("tf-1m")) for p in groups.PROBE_PAIR]
-    return table(["group", "model", "score", "gap to tf-1m", f"{SLOPE} 10M→end"], rows)
+    rows = [r for g in PROBES for r in load_results(g)]
+    text = run_table.runs_table(rows, run_table.PROBE_COLUMNS, pool) if rows else "_Not yet run._"
+    return text + run_table.unrun("capacity-shape")
 
 
 def probe40_section(models: tuple[str, ...] | None = None, full: bool = False) -> str:
@@ -193,31 +170,22 @@ def probe40_section(models: tuple[str, ...] | None = None, full: bool = False) -
 
 
 def size_section() -> str:
-    """The pair at 1M and 5M (scale, main-5m, scale-variant), beside the paper's."""
-    scale = load_results("scale")
-    top = {p: best(r for r in scale if r["preset"] == p) for p in ("ka-5m", "tf-5m")}
-    one, five = {p: seed_runs("main", p) for p in ("ka-1m", "tf-1m")}, select.size_runs()
-    variant = best(load_results("scale-variant"))
-    paper = {s: f"{a} / {b}, {g}" for s, (a, b, g) in scaling.PAPER_BY_SIZE.items()}
+    """The tuned recipe at 5M (main-5m) against tf-5m over seeds, beside the paper's 5M medians; and at tf-5m's
+    training FLOPs (the untuned pair, scale, is retired: the notebook's)."""
+    (ka, tf), five = select.SIZE_PAIR, select.size_runs()
+    ka5, tf5 = bpcs(five[ka]), bpcs(five[tf])
+    if not (ka5 and tf5):
+        return f"_5M tuned: {common.not_run(select.SIZE_GROUP, 'not run yet')}._"
 
-    def row(what: str, ka: list[float], tf: list[float], p: str = "") -> list[str]:
-        return [what, mean_sd(ka) if len(ka) > 1 else fmt(mean(ka)), mean_sd(tf) if len(tf) > 1 else fmt(mean(tf)),
-                diff(mean(ka), mean(tf)), p]
+    def row(what: str, kas: list[float], tfs: list[float], p: str = "") -> list[str]:
+        return [what, *(mean_sd(v) if len(v) > 1 else fmt(mean(v)) for v in (kas, tfs)), diff(mean(kas), mean(tfs)), p]
 
-    rows = [row("1M (main)", bpcs(one["ka-1m"]), bpcs(one["tf-1m"]), paper["1m"])] if all(one.values()) else []
-    rows += [row("5M (scale, the best rate tried)", bpcs([top["ka-5m"]]), bpcs([top["tf-5m"]]), paper["5m"])] \
-        if all(top.values()) else []
-    ka5, tf5 = bpcs(five[scaling.KA]), bpcs(five[scaling.TF])
-    if ka5 and tf5:
-        rows += [row(f"5M tuned ({scaling.MAIN_GROUP}: {scaling.KA})", ka5, tf5),
-                 ["5M tuned, medians", fmt(median(ka5)), fmt(median(tf5)), diff(median(ka5), median(tf5)), paper["5m"]]]
-        if eq := select.equal_flops_run():
-            rows.append(row(f"5M tuned at {scaling.TF}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5))
-    if variant and top["tf-5m"]:
-        rows.append(row(f"5M, the best 1M variant ({variant['name']})", [variant["eval_bpc"]], bpcs([top["tf-5m"]])))
-    return (table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap"], rows) if rows
-            else "_No runs yet._") + ("" if ka5 and tf5 else
-                                      f"\n\n_5M tuned: {common.not_run(scaling.MAIN_GROUP, 'not run yet')}._")
+    rows = [row(f"5M tuned ({select.SIZE_GROUP}: {ka})", ka5, tf5),
+            ["5M tuned, medians", fmt(median(ka5)), fmt(median(tf5)), diff(median(ka5), median(tf5)),
+             common.PAPER_5M]]
+    if eq := select.by_name(select.SIZE_GROUP).get(groups.EQUAL_FLOPS_5M):
+        rows.append(row(f"5M tuned at {tf}'s 10M-token FLOPs", [eq["eval_bpc"]], tf5))
+    return table(["size", "ka test BPC", "tf test BPC", "gap", "paper (enwik8) ka / tf, gap"], rows)
 
 
 def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> str:
@@ -225,14 +193,15 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
     def link(p: Path) -> str:
         return Path(os.path.relpath(p, path.parent)).as_posix()
 
+    pool = select.reference_pool()  # where the retired groups' runs find their references
     slots = {"notebook": link(notebook), "tokens": f"{PROTOCOL['tokens'] / 1e6:g}",
              "batch_size": PROTOCOL["batch_size"], "context": PROTOCOL["context"], "warmup": PROTOCOL["warmup"],
              "main": main_section(), "seeds40": seeds40_section(),
              "curves": f"![validation curves]({link(plots['curves'])})" if plots.get("curves") else "",
-             "ablation": ablation_section(), "budget": budget_section(plots, link), "leads": leads.summary_section(),
-             "fixes": fixes_section(), "probes46": probes46_section(), "capacity_margin": f"{groups.CAPACITY_MARGIN:g}",
-             "probe40": probe40_section(("ka-1m-tuned", "fsn-40m", "successor-2-40m")),
-             "size": size_section(),
+             "ablation": ablation_section(), "budget": budget_section(plots, link),
+             "leads": run_table.group_table("leads40", run_table.LEAD_COLUMNS, pool), "fixes": fixes_section(pool),
+             "probes46": probes46_section(pool), "capacity_margin": f"{groups.CAPACITY_MARGIN:g}",
+             "probe40": probe40_section(("ka-1m-tuned", "fsn-40m", "successor-2-40m")), "size": size_section(),
              "geometries": geometries.summary_table(), "induction": studies.induction_table(),
              "dynamics": studies.dynamics_section(), **main_gaps()}
     return common.render(TEMPLATE, slots)

@@ -14,7 +14,7 @@ from kuramoto_attention.models.config import flat_fields
 from kuramoto_attention.models.presets import apply_overrides, build_model, get_preset
 from lab import groups, protocol, records, retired, select
 from lab import runner as experiment
-from lab.writers import common, scaling
+from lab.writers import common
 from lab.writers import results_md as results
 from lab.writers.common import second_stage_section
 
@@ -78,6 +78,7 @@ def test_retired_groups_are_named_with_their_commit_and_not_planned():
         with pytest.raises(ConfigError, match=re.escape(f"git checkout {ret.commit} && ")):
             groups.plan(group)
     assert retired.RETIRED["confirm"].commit == "7d67ce1"
+    assert retired.rerun_command("leads40") == "git checkout aa4b739 && python -m lab run leads40"
     for group in (*groups.GROUPS, *groups.FROZEN):
         try:
             specs = groups.plan(group)
@@ -158,7 +159,6 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
         assert {s.train["lr"] for s in groups.plan(group)} == {4e-3}
     for group in ("main-unprojected", "ablation-unprojected", "pycode-unprojected"):
         assert {s.train["lr"] for s in groups.plan(group)} == {8e-3}
-    assert {s.train["lr"] for s in groups.plan("lr10m") if s.preset == "ka-1m"} == {4e-3}
     assert {s.train["lr"] for s in groups.plan("main") + groups.plan("ablation")} == {2e-3}
     raw = {s.name: s.model for s in groups.plan("ablation-raw")}
     assert raw["ka-no-gates"] == {**groups.UNPROJECTED, **groups.RAW, "gates": False} and "ka-ff-angles" not in raw
@@ -168,20 +168,17 @@ def test_frozen_groups_keep_their_feed_forward(in_tmp):
     # the full model reads P ψ(θ): ψ(θ) itself and raw θ are both ablations of it now
     assert current["ka-ff-lift"] == groups.UNPROJECTED and current["ka-ff-angles"]["ff_proj"] == "none"
     assert current["ka-no-ff"] == {"ff": "none", "ff_proj": "none"}
-    # every kept group run before the move keeps ka-1m on ψ(θ) itself (200 units) unless its own overrides say otherwise
-    assert {"budget", "lr10m", "warmup10m", *groups.FROZEN} == groups.PINNED_UNPROJECTED
-    assert groups.PINNED_UNPROJECTED | set(retired.RETIRED) == groups.RAN_UNPROJECTED
-    raw_specs = {g: fn() for g, fn in {**groups.GROUPS, **groups.FROZEN}.items() if g in groups.PINNED_UNPROJECTED}
-    for group, specs in raw_specs.items():
-        for raw, s in zip(specs, groups.plan(group), strict=True):
-            if s.preset == "ka-1m" and "ff_proj" not in raw.model:
+    # every frozen group keeps ka-1m on ψ(θ) itself or raw θ (no P) in its own overrides, whatever today's default
+    for group in groups.FROZEN:
+        for s in groups.plan(group):
+            if s.preset == "ka-1m":
                 model = records.expected_configs(s)[0]
-                assert model["ff_proj"] == "none" and model["ff_hidden"] == raw.model.get("ff_hidden", 200), s.name
-    # the groups on the new default are not pinned, and ka-5m's preset did not move (nor its rate's sweep)
-    assert not {"lr", "main", "ablation", "pycode", "scale", "scale-variant"} & groups.PINNED_UNPROJECTED
-    ka5 = flat_fields(get_preset("ka-5m")[1])
+                assert model["ff_proj"] == "none" and model["ff_hidden"] in (200, 336), s.name
+    # the notebook strips ψ(θ) itself from the overrides of ka-1m's runs in the frozen and retired groups only
+    assert set(groups.FROZEN) | set(retired.RETIRED) == groups.RAN_UNPROJECTED
+    assert not {"lr", "main", "ablation", "pycode"} & groups.RAN_UNPROJECTED
+    ka5 = flat_fields(get_preset("ka-5m")[1])  # ka-5m's preset did not move
     assert (ka5["ff_proj"], ka5["ff_hidden"]) == ("none", 442)
-    assert {s.train["lr"] for s in groups.plan("scale") if s.name == "ka-5m"} == {8e-3}  # lr-unprojected's best
 
 
 def test_tuned_groups_run_the_protocol_on_the_tuned_preset(in_tmp):
@@ -255,13 +252,20 @@ def test_tuned_sections_read_the_transformer_of_main_and_the_rate_stages(in_tmp)
 
 
 def test_the_tuned_su2_preset_is_its_screen_variant():
-    """ka-su2-1m-tuned is screen-su2's "tuned" model exactly, and its studies train as the screen's best,
-    "tuned-omega-lr-1", did: that screen run is its sweep's run at the screen's rate."""
+    """ka-su2-1m-tuned is retired screen-su2's "tuned" model exactly, and its studies train as the screen's best,
+    "tuned-omega-lr-1", did: that screen run's recorded configs are its sweep's run's at the screen's rate."""
+    if not (protocol.COMMITTED / "screen-su2").is_dir():
+        pytest.skip("no committed results/")
+    with protocol.at_root(protocol.COMMITTED):
+        screen = {r["name"]: r for r in protocol.load_results("screen-su2")}
+        best = screen["ka-su2-1m-tuned-omega-lr-1"]
+        sweep = next(s for s in groups.plan("lr-su2-tuned") if s.train["lr"] == best["train"]["lr"])
     family, base = get_preset("ka-su2-1m")
-    assert apply_overrides(family, base, groups.SU2_VARIANTS["tuned"].model) == get_preset("ka-su2-1m-tuned")[1]
-    sweep = next(s for s in groups.plan("lr-su2-tuned") if s.train["lr"] == 4e-3)
-    screen = next(s for s in groups.plan("screen-su2") if s.name == "ka-su2-1m-tuned-omega-lr-1")
-    assert records.expected_configs(sweep) == records.expected_configs(screen) and sweep.eval_split == screen.eval_split
+    tuned = screen["ka-su2-1m-tuned"]["model_overrides"]
+    assert apply_overrides(family, base, tuned) == get_preset("ka-su2-1m-tuned")[1]
+    assert best["model_overrides"] == tuned
+    assert best["train"]["omega_lr_mult"] == groups.SU2_TUNED_TRAIN["omega_lr_mult"]
+    assert records._config_diffs(sweep, best["model"], best["train"]) == [] and sweep.eval_split == best["eval_split"]
 
 
 def test_the_tuned_su2_stages_carry_its_training_setting(in_tmp):
@@ -286,24 +290,6 @@ def test_the_tuned_su2_stages_carry_its_training_setting(in_tmp):
     assert longer[1].train["tokens"] == groups.flop_matched_tokens("ka-su2-1m-tuned", "tf-1m", ten)
     for s in (*groups.plan("lr-su2-tuned"), *second, *seeds, *longer):
         assert s.train["omega_lr_mult"] == groups.SU2_TUNED_TRAIN["omega_lr_mult"] == 1.0
-
-
-def test_cheaper_widths_keep_the_parameters_and_spend_tf_1m_s_flops(in_tmp):
-    """leads-flops: each width variant of ka-1m-tuned has its parameters (±3% of 1M), costs fewer FLOPs per token,
-    and trains for the whole steps at which its training FLOPs meet tf-1m's 10M-token run, at ka-1m-tuned's rate."""
-    write_results(in_tmp, [{**fake_result("lr10m-tuned", "ka-1m-tuned-lr-0.004", "ka-1m-tuned", 2.0, lr=4e-3),
-                            "eval_split": "valid"}])
-    specs = groups.plan("leads-flops")
-    assert [s.name for s in specs] == [f"ka-1m-tuned-{k}-flops-tf-10m" for k in groups.WIDTHS]
-    reference = groups.flops_per_token("tf-1m") * protocol.PROTOCOL["tokens"]
-    step = protocol.PROTOCOL["batch_size"] * protocol.PROTOCOL["context"]
-    for s in specs:
-        family, cfg = get_preset(s.preset)
-        params = build_model(family, apply_overrides(family, cfg, s.model)).num_params()
-        per = groups.flops_per_token(s.preset, s.model)
-        assert abs(params / 1e6 - 1) <= 0.03 and per < groups.flops_per_token("ka-1m-tuned")
-        assert s.train["tokens"] % step == 0 and abs(per * s.train["tokens"] - reference) <= per * step / 2
-        assert (s.train["lr"], s.train["seed"], s.eval_split) == (4e-3, 0, "test")
 
 
 def test_the_tuned_preset_is_its_confirm_candidate():
@@ -438,47 +424,23 @@ def test_a_spec_already_run_in_another_group_is_reused_and_marked(in_tmp, capsys
     assert "ka-ff-angles (= main-raw/ka-1m-seed0" in results.ablation_section()
 
 
-def test_repro40_reruns_lr40s_best_runs_and_is_never_satisfied_by_a_twin(in_tmp, capsys):
-    """repro40 plans lr40's best run of each preset (on validation) again, named -rerun, with exactly its configs:
-    the lr40 record is identical, yet the rerun trains (a fresh spec takes no twin); its own records make it done."""
-    import shutil
-
-    if not (protocol.COMMITTED / "repro40").is_dir():
-        pytest.skip("no committed results/")
-    shutil.copytree(protocol.COMMITTED, in_tmp / "results", ignore=shutil.ignore_patterns("repro40"))
-    lr40 = {s.name: s for s in groups.plan("lr40")}
-    best = [groups.budget_best(p, 40_000_000, ("lr40",))["name"] for p in groups.STRETCH_PRESETS]
-    reruns = groups.plan("repro40")
-    assert sorted(s.name for s in reruns) == sorted(f"{n}-rerun" for n in best)
-    for spec in reruns:
-        same = lr40[spec.name.removesuffix("-rerun")]
-        assert (spec.group, spec.fresh) == ("repro40", True)
-        assert (spec.preset, spec.model, spec.train, spec.eval_split) == (same.preset, same.model, same.train,
-                                                                         same.eval_split)
-        assert records.same_run(dataclasses.replace(spec, fresh=False), groups.all_results())["group"] == "lr40"
-        assert records.same_run(spec, groups.all_results()) is None
-    assert not any("twin" in r for r in groups.with_twins("repro40"))
-    experiment.run_group("repro40", None, dry_run=True)
-    out = capsys.readouterr().out
-    assert "2 to train" in out and all(f"{s.name}: would train" in out for s in reruns)
-    shutil.copytree(protocol.COMMITTED / "repro40", in_tmp / "results" / "repro40")
-    experiment.run_group("repro40", None, dry_run=True)
-    out = capsys.readouterr().out
-    assert "0 to train" in out and all(f"{s.name}: done, skipping" in out for s in reruns)
-
-
 def test_confirm_section_compares_with_the_model_each_candidate_changes(in_tmp):
-    rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i) for i, b in enumerate([2.30, 2.32])]
+    def trained(r: dict) -> dict:  # at the default phase rate: a run's changes are its overrides alone
+        return {**r, "train": {**r["train"], "phase_lr_mult": protocol.TRAIN_DEFAULTS["phase_lr_mult"]}}
+
+    rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", b, seed=i, **groups.UNPROJECTED)
+            for i, b in enumerate([2.30, 2.32])]
     rows += [fake_result("main", f"tf-1m-seed{i}", "tf-1m", b, seed=i) for i, b in enumerate([2.14, 2.16])]
-    rows.append(fake_result("confirm", "ka-x", "ka-1m", 2.27, shared_gates=True))
-    rows += [fake_result("screen4", n, "ka-1m", b) for n, b in (("ka-default", 2.60), ("ka-x", 2.55))]
-    rows.append(fake_result("confirm", "ka-x-seed1", "ka-1m", 2.31, seed=1, shared_gates=True))
-    write_results(in_tmp, rows)
+    rows += [fake_result("confirm", "ka-x" + (f"-seed{i}" if i else ""), "ka-1m", b, seed=i, shared_gates=True,
+                         **groups.UNPROJECTED) for i, b in enumerate([2.27, 2.31])]
+    write_results(in_tmp, [trained(r) for r in rows])
     ranked, text = results.confirm_sections()
-    assert "| ka-x | shared_gates=True, phase_lr_mult=1 | 0 | -0.0500 (screen4) | 2.2700 | -0.0300 | +0.1200 |" in text
-    assert "| ka-x-seed1 | shared_gates=True, phase_lr_mult=1 | 1 | -0.0500 (screen4) | 2.3100 | -0.0100 |" in text
+    # run by run, against its reference: ka-1m on ψ(θ) itself (the confirm runs' pinned model) on the same seed
+    assert cells(text, "ka-x")[1:] == ["shared_gates=True", "10.0M", "0.002", "enwik7/test", "2.2700", "—",
+                                       "main-unprojected/ka-1m-seed0", "-0.0300"]
+    assert cells(text, "ka-x-seed1")[7:] == ["main-unprojected/ka-1m-seed1", "-0.0100"]
     # over its seeds: its mean ± sd, ka-1m on ψ(θ)'s mean over the same seeds, the Δ and the gap to tf-1m's mean
-    assert cells(ranked, "ka-x")[2:] == ["0, 1", "2.2900 ± 0.0283", "2.3100", "-0.0200", "+0.1400"]
+    assert cells(ranked, "ka-x")[1:] == ["shared_gates=True", "0, 1", "2.2900 ± 0.0283", "2.3100", "-0.0200", "+0.1400"]
 
 
 def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
@@ -496,87 +458,6 @@ def test_moved_gap_section_ranks_candidates_by_their_seed_means(in_tmp):
     y = "| ka-y | clock=4, phase_lr_mult=1 | 0 | 2.2600 (one seed) | 2.3000 | -0.0400 | +0.1100 |"
     x = "| ka-x | shared_gates=True, phase_lr_mult=1 | 0, 1 | 2.2900 ± 0.0283 | 2.3100 | -0.0200 | +0.1400 |"
     assert y in text and x in text and text.index(y) < text.index(x) and "ka-z" not in text
-
-
-def test_budget_section_compares_the_gap_across_budgets(in_tmp):
-    rows = [fake_result(g, f"{p}-lr-0.002", p, b, lr=2e-3) for g, p, b in (("lr-unprojected", "ka-1m", 2.6),
-                                                                            ("lr", "tf-1m", 2.5))]
-    for i in (0, 1):
-        rows += [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i),
-                 fake_result("main", f"tf-1m-seed{i}", "tf-1m", 2.15 + i, seed=i)]
-    rows += [{**fake_result("budget", f"{p}-20m", p, b), "tokens": 20_000_000}
-             for p, b in (("ka-1m", 2.20), ("tf-1m", 2.00))]
-    lag = groups.VARIANTS[groups.BUDGET_VARIANT]
-    rows += [fake_result("confirm", f"ka-{groups.BUDGET_VARIANT}", "ka-1m", 2.25, **lag),
-             {**fake_result("budget", f"ka-1m-{groups.BUDGET_VARIANT}-20m", "ka-1m", 2.10, **lag),
-              "tokens": 20_000_000}]
-    write_results(in_tmp, rows)
-    text = scaling.budget_section()
-    assert "| 10.0M | main-unprojected | 2.3000 | 2.1500 | +0.1500 | 2.2500 | +0.1000 |" in text
-    assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 | 2.1000 | +0.1000 |" in text
-    assert "| 3.0M | lr (best of each sweep, valid BPC) | 2.6000 | 2.5000 | +0.1000 |" in text
-    assert "| 10.0M | main-unprojected | 2.3000 | 2.1500 | +0.1500 |" in text  # seed 0 only
-    assert "| 20.0M | budget | 2.2000 | 2.0000 | +0.2000 |" in text
-
-
-def test_scale_section_puts_the_5m_pair_beside_the_1m_pair(in_tmp):
-    assert "lab run scale" in scaling.scale_section()
-    rows = [fake_result("main-unprojected", f"ka-1m-seed{i}", "ka-1m", 2.30 + i, seed=i, lr=4e-3) for i in (0, 1)]
-    rows += [fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
-             fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
-             fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3),
-             fake_result("scale", "tf-5m-lr-0.004", "tf-5m", 1.95, lr=4e-3)]  # the better lr is shown
-    write_results(in_tmp, rows)
-    text = scaling.scale_section()
-    assert cells(text, "1M")[1:9] == ["main-unprojected", "1 / 1", "0.004 / 0.008", "— / —", "2.3000", "2.1500",
-                                      "+0.1500", "1.637 / 1.616, +0.021 (means)"]
-    # the 5M rates tried, each model's: the reader sees which had more
-    assert cells(text, "5M")[1:8] == ["scale", "1 / 1", "0.004 / 0.008", "0.004 / 0.004, 0.008", "2.0000", "1.9000",
-                                      "+0.1000"]
-
-
-def test_scale_variant_runs_at_ka_5m_best_rate_and_is_compared_at_both_sizes(in_tmp):
-    rows = [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
-            fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
-            fake_result("confirm", f"ka-{groups.BEST_VARIANT}", "ka-1m", 2.26, lr=4e-3),
-            fake_result("scale", "ka-5m", "ka-5m", 2.00, lr=4e-3),
-            fake_result("scale", "ka-5m-lr-0.002", "ka-5m", 1.95, lr=2e-3),
-            fake_result("scale", "tf-5m", "tf-5m", 1.90, lr=8e-3)]
-    write_results(in_tmp, rows)
-    assert "not run yet (`python -m lab run scale-variant`" in scaling.scale_section()
-    specs = groups.plan("scale-variant")
-    assert [sp.model for sp in specs] == [{**groups.VARIANTS[v], **groups.SCALE_WIDTHS.get(v, {})}
-                                          for v in groups.SCALE_VARIANTS]  # widths re-matched at 5M
-    family, cfg = get_preset("ka-5m")
-    for v, width in groups.SCALE_WIDTHS.items():  # within 0.1% of the same variant at ka-5m's own width
-        at_5m = {k: x for k, x in groups.VARIANTS[v].items() if k not in ("ff_hidden", "ff_proj")}
-        n = [build_model(family, apply_overrides(family, cfg, m)).num_params()
-             for m in (at_5m, {**groups.VARIANTS[v], **width})]
-        assert abs(n[1] - n[0]) < 1e-3 * n[0], (v, n)
-    spec = specs[0]
-    assert spec.preset == "ka-5m" and spec.model == groups.VARIANTS[groups.BEST_VARIANT]
-    assert all(sp.train["lr"] == 2e-3 and sp.train["tokens"] == protocol.PROTOCOL["tokens"] for sp in specs)
-    write_results(in_tmp, [fake_result("scale-variant", spec.name, "ka-5m", 1.93, lr=2e-3, **spec.model)])
-    text = scaling.scale_section()
-    # at 5M against ka-5m at the same rate and the best tf-5m; at 1M against main-unprojected's seed 0 and tf-1m's
-    assert cells(text, groups.BEST_VARIANT)[2:8] == ["0.002", "1.9300", "-0.0200", "+0.0300", "-0.0400", "+0.1100"]
-    assert groups.SCALE_VARIANTS[1] not in text  # the second variant not run yet: no row for it
-    write_results(in_tmp, [fake_result("scale-variant", specs[1].name, "ka-5m", 1.97, lr=2e-3, **specs[1].model)])
-    assert cells(scaling.scale_section(), groups.SCALE_VARIANTS[1])[3:5] == ["1.9700", "+0.0200"]
-
-
-def test_lr10m_section_compares_each_model_at_two_rates(in_tmp):
-    assert "lab run lr10m" in scaling.tuning10m_section("lr10m", "lr")
-    write_results(in_tmp, [fake_result("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, lr=4e-3),
-                           # other seeds: not compared
-                           fake_result("main-unprojected", "ka-1m-seed1", "ka-1m", 2.00, seed=1, lr=4e-3),
-                           fake_result("main", "tf-1m-seed0", "tf-1m", 2.15, lr=8e-3),
-                           fake_result("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.25, lr=2e-3),
-                           fake_result("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.16, lr=4e-3)])
-    text = scaling.tuning10m_section("lr10m", "lr")
-    assert "| ka-1m | lr10m | 0.002 | 2.2500 | ✓ |" in text and "| tf-1m | main | 0.008 | 2.1500 | ✓ |" in text
-    assert cells(text, "each at its better setting")[1:] == ["0.002 / 0.008", "+0.1000"]
-    assert cells(text, "at main's settings")[1:] == ["0.004 / 0.008", "+0.1500"]
 
 
 def test_main_comparison_names_the_best_variant_over_its_seeds(in_tmp):
@@ -652,7 +533,7 @@ def test_run_says_the_order_and_how_long_and_dry_run_trains_nothing(in_tmp, caps
     assert "6 runs planned, 6 to train" in out and "ka-1m-seed0: would train (10,002,432 tokens)" not in out
     assert "would train" in out
     assert groups.order("main-tuned") == ["lr-tuned", "lr10m-tuned", "main-tuned"]
-    assert groups.order("scale-variant")[-2:] == ["scale", "scale-variant"]
+    assert groups.order("main-5m") == ["lr-5m-tuned", "scale", "main-5m"]  # scale retired: read, not run
     n, seconds, _ = experiment.estimate("main")  # from the committed runs' wall_s
     assert n == 6 and seconds > 0
 
@@ -780,7 +661,7 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
 
     assert "No runs yet" in compute.budget_section()
     text = compute.flops_section()
-    assert "Not run yet: `python -m lab run flops`" in text and "not run" in text
+    assert "No results of flops here: `python -m lab run flops" in text
     rows = [fake_result("main", f"{p}-seed0", p, b, lr=lr) for p, b, lr in (("ka-1m", 2.2, 4e-3),
                                                                           ("tf-1m", 2.1, 8e-3))]
     rows.append(fake_result("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.12, lr=4e-3))
@@ -806,14 +687,16 @@ def test_budget_and_compute_sections_render_without_and_with_the_issue_26_runs(i
     per = groups.flops_per_token("ka-1m-tuned")
     assert select.flops_per_token(b40[1]) == per and common.fmt_flops(per * 40_001_536) in text
     text = compute.flops_section()
-    assert "| tf-1m at 10M | 2.1000 | ka-1m-tuned |" in text and "| +0.1000 |" in text  # 2.2 − 2.1
-    assert "| 0.0200 |" not in text and "+0.0200" in text  # the gap at equal tokens beside it
+    # at tf-1m's 10M-token FLOPs: its tokens, training FLOPs and test BPC, and its gap to tf-1m's 10M run
+    assert cells(text, "ka-1m-tuned-flops-tf-10m")[1:] == [
+        "6.00M", common.fmt_flops(select.training_flops(eq)), "2.2000", "+0.1000"]
     plots = compute.plots()
     assert plots["budget"].stat().st_size > 1000 and plots["compute"].stat().st_size > 1000
     text = summary.budget_section(plots, lambda p: p.name)
     assert cells(text, "40M")[2] == "1.9500 (+0.050)" and "![budget](budget.png)" in text
     # each preset's model FLOPs per token, its gap at 10M at equal tokens and at tf-1m's 10M-token FLOPs
-    assert cells(text, "ka-1m-tuned")[1:4] == [common.fmt_per_token(per), "+0.0200", "+0.1000"]
+    assert cells(text, "10M")[2] == "2.1200 (+0.020)"  # the gap at equal tokens, in the first table
+    assert cells(text, "ka-1m-tuned")[1:3] == [common.fmt_per_token(per), "+0.1000"]
 
 
 def test_the_compute_plots_seconds_come_from_the_benchs_side_by_side_rates(in_tmp):

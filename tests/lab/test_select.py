@@ -2,7 +2,6 @@
 and each derived number, apart from the tables that show them."""
 
 import pytest
-from conftest import write_results
 
 from kuramoto_attention.diagnostics.flops import model_flops
 from kuramoto_attention.models.presets import build_model, get_preset
@@ -50,44 +49,6 @@ def test_memorisation_is_the_growth_of_valid_minus_train_and_a_rising_valid_bpc(
     assert select.overfit({}) == (None, None, None)
 
 
-def test_along_compares_the_validation_estimates_at_the_schedules_quarters():
-    lead = run("leads", "x", "ka-1m-tuned", 2.0, tokens=100, valid=[(25, 2.5), (50, 2.2), (76, 2.1), (100, 2.0)])
-    ref = run("main-tuned", "y", "ka-1m-tuned", 2.1, tokens=100, valid=[(25, 2.6), (50, 2.3), (100, 2.1)])
-    assert select.along(lead, ref) == pytest.approx([-0.1, -0.1, None, -0.1])  # no shared point near 75
-    assert select.ALONG == (0.25, 0.5, 0.75, 1.0)
-
-
-def test_a_lead_at_several_rates_is_read_at_its_best_on_validation(in_tmp):
-    b40 = 40_001_536
-    write_results(in_tmp, [run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.0, tokens=b40)])
-    rows = [{**run("leads40", name, "ka-1m-tuned", bpc, lr=lr, tokens=b40), "final_valid_estimate": valid}
-            for name, lr, bpc, valid in (("ka-1m-tuned-x-40m", 4e-3, 1.97, 1.98),
-                                         ("ka-1m-tuned-x-40m-lr-0.002", 2e-3, 1.95, 1.99))]
-    rows.append(run("leads40", "ka-1m-tuned-y-40m", "ka-1m-tuned", 1.9, tokens=b40))  # one rate: not listed
-    [(stem, chosen, ref)] = select.lead_rates(rows)
-    assert stem == "ka-1m-tuned-x-40m" and chosen["train"]["lr"] == 4e-3  # better on validation, worse on test
-    assert ref["name"] == "ka-1m-tuned-40m"
-
-
-def test_a_confirm_run_is_matched_to_the_last_screen_that_ran_its_change(in_tmp):
-    write_results(in_tmp, [run(g, n, "ka-1m", b, tokens=3_000_000, phase_lag=True) if n != "ka-default" else
-                           run(g, n, "ka-1m", b, tokens=3_000_000)
-                           for g, n, b in (("screen4", "ka-default", 2.5), ("screen4", "ka-lag", 2.45),
-                                           ("screen5", "ka-default", 2.4), ("screen5", "ka-phase-lag", 2.38))])
-    same, base, group = select.screen_match(run("confirm", "ka-phase-lag-seed1", "ka-1m", 2.2, phase_lag=True))
-    assert (same["name"], base["eval_bpc"], group) == ("ka-phase-lag", 2.4, "screen5")
-    assert select.screen_match(run("confirm", "ka-other", "ka-1m", 2.2, clock=4)) is None
-
-
-def test_capacity_shapes_are_planned_in_order_and_matched_to_their_results(in_tmp):
-    assert [(s, r) for s, _, r in select.capacity_shapes()] == [(s, None) for s in groups.CAPACITY_SHAPES]
-    done = run("capacity-shape", "ka-1m-tuned-depth-5-enwik6-20m", "ka-1m-tuned", 1.1, **groups.CAPACITY_SHAPES[
-        "depth-5"])
-    write_results(in_tmp, [done])
-    shapes = {s: (model, r) for s, model, r in select.capacity_shapes()}
-    assert shapes["depth-5"] == (groups.CAPACITY_SHAPES["depth-5"], done) and shapes["ff-wide"][1] is None
-
-
 def test_the_copy_tasks_curves_are_means_over_the_seeds():
     res = {"models": {"tf": {}}, "runs": [{"model": "tf", "curve": [{"step": 0, "accuracy": a}, {"step": 5,
                                                                                                "accuracy": b}]}
@@ -98,3 +59,25 @@ def test_the_copy_tasks_curves_are_means_over_the_seeds():
 def test_head_means_average_the_offset_profile_over_heads():
     profile = [[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]], [[0.2, 0.3, 0.5], [0.9, 0.1, 0.0]]]  # (layer, head, Δ)
     assert select.head_means(profile, 2) == [pytest.approx([0.3, 0.45]), pytest.approx([0.55, 0.2])]
+
+
+def test_a_runs_changes_leave_out_what_its_group_pinned_and_the_defaults():
+    """What a run changes (``own_changes``): its overrides, less ψ(θ) itself where its group ran ka-1m on it, and its
+    training variants away from their defaults."""
+    lag = {"phase_lag": True, "self_coupling": False}
+    assert select.own_changes(run("budget", "ka-1m-x-20m", "ka-1m", 2.1, **groups.UNPROJECTED, **lag)) == lag
+    assert select.own_changes(run("main-unprojected", "ka-1m-seed0", "ka-1m", 2.3, **groups.UNPROJECTED)) == {}
+    assert select.own_changes(run("main", "ka-1m-y", "ka-1m", 2.3, **groups.UNPROJECTED)) == groups.UNPROJECTED
+    lead = run("leads", "ka-1m-tuned-z", "ka-1m-tuned", 2.1, train={"omega_lr_mult": 1.0}, omega="log")
+    assert select.own_changes(lead) == {"omega": "log", "omega_lr_mult": 1.0}
+
+
+def test_runs_share_a_budget_by_their_tokens_or_by_the_flops_they_match():
+    at_flops = run("leads40", "ka-1m-tuned-x-flops-tf-40m", "ka-1m-tuned", 2.0, tokens=23_000_000)
+    preset = run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 2.0, tokens=24_330_240)
+    assert select.same_budget(at_flops, preset)  # tf-1m's 40M-token FLOPs, each at its own tokens
+    assert not select.same_budget(at_flops, run("flops", "ka-1m-tuned-flops-tf-10m", "ka-1m-tuned", 2.0,
+                                                tokens=23_000_000))
+    assert not select.same_budget(run("main", "x", "ka-1m-tuned", 2.0, tokens=23_000_000), preset)
+    assert select.same_budget(run("lr40", "y", "tf-1m", 2.0, tokens=40_001_536), run("budget40", "z", "tf-1m", 2.0,
+                                                                                 tokens=40_000_000))

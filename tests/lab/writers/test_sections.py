@@ -4,7 +4,6 @@ print must be the one computed from the fabricated JSON."""
 
 import json
 import math
-import re
 import statistics
 
 import pytest
@@ -13,8 +12,9 @@ from conftest import write_results
 
 from lab import groups, protocol, select
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS
+from lab.retired import LAB, RETIRED
 from lab.studies import gap
-from lab.writers import common, compute, geometries, leads, results_md, scaling, studies, summary
+from lab.writers import common, compute, geometries, results_md, run_table, studies, summary
 
 
 def cells(text: str, *first: str) -> list[str]:
@@ -84,22 +84,9 @@ def test_su2_section_compares_with_the_torus_presets_and_the_transformer(in_tmp)
                        f"{statistics.stdev(mine):.4f} | 2.2100 | {gap:+.4f} | 1,000,000 | 0.004 | 10.0M | "
                        f"{per_token} | {common.fmt_flops(groups.flops_per_token('ka-su2-1m') * 10_000_000)} | 15,000 |")
     assert cells(text, "tf-1m")[2:4] == ["3", "0, 1, 2"] and cells(text, "tf-1m")[-1] == "24,000"
-    d_ka, d_tuned = statistics.mean(mine) - statistics.mean(ka), statistics.mean(mine) - statistics.mean(tuned)
-    med = statistics.median(mine)
-    flops = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("tf-1m")
-    per_ka = groups.flops_per_token("ka-su2-1m") / groups.flops_per_token("ka-1m")
-    # the differences, beside the larger seed sd of each pair: the reading is the template's
-    assert cells(text, "vs ka-1m")[1:7] == ["3 / 3", f"{d_ka:+.4f}", f"{statistics.stdev(mine):.4f}",
-                                         f"{med - statistics.median(ka):+.4f}",
-                                         f"{per_ka:.2f}×",
-                                         f"{15_000 / 20_000:.2f}×"]
-    assert cells(text, "vs ka-1m-tuned")[1:3] == ["3 / 3", f"{d_tuned:+.4f}"]
-    assert cells(text, "vs tf-1m")[1:8] == ["3 / 3", f"{gap:+.4f}", f"{statistics.stdev(mine):.4f}",
-                                         f"{med - statistics.median(tf):+.4f}", f"{flops:.2f}×",
-                                         f"{15_000 / 24_000:.2f}×", "—"]
+    assert "| vs tf-1m |" not in text  # the differences of the seeds' means are the reader's, not a table's
     row = cells(geometries.summary_table(), "SU(2) (issue 25)")
-    assert row[1:6] == ["`ka-su2-1m`", "3 of 3", f"2.2100 ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
-                        f"{d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
+    assert row[1:5] == ["`ka-su2-1m`", "3 of 3", f"2.2100 ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}"]
     dyn = [{"group": g, "run": f"{g}/{n}", "local_order": [0.9, 0.8], "global_order": [0.5, 0.4],
             "attn_saturation": [0.5, 1.0]}
            for g, n in (("main-su2", "ka-su2-1m-seed0"), ("budget40", "ka-1m-tuned-40m"))]
@@ -117,18 +104,18 @@ def test_su2_line_says_how_many_of_its_seeds_are_in(in_tmp):
 
 
 def test_su2_screen_puts_each_variant_against_the_sweeps_run_at_its_rate(in_tmp):
-    before = geometries.section(select.SU2)
-    assert "Not run yet: `python -m lab run screen-su2" in before and "(after `lr-su2`)" in before
+    assert "### Variants of ka-su2-1m" not in geometries.section(select.SU2)  # retired: shown where it has results
     write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000, split="valid")
                            for lr, b in zip(protocol.LRS, (2.6, 2.5, 2.55), strict=True)])
+    tuned = {"self_coupling": False, "clock": 8, "dim": 80}
     write_results(in_tmp, [run("screen-su2", f"ka-su2-1m-{k}", "ka-su2-1m", b, tokens=3_000_000, split="valid",
-                               train=groups.SU2_VARIANTS[k].train, **groups.SU2_VARIANTS[k].model)
-                           for k, b in (("tuned", 2.42), ("omega-lr-1", 2.53))])
+                               train=train, **model)
+                           for k, b, model, train in (("tuned", 2.42, tuned, {}),
+                                                      ("omega-lr-1", 2.53, {}, {"omega_lr_mult": 1.0}))])
     text = geometries.section(select.SU2)
     # best first, each with its change and its difference from the plain preset's 2.5 at the same rate
-    tuned = text.index("| tuned | self_coupling=False, clock=8")
-    assert tuned < text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 0.004 | 2.5300 | +0.0300 |")
-    assert cells(text, "tuned")[4:] == ["2.4200", "-0.0800"]
+    assert text.index("| tuned | self_coupling=False, clock=8, dim=80 | 1,000,000 | 0.004 | 2.4200 | -0.0800 |") < \
+        text.index("| omega-lr-1 | omega_lr_mult=1 | 1,000,000 | 0.004 | 2.5300 | +0.0300 |")
     assert cells(geometries.summary_table(), "SU(2) (issue 25)")[-1] == "tuned: 2.4200 (-0.0800)"
 
 
@@ -189,65 +176,48 @@ def test_sphere_section_compares_with_su2_the_torus_presets_and_the_transformer(
                                           f"2.2100 ± {statistics.stdev(su):.4f}", "2.2100", f"{gap_su:+.4f}"]
     assert text.index("| ka-sphere-1m | main-sphere |") < text.index("| ka-su2-1m | main-su2 |") < \
         text.index("| ka-1m | main |")
-    d_su, d_ka = statistics.mean(mine) - statistics.mean(su), statistics.mean(mine) - statistics.mean(ka)
-    d_tuned = statistics.mean(mine) - statistics.mean(tuned)
-    med = statistics.median(mine)
-    flops_su = groups.flops_per_token("ka-sphere-1m") / groups.flops_per_token("ka-su2-1m")
-    assert cells(text, "vs ka-su2-1m")[1:7] == [
-        "3 / 3", f"{d_su:+.4f}", f"{max(statistics.stdev(mine), statistics.stdev(su)):.4f}",
-        f"{med - statistics.median(su):+.4f}", f"{flops_su:.2f}×", f"{17_000 / 15_000:.2f}×"]
-    assert cells(text, "vs ka-1m")[2] == f"{d_ka:+.4f}" and cells(text, "vs ka-1m-tuned")[2] == f"{d_tuned:+.4f}"
-    assert cells(text, "vs tf-1m")[4] == f"{med - statistics.median(tf):+.4f}"
-    assert cells(text, "vs tf-1m")[6:] == [f"{17_000 / 24_000:.2f}×", "—"]  # no bench.json here
     (in_tmp / "results" / "bench.json").write_text(json.dumps({"training": [
         {"mode": "compile", "precision": "bf16", "ka": {"preset": "ka-sphere-1m", "median": 20_000.0},
          "tf": {"preset": "tf-1m", "median": 25_000.0}}]}))
-    assert cells(geometries.section(select.SPHERE), "vs tf-1m")[7] == "20,000 / 25,000 (0.80×)"
+    assert cells(compute.bench_table(), "ka-sphere-1m / tf-1m, bench (compile bf16)")[1] == "20,000 / 25,000"
     row = cells(geometries.summary_table(), "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
-    assert row[2:6] == ["3 of 3", f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}",
-                        f"{d_su:+.4f} vs ka-su2-1m, {d_ka:+.4f} vs ka-1m, {d_tuned:+.4f} vs ka-1m-tuned"]
+    assert row[2:5] == ["3 of 3", f"{statistics.mean(mine):.4f} ± {statistics.stdev(mine):.4f}", f"{gap:+.4f}"]
     # the SU(2) section is not changed by the sphere's results: no sphere row there
     assert "ka-sphere-1m" not in geometries.section(select.SU2)
 
 
-def test_size_section_without_results_says_what_to_run_and_plans_the_equal_flop_budget(in_tmp):
-    text = scaling.size_section()
+def test_size_section_without_results_says_what_to_run(in_tmp):
+    text = results_md.size_section()
     assert "Not run yet: `python -m lab run lr-5m-tuned" in text and "Not run yet: `python -m lab run main-5m" in text
-    tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
-    ratio = groups.flops_per_token("ka-5m-tuned") / groups.flops_per_token("tf-5m")
-    assert cells(text, "ka-5m-tuned's model FLOPs per token / tf-5m's")[1] == f"{ratio:.2f}×"
-    assert cells(text, "tokens at tf-5m's 10M-token training FLOPs")[1] == f"{tokens / 1e6:.2f}M"
-    assert cells(text, "ka-5m-tuned-flops-tf-5m-10m (seed 0) test BPC")[1] == \
-        "not run yet: `python -m lab run main-5m --only ka-5m-tuned-flops-tf-5m-10m`"
+    # a preset's cost per token is known before it runs; the equal-FLOP run's row waits for it
+    assert cells(text, "ka-5m-tuned", "main-5m")[11] == common.fmt_per_token(groups.flops_per_token("ka-5m-tuned"))
+    assert cells(text, groups.EQUAL_FLOPS_5M)[4:6] == ["not run", "—"]
     assert "| 5M tuned" not in summary.size_section()
 
 
 def test_size_section_puts_the_5m_seeds_beside_the_paper(in_tmp):
     write_results(in_tmp, [run("lr-5m-tuned", f"ka-5m-tuned-lr-{lr:g}", "ka-5m-tuned", b, lr=lr, tokens=3_000_000,
                                split="valid") for lr, b in ((5e-4, 2.3), (1e-3, 2.2), (2e-3, 2.25))])
-    write_results(in_tmp, [run("scale", "ka-5m", "ka-5m", 2.0, lr=2e-3), run("scale", "tf-5m", "tf-5m", 1.9, lr=1e-3)])
     ka, tf = [1.90, 1.94, 1.91], [1.88, 1.89, 1.93]
     write_results(in_tmp, [*seeds("main-5m", "ka-5m-tuned", ka, lr=1e-3), *seeds("main-5m", "tf-5m", tf, lr=1e-3)])
-    text = scaling.size_section()
+    text = results_md.size_section()
     assert "| ka-5m-tuned | lr-5m-tuned | (preset) | 0.001 | 3.0M | 2.2000 | ✓ |" in text
     assert cells(text, "ka-5m-tuned", "main-5m")[1:11] == [
         "main-5m", "3", "0, 1, 2", "1.9000, 1.9400, 1.9100", f"{statistics.mean(ka):.4f} ± {statistics.stdev(ka):.4f}",
         f"{statistics.median(ka):.4f}", f"{statistics.mean(ka) - statistics.mean(tf):+.4f}", "1,000,000", "0.001",
         "10.0M"]
-    assert cells(text, "gap of the means")[1] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
-    assert cells(text, "gap of the medians")[1] == f"{statistics.median(ka) - statistics.median(tf):+.4f}"
-    assert cells(text, "ka-5m-tuned seed 0 − ka-5m")[1] == "-0.1000"  # seed 0 against scale's best ka-5m
-    assert "--only ka-5m-tuned-flops-tf-5m-10m" in text
+    assert cells(text, groups.EQUAL_FLOPS_5M)[4] == "not run"
     page = summary.size_section()
-    assert cells(page, "5M tuned, medians")[1:4] == ["1.9100", "1.8900", "+0.0200"]
+    assert cells(page, "5M tuned, medians")[1:] == ["1.9100", "1.8900", "+0.0200", common.PAPER_5M]
     assert cells(page, "5M tuned (main-5m: ka-5m-tuned)")[3] == f"{statistics.mean(ka) - statistics.mean(tf):+.4f}"
-    # main-5m's equal-FLOP run: its gap beside the seeds', and not counted as a seed
+    # main-5m's equal-FLOP run: a row of its own beside the seeds', not counted as a seed
     tokens = groups.flop_matched_tokens("ka-5m-tuned", "tf-5m", PROTOCOL["tokens"])
-    write_results(in_tmp, [run("main-5m", "ka-5m-tuned-flops-tf-5m-10m", "ka-5m-tuned", 1.97, tokens=tokens, lr=1e-3)])
-    text = scaling.size_section()
-    assert "not run yet" not in text and cells(text, "ka-5m-tuned", "main-5m")[2] == "3"  # still three seeds
-    assert cells(text, "ka-5m-tuned-flops-tf-5m-10m (seed 0) test BPC")[1] == "1.9700"
-    assert cells(text, "its gap to tf-5m's mean")[1] == f"{1.97 - statistics.mean(tf):+.4f}"
+    write_results(in_tmp, [run("main-5m", groups.EQUAL_FLOPS_5M, "ka-5m-tuned", 1.97, tokens=tokens, lr=1e-3)])
+    text = results_md.size_section()
+    assert cells(text, "ka-5m-tuned", "main-5m")[2] == "3"  # still three seeds
+    assert cells(text, groups.EQUAL_FLOPS_5M)[2:8] == ["1", "0", "1.9700", "1.9700 (one seed)", "1.9700",
+                                                       f"{1.97 - statistics.mean(tf):+.4f}"]
+    assert cells(text, groups.EQUAL_FLOPS_5M)[10] == common.millions(tokens)
     assert cells(summary.size_section(), "5M tuned at tf-5m's 10M-token FLOPs")[3] == \
         f"{1.97 - statistics.mean(tf):+.4f}"
 
@@ -258,122 +228,6 @@ def _tuned_base(tmp, vals=(2.15, 2.16, 2.17, 2.14, 2.18, 2.16)):
                         for lr, b in ((4e-3, 2.1), (8e-3, 2.12))])
     write_results(tmp, seeds("main-tuned", "ka-1m-tuned", list(vals)))
     return list(vals)
-
-
-def test_leads_section_without_results_says_what_to_run(in_tmp):
-    text = leads.section()
-    assert "Not run yet: `python -m lab run leads" in text and "nothing to train yet" in text
-    for key, lead in groups.LEADS.items():  # every planned lead has a row, its cost per token already known
-        per = common.fmt_per_token(select.flops_per_token({"preset": "ka-1m-tuned", "model_overrides": lead.model,
-                                                             "train": {}}))
-        assert f"| ka-1m-tuned-{key} | {lead.change()} | — | {per} | not run |" in text
-    assert "): not run yet: `python -m lab run leads" in leads.summary_section()
-
-
-def test_leads_section_compares_each_lead_and_the_40m_run(in_tmp):
-    base = _tuned_base(in_tmp)
-    bpcs = {k: 2.10 + 0.02 * i for i, k in enumerate(groups.LEADS)}  # the first lead the best
-    on_bound = {"attn_saturation": [0.0, 0.5], "ff_saturation": [1.0, 1.0]}  # the increments of each layer
-    write_results(in_tmp, [{**run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
-                                  **groups.LEADS[k].model), "diagnostics": on_bound} for k, b in bpcs.items()])
-    first = next(iter(groups.LEADS))
-    text = leads.section()
-    assert "| increments on the bound, attn / ff |" in text and "| 25% / 100% |" in text  # means over layers
-    mean = statistics.mean(base)
-    assert cells(text, "ka-1m-tuned-seed0")[4] == "2.1500"
-    assert cells(text, "main-tuned, all 6 seeds")[4] == f"{mean:.4f} ± {statistics.stdev(base):.4f}"
-    assert f"| ka-1m-tuned-{first} | {groups.LEADS[first].change()} | 1,000,000 |" in text
-    assert f"| 2.1000 | {2.10 - 2.15:+.4f} | {2.10 - mean:+.4f} |" in text
-    beating = [k for k, b in sorted(bpcs.items(), key=lambda kv: kv[1]) if b < statistics.mean(base)]  # best first
-    beating += [k for k, lead in groups.LEADS.items() if lead.at_budget and k not in beating]  # then the budget's
-    names = ", ".join(f"ka-1m-tuned-{k}-40m" for k in beating)  # at equal FLOPs only once it wins at 40M
-    assert f"At 40M tokens (leads40: {names}): Not run yet: `python -m lab run leads40" in text
-    page = leads.summary_section()
-    assert f"| {first} |" not in page  # not yet at 40M: its row is the notebook's
-    assert "| ka-1m-tuned (the preset) | 2.1500 |" in page
-    assert "At 40M: not run yet: `python -m lab run leads40" in page
-    b40 = 40_001_536
-    write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-40m", "ka-1m-tuned", 1.93, tokens=b40,
-                               train=groups.LEADS[first].train, **groups.LEADS[first].model),
-                           run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
-                           run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=b40, lr=8e-3)])
-    text = leads.section()
-    assert f"| ka-1m-tuned-{first}-40m |" in text and f"| 40.0M | 1.9300 | {1.93 - 1.95:+.4f} | {1.93 - 1.9:+.4f} |" \
-        in text
-    assert f"| ka-1m-tuned-40m | (preset) | 40.0M | 1.9500 | — | {1.95 - 1.9:+.4f} |" in text
-    # the lead at its best rate against the preset's best at 40M, and its gap to tf-1m's best there
-    assert f"| 1.9300 ({1.93 - 1.95:+.4f}, lr 0.004) | — | {1.93 - 1.9:+.4f} / — |" in leads.summary_section()
-    planned = [s.name for s in groups.plan("leads40")]  # it beat the preset at 40M: now at equal FLOPs too
-    assert f"ka-1m-tuned-{first}-flops-tf-40m" in planned and f"ka-1m-tuned-{beating[1]}-flops-tf-40m" not in planned
-    # at tf-1m's 40M-token FLOPs: against the preset at the same FLOPs (flops), and in the target's judgement
-    at_flops = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000, groups.LEADS[first].model)
-    write_results(in_tmp, [run("leads40", f"ka-1m-tuned-{first}-flops-tf-40m", "ka-1m-tuned", 1.97, tokens=at_flops,
-                               train=groups.LEADS[first].train, **groups.LEADS[first].model),
-                           run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 2.0, tokens=at_flops)])
-    text = leads.section()
-    assert f"| ka-1m-tuned-{first}-flops-tf-40m |" in text and \
-        f"| {at_flops / 1e6:.1f}M | 1.9700 | {1.97 - 2.0:+.4f} | {1.97 - 1.9:+.4f} |" in text
-    assert f"| 1.9300 ({1.93 - 1.95:+.4f}, lr 0.004) | 1.9700 ({1.97 - 2.0:+.4f}) | {1.93 - 1.9:+.4f} / " \
-           f"{1.97 - 1.9:+.4f} |" in leads.summary_section()
-    write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3)])  # the target needs tf-1m at 10M
-    assert f"ka-1m-tuned-{first}" not in summary.budget_section({}, str)  # the presets only: the leads have theirs
-
-
-def test_leads_seeds_plans_the_beating_leads_and_reports_their_mean(in_tmp):
-    base = _tuned_base(in_tmp)
-    bpcs = {k: 2.20 for k in groups.LEADS} | {"omega-lr-1": 2.14}  # one lead beats main-tuned's mean
-    write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", b, train=groups.LEADS[k].train,
-                               **groups.LEADS[k].model) for k, b in bpcs.items()])
-    planned = groups.plan("leads-seeds")
-    assert [(s.name, s.train["seed"], s.train["omega_lr_mult"]) for s in planned] == [
-        (f"ka-1m-tuned-omega-lr-1-seed{s}", s, 1.0) for s in groups.LEAD_SEEDS]
-    assert "| — | — |" in leads.section()  # one seed: no mean yet
-    write_results(in_tmp, [run("leads-seeds", s.name, "ka-1m-tuned", b, seed=s.train["seed"], train=s.train)
-                           for s, b in zip(planned, (2.15, 2.16), strict=True)])
-    vals, mean = [2.14, 2.15, 2.16], statistics.mean(base)
-    cell = f"| {statistics.mean(vals):.4f} ± {statistics.stdev(vals):.4f} (3) | {statistics.mean(vals) - mean:+.4f} |"
-    assert cell in leads.section()
-    assert any(s.name.startswith("ka-1m-tuned-omega-lr-1-40m") for s in groups.plan("leads40"))
-    # a lead that beat the preset on seed 0 alone, by noise, does not go to 40M; its seeds stay planned
-    write_results(in_tmp, [run("leads-seeds", s.name, "ka-1m-tuned", b, seed=s.train["seed"], train=s.train)
-                           for s, b in zip(planned, (2.19, 2.20), strict=True)])
-    assert not any(s.name.startswith("ka-1m-tuned-omega-lr-1-") for s in groups.plan("leads40"))
-    assert [s.name for s in groups.plan("leads-seeds")] == [s.name for s in planned]
-
-
-def test_no_lead_beating_the_tuned_preset_is_said_with_its_numbers(in_tmp):
-    _tuned_base(in_tmp)
-    write_results(in_tmp, [run("leads", f"ka-1m-tuned-{k}", "ka-1m-tuned", 2.3, train=v.train, **v.model)
-                           for k, v in groups.LEADS.items()])
-    with pytest.MonkeyPatch.context() as mp:  # without a lead whose reason is the budget: nothing to train
-        plain = {k: v for k, v in groups.LEADS.items() if not v.at_budget}
-        mp.setattr(groups, "LEADS", plain)
-        text = leads.section()
-        assert "nothing to train yet: no lead beat ka-1m-tuned at the protocol" in text and "2.3000" in text
-        assert "At 40M: none trained" in leads.summary_section()
-    # a lead whose reason is the budget goes to 40M whatever it scored at the protocol
-    budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
-    assert [s.name for s in groups.plan("leads40")] == [f"ka-1m-tuned-{k}-40m" for k in budget_leads]
-
-
-def test_a_budget_lead_is_planned_at_40m_before_any_lead_is_screened(in_tmp):
-    _tuned_base(in_tmp)  # main-tuned and its rate, no lead run: only the budget's leads can be planned
-    planned = groups.plan("leads40")
-    budget_leads = [f"ka-1m-tuned-{k}-" for k, v in groups.LEADS.items() if v.at_budget]
-    assert planned and all(s.name.startswith(tuple(budget_leads)) for s in planned)
-    lead = groups.LEADS["angles-lr-5"]
-    spec = next(s for s in planned if s.name == "ka-1m-tuned-angles-lr-5-40m")
-    assert spec.train["phase_lr_mult"] == lead.train["phase_lr_mult"] and spec.train["omega_lr_mult"] == 1.0
-    assert spec.train["lr"] == 4e-3 and spec.train["tokens"] == 40_000_000  # lr10m-tuned's best, as every lead's
-    assert not any("-flops-tf-" in s.name for s in planned)  # no lead has beaten the preset at 40M yet
-    b40 = 40_001_536
-    write_results(in_tmp, [run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.95, tokens=b40),
-                           {**run("leads40", "ka-1m-tuned-angles-lr-5-40m", "ka-1m-tuned", 1.96, tokens=b40,
-                                  train=lead.train), "final_valid_estimate": 1.94}])  # chosen on validation
-    at_flops = next(s for s in groups.plan("leads40") if s.name == "ka-1m-tuned-angles-lr-5-flops-tf-40m")
-    assert at_flops.train["tokens"] == groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", 40_000_000) < 40_000_000
-    text = leads.section()
-    assert all(cells(text, f"ka-1m-tuned-{k}")[-1] == ("✓" if v.at_budget else "") for k, v in groups.LEADS.items())
 
 
 def _budget_gap(tmp, tuned=2.25, ka=2.4, tf=2.0, copying=(2.1, 1.5), su2=None) -> None:
@@ -428,29 +282,29 @@ def test_the_report_carries_the_new_sections_empty_and_filled(in_tmp):
     assert text.index("### Structural leads") < text.index("## Does the gap close with size?") < \
         text.index("### The tuned recipe at 5M")
     assert text.index("## SU(2)") < text.index("## The sphere S³") < text.index("\n## Ablations of ka-1m\n")
-    assert "Not run yet: `python -m lab run main-su2" in text and "Not run yet: `python -m lab run leads" in text
+    assert "Not run yet: `python -m lab run main-su2" in text
+    assert "No results of leads here: `git checkout aa4b739 && python -m lab run leads`" in text  # retired
     assert "Not run yet: `python -m lab run main-sphere" in text
     assert cells(page, "SU(2) (issue 25)")[3].startswith("not run yet: `python -m lab run main-su2")
     assert page.index("## Closing the gap: structural leads") < page.index("| SU(2) (issue 25) |") < \
         page.index("| The sphere S³ ⊂ R⁴")
     sphere = cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")
     assert sphere[3].startswith("not run yet: `python -m lab run main-sphere")
-    assert "not run yet: `python -m lab run leads" in page and "`python -m lab run main-5m" in page
+    assert "No results of leads40 here" in page and "`python -m lab run main-5m" in page
     # issue 46's sections before their runs exist
-    assert cells(page, "successor-2")[2] == "not yet run"
-    assert "Not yet run: `python -m lab run capacity`, `python -m lab run capacity-shape`, `python -m lab run " \
-           "pycode40`." in page
+    assert "_Not yet run: `python -m lab run fixes40" in page
+    assert "$probes46" not in page and "_Not yet run._" in page
     write_results(in_tmp, seeds("main-su2", "ka-su2-1m", [2.2, 2.21]))
     _budget_gap(in_tmp)
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
     assert text.index("## Where the gap is after 40M tokens: per-byte loss") > text.index("## SU(2)")
-    assert cells(text, "vs ka-1m")[2] == f"{2.205 - 2.245:+.4f}"
+    assert cells(text, "ka-su2-1m", "main-su2")[5] == "2.2050 ± 0.0071"
     assert cells(page, "SU(2) (issue 25)")[3] == "2.2050 ± 0.0071"
     write_results(in_tmp, seeds("main-sphere", "ka-sphere-1m", [2.3, 2.31]))
     summary_path, notebook = results_md.write_report(in_tmp)
     text, page = notebook.read_text(), summary_path.read_text()
-    assert f"| vs ka-su2-1m | 2 / 2 | {2.305 - 2.205:+.4f} |" in text
+    assert cells(text, "ka-sphere-1m", "main-sphere")[5] == "2.3050 ± 0.0071"
     assert cells(page, "The sphere S³ ⊂ R⁴ (issue 25's stretch)")[3] == "2.3050 ± 0.0071"
     assert "| budget40 (40M tokens) | ka-1m-tuned |" in page
 
@@ -493,23 +347,10 @@ def test_gap_cells_read_the_near_and_the_farthest_bin():
     assert studies.cells({**res, "by_position": rows[:1]}, "tuned")[1] == "—"  # no bin from 8: no number
 
 
-def test_leads_say_what_the_40m_studies_measured(in_tmp):
-    assert studies.why_table() == ""  # no studies yet: nothing claimed
-    (in_tmp / "results").mkdir(exist_ok=True)
-    pos = [{"from": 8, "to": 16, "tuned_gap": 0.09}, {"from": 128, "to": 256, "tuned_gap": 0.15}]
-    (in_tmp / "results" / "gap-budget40.json").write_text(json.dumps(
-        {"runs": {"tuned": "ka-1m-tuned-40m", "tf": "tf-1m-40m"}, "by_position": pos, "tuned": 2.1, "tf": 2.0,
-         "by_recall": [{"recall": 1, "tuned_gap": 0.2}]}))
-    (in_tmp / "results" / "dynamics.json").write_text(json.dumps(
-        [{"run": "budget40/ka-1m-tuned-40m", "group": "budget40", "slow_fraction": [0.0, 0.04],
-          "attn_saturation": [1.0, 0.9]}]))
-    text = studies.why_table()
-    assert [cells(text, k)[1] for k in ("gap to tf-1m, pooled (bits per byte)", "gap at positions 8–15",
-                                        "gap at positions 128–255", "gap on the bytes copying predicts")] == [
-        "+0.100", "+0.090", "+0.150", "+0.200"]
-    assert cells(text, "oscillators slower than once per 256-byte context, trained")[1] == "2%"
-    assert cells(text, "attention increments on the bound")[1] == "95%"
-    assert cells(text, "the same at RoPE's start (initialisation)")[1].endswith("%")
+def test_the_leads_quote_the_share_of_slow_oscillators_at_ropes_start(in_tmp):
+    """The notebook's sentence on where the leads came from quotes ka-1m-tuned's slow share at initialisation."""
+    share = select.slow_at_start("ka-1m-tuned", PROTOCOL["context"])
+    assert 0 < share < 1 and studies.notebook_slots()["rope_slow"] == f"{share:.0%}"
 
 
 def test_geometry_sync_table_sets_the_study_beside_the_torus(in_tmp):
@@ -536,7 +377,7 @@ def test_geometry_summary_reads_the_sweep_before_the_seeds(in_tmp):
     write_results(in_tmp, [run("lr-su2", f"ka-su2-1m-lr-{lr:g}", "ka-su2-1m", b, lr=lr, tokens=3_000_000,
                                split="valid") for lr, b in ((2e-3, 2.7), (4e-3, 2.6))])
     write_results(in_tmp, [run("lr", "ka-1m-lr-0.004", "ka-1m", 2.5, tokens=3_000_000, split="valid")])
-    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[6] == "0.004: 2.6000"
+    assert cells(geometries.summary_table(), "SU(2) (issue 25)")[5] == "0.004: 2.6000"
 
 
 def test_issue_26_targets_gaps_are_the_40m_runs_differences(in_tmp):
@@ -545,9 +386,11 @@ def test_issue_26_targets_gaps_are_the_40m_runs_differences(in_tmp):
                                                                           "ka-1m-tuned", 2.12),
                            run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
                            run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 1.915, tokens=40_000_000)])
-    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[2:6] == ["+0.0200", "—", "+0.0150", "—"]
+    text = summary.budget_section({}, str)  # the gaps at equal tokens: the first table's; at equal FLOPs: the second's
+    assert cells(text, "10M")[2] == "2.1200 (+0.020)" and cells(text, "40M")[2] == "1.9150 (+0.015)"
+    assert cells(text, "ka-1m-tuned")[2:4] == ["—", "—"]
     write_results(in_tmp, [run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 1.925, tokens=24_000_000)])
-    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[5] == "+0.0250"
+    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[3] == "+0.0250"
 
 
 def _along(r: dict, points: list[tuple[int, float, float]]) -> dict:
@@ -583,8 +426,8 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2; anneal cost: 10M tokens into the 40M schedule against
     # the 10M schedule's end, 2.30 - 2.18 and 2.38 - 2.20
     slopes = summary.budget_section({}, str)
-    assert cells(slopes, "tf-1m")[7:] == ["-0.115", "—", "+0.120"]
-    assert cells(slopes, "ka-1m-tuned")[7:] == ["-0.060", "—", "+0.180"]
+    assert cells(slopes, "tf-1m")[5:] == ["-0.115", "—", "+0.120"]
+    assert cells(slopes, "ka-1m-tuned")[5:] == ["-0.060", "—", "+0.180"]
     # within the 40M run, from its 10M evaluation: (2.07 - 2.38) / 2
     assert select.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and select.valid_slope(ka10) is None
     assert compute.fit_plot(in_tmp / "fit.png") is not None
@@ -599,13 +442,13 @@ def test_fit_note_reads_the_stretch_budget(in_tmp):
                 [(50_000_000, 1.90, 2.00), (b, 1.70, 1.92)])
     write_results(in_tmp, [tf, ka])
     assert cells(compute.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "100M", "+0.200", "+0.120", "100M", "never"]
-    assert cells(summary.budget_section({}, str), "tf-1m")[7:] == ["—", "—", "—"]  # no 40M points to measure from
+    assert cells(summary.budget_section({}, str), "tf-1m")[5:] == ["—", "—", "—"]  # no 40M points to measure from
     assert compute.clip_table(groups.all_results()) == ""  # no run kept its clipping
     write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
                            run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=40_000_000)])
     per = math.log2(b / 40_000_000)
-    assert cells(summary.budget_section({}, str), "tf-1m")[8] == f"{(1.77 - 1.90) / per:+.3f}"
-    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[8] == f"{(1.95 - 2.00) / per:+.3f}"
+    assert cells(summary.budget_section({}, str), "tf-1m")[6] == f"{(1.77 - 1.90) / per:+.3f}"
+    assert cells(summary.budget_section({}, str), "ka-1m-tuned")[6] == f"{(1.95 - 2.00) / per:+.3f}"
 
 
 def test_clip_table_gives_each_runs_clipped_share_and_omegas_rate(in_tmp):
@@ -656,9 +499,8 @@ def test_rate_table_sets_each_half_rate_run_beside_its_swept_one(in_tmp):
              "final_valid_estimate": 1.97}]
     write_results(in_tmp, rows)
     text = compute.rate_table()
-    assert cells(text, "ka-1m-tuned")[1:] == ["0.002", "1.9500", "0.004", "2.0300", "-0.0800", "-0.0700", "+0.0800",
-                                             "+0.1500"]
-    assert cells(text, "tf-1m")[1:7] == ["0.004", "1.8700", "0.008", "1.8800", "-0.0100", "-0.0100"]
+    assert cells(text, "ka-1m-tuned")[1:] == ["0.002", "1.9500", "1.9700", "0.004", "2.0300", "2.0400"]
+    assert cells(text, "tf-1m")[1:] == ["0.004", "1.8700", "1.9000", "0.008", "1.8800", "1.9100"]
 
 
 def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
@@ -674,24 +516,6 @@ def test_the_summarys_ablation_table_gives_each_models_flops(in_tmp):
     assert cells(text, "(full model: test BPC)")[4].startswith(f"{per_full} /")
 
 
-def test_cheaper_widths_are_judged_against_the_preset_at_the_same_flops(in_tmp):
-    """leads-flops' table: each width's Δ against flops' ka-1m-tuned at tf-1m's 10M-token FLOPs and its gap to
-    tf-1m's seed 0; one not yet run shows its planned tokens; the summary names the run ones."""
-    assert "Not run yet: `python -m lab run leads-flops" in leads.section()
-    k128, depth3 = groups.WIDTHS["k-128"], groups.WIDTHS["depth-3"]
-    tokens = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], k128.model)
-    write_results(in_tmp, [run("main", "tf-1m-seed0", "tf-1m", 2.10, lr=8e-3),
-                           run("flops", "ka-1m-tuned-flops-tf-10m", "ka-1m-tuned", 2.20, tokens=6_094_848),
-                           run("leads-flops", "ka-1m-tuned-k-128-flops-tf-10m", "ka-1m-tuned", 2.17, tokens=tokens,
-                               **k128.model)])
-    text = leads.section()
-    assert (f"| {tokens / 1e6:.2f}M | {common.fmt_flops(groups.flops_per_token('ka-1m-tuned', k128.model) * tokens)}"
-            f" | 2.1700 | {2.17 - 2.20:+.4f} | {2.17 - 2.10:+.4f} |") in text
-    later = groups.flop_matched_tokens("ka-1m-tuned", "tf-1m", PROTOCOL["tokens"], depth3.model)
-    assert "| ka-1m-tuned-depth-3-flops-tf-10m | depth=3, ff_hidden=484 | — | " in text
-    assert f"| {later / 1e6:.2f}M | — | not run |" in text
-
-
 def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
     """leads40's runs at tf-1m's FLOPs stop short of 40M tokens: the fit study reads the 40M-token runs only."""
     b40 = 40_001_536
@@ -701,165 +525,6 @@ def test_a_flop_matched_lead_is_not_a_run_of_the_largest_budget(in_tmp):
     assert [name for name, _ in select.fit_runs()] == ["ka-1m-tuned-omega-lr-1-40m"]
     assert groups.flop_matched("ka-1m-tuned-omega-lr-1-flops-tf-40m")
     assert not groups.flop_matched("ka-1m-tuned-omega-lr-1-40m")
-
-
-def test_a_40m_lead_is_compared_along_its_schedule(in_tmp):
-    """The leads40 table gives the lead's validation estimate minus the preset's at each quarter of the schedule."""
-    _tuned_base(in_tmp)
-    b40 = 40_001_536
-    quarters = [round(f * b40) for f in select.ALONG]
-    lead_run = run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40,
-                   train=groups.LEADS["omega-lr-1"].train)
-    base_run = run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40)
-    for r, vals in ((lead_run, (2.30, 2.15, 2.05, 2.00)), (base_run, (2.40, 2.20, 2.06, 2.04))):
-        r["curve"] = [{"tokens": t, "valid_bpc": v} for t, v in zip(quarters, vals, strict=True)]
-    write_results(in_tmp, [lead_run, base_run, run("budget40", "tf-1m-40m", "tf-1m", 1.85, tokens=b40, lr=8e-3)])
-    text = leads.section()
-    assert "| Δ validation vs ka-1m-tuned at the same rate at 10M / 20M / 30M / 40M |" in text
-    assert "| -0.100 / -0.050 / -0.010 / -0.040 |" in text
-    # a quarter with no evaluation near it (within 5%) in both runs is left blank, not read off a far one
-    lead_run["curve"] = [{"tokens": 0, "valid_bpc": 8.0}, {"tokens": b40, "valid_bpc": 2.0}]
-    write_results(in_tmp, [lead_run])
-    assert "| — / — / — / -0.040 |" in leads.section()
-
-
-def _row(name: str, cells: str, text: str) -> bool:
-    """Whether ``text`` has a table row for run ``name`` whose cells after its change column begin with ``cells``."""
-    return re.search(rf"^\| {re.escape(name)} \| [^|]* {re.escape(cells)}", text, re.MULTILINE) is not None
-
-
-def test_a_10m_lead_is_compared_along_the_protocol(in_tmp):
-    """The screen's table says where along the 10M schedule a lead stands against seed 0: one slower early that is
-    catching up at the end is what goes to 40M whatever its score."""
-    _tuned_base(in_tmp)
-    quarters = [2_500_000, 5_000_000, 7_500_000, 10_000_000]
-    seed0 = run("main-tuned", "ka-1m-tuned-seed0", "ka-1m-tuned", 2.15)
-    lead_run = run("leads", "ka-1m-tuned-cross-both", "ka-1m-tuned", 2.16)
-    for r, vals in ((lead_run, (2.50, 2.32, 2.20, 2.15)), (seed0, (2.45, 2.30, 2.21, 2.16))):
-        r["curve"] = [{"tokens": t, "valid_bpc": v} for t, v in zip(quarters, vals, strict=True)]
-    write_results(in_tmp, [lead_run, seed0])
-    text = leads.section()
-    assert "| Δ validation vs seed 0 at 2.5M / 5M / 7.5M / 10M |" in text
-    row = next(line for line in text.splitlines() if line.startswith("| ka-1m-tuned-cross-both |"))
-    assert "| +0.050 / +0.020 / -0.010 / -0.010 |" in row
-
-
-def test_leads_go_to_the_rate_lr40_found_better_and_are_judged_at_it(in_tmp):
-    """Where the preset is better on validation below its swept rate at 40M, every chosen lead is planned there instead,
-    judged against the preset's run at that rate, its gap taken to tf-1m at its own best rate, and paired in the
-    target with its 10M screen."""
-    _tuned_base(in_tmp)
-    b40 = 40_001_536
-    swept = {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40), "final_valid_estimate": 2.05}
-    tf_swept = {**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b40), "final_valid_estimate": 1.91}
-    tf_half = {**run("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.85, lr=4e-3, tokens=b40), "final_valid_estimate": 1.88}
-    write_results(in_tmp, [swept, tf_swept, tf_half])
-    assert not [s for s in groups.plan("leads40") if "-40m-lr-" in s.name]  # the swept rate was the better
-    half = {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.00, lr=2e-3, tokens=b40),
-            "final_valid_estimate": 2.02}
-    write_results(in_tmp, [half])
-    assert groups.rate_at("ka-1m-tuned", 40_000_000) == 2e-3
-    # the stretch trains at the rate best at 40M, and is marked below its swept rate
-    write_results(in_tmp, [run("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3, split="valid")])
-    stretch = {s.preset: s for s in groups.plan("budget100")}
-    assert stretch["ka-1m-tuned"].train["lr"] == 2e-3 and stretch["tf-1m"].train["lr"] == 4e-3
-    assert select.off_rate({**run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.9, lr=2e-3)})
-    at_rate = [s for s in groups.plan("leads40") if s.name.endswith("-40m-lr-0.002")]
-    budget_leads = [k for k, v in groups.LEADS.items() if v.at_budget]
-    assert [s.name for s in at_rate] == [f"ka-1m-tuned-{k}-40m-lr-0.002" for k in budget_leads]
-    # instead of the swept rate, but for a lead that asks for it as well
-    assert [s.name for s in groups.plan("leads40") if s.name.endswith("-40m") and not groups.flop_matched(s.name)] \
-        == [f"ka-1m-tuned-{k}-40m" for k, v in groups.LEADS.items() if v.at_budget and v.at_swept_rate]
-    spec = at_rate[0]
-    assert spec.train["lr"] == 2e-3 and spec.train["tokens"] == 40_000_000
-    assert spec.train["omega_lr_mult"] == groups.LEADS[budget_leads[0]].train["omega_lr_mult"]
-    name = f"ka-1m-tuned-{budget_leads[0]}"
-    write_results(in_tmp, [run("leads", name, "ka-1m-tuned", 2.17, train=groups.LEADS[budget_leads[0]].train),
-                           run("leads40", spec.name, "ka-1m-tuned", 1.98, lr=2e-3, tokens=b40, train=spec.train),
-                           run("leads40", f"{name}-40m", "ka-1m-tuned", 2.01, tokens=b40, train=spec.train | {
-                               "lr": 4e-3}),
-                           run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 2.02, tokens=b40)])
-    # a run made at the swept rate before lr40 moved the rate stays planned: kept, not orphaned
-    assert f"{name}-40m" in [s.name for s in groups.plan("leads40")]
-    # and if the best rate moved again, so does a run made at the rate before
-    write_results(in_tmp, [{**half, "name": "ka-1m-tuned-40m-lr-0.001", "train": {**half["train"], "lr": 1e-3},
-                            "final_valid_estimate": 2.01}])
-    planned = {s.name: s for s in groups.plan("leads40")}
-    assert planned[f"{name}-40m-lr-0.001"].train["lr"] == 1e-3 and planned[spec.name].train["lr"] == 2e-3
-    (in_tmp / "results" / "lr40" / "ka-1m-tuned-40m-lr-0.001.json").unlink()
-    text = leads.section()
-    # each against the preset at its own rate; both gaps to tf-1m at its best rate on validation (1.85)
-    assert _row(spec.name, f"| 40.0M | 1.9800 | {1.98 - 2.00:+.4f} | {1.98 - 1.85:+.4f} |", text)
-    assert _row(f"{name}-40m", f"| 40.0M | 2.0100 | {2.01 - 2.03:+.4f} | {2.01 - 1.85:+.4f} |", text)
-    assert "| ka-1m-tuned-40m-lr-0.002 | (preset) | 40.0M | 2.0000 | — |" in text
-    assert text.count("| ka-1m-tuned-40m | (preset) |") == 1  # each reference once
-    # a lead at two rates: its best on validation against the preset's best (its validation estimate 2.02)
-    assert cells(text, f"{name}-40m (best rate)")[1:] == ["0.002", "1.9800", "ka-1m-tuned-40m-lr-0.002",
-                                                          f"{1.98 - 2.00:+.4f}", f"{1.98 - 2.02:+.4f}"]
-    assert "| tf-1m-40m-lr-0.004 | (the transformer) |" in text
-    # the summary's row: the lead at its best rate on validation, against the preset's best
-    assert f"| 1.9800 ({1.98 - 2.00:+.4f}, lr 0.002) | — | {1.98 - 1.85:+.4f} / — |" in leads.summary_section()
-    assert {"budget40", "lr40"} <= groups.reads("leads40")  # planned after the runs that choose its rate
-
-
-def test_repro40_sets_each_rerun_beside_the_lr40_run_it_repeats(in_tmp):
-    """Each rerun's test BPC, validation estimate, slope and gap to tf-1m beside its lr40 record's, read from both."""
-    assert summary.repro_section().startswith("_Not yet run: `python -m lab run repro40")
-    b = 40_000_000
-
-    def record(group, name, preset, bpc, valid, at_10m, lr):
-        return {**run(group, name, preset, bpc, lr=lr, tokens=b), "final_valid_estimate": valid,
-                "curve": [{"tokens": 10_000_000, "valid_bpc": at_10m}, {"tokens": b, "valid_bpc": valid}]}
-
-    write_results(in_tmp, [record("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.85, 1.88, 2.20, 4e-3),
-                           record("repro40", "tf-1m-40m-lr-0.004-rerun", "tf-1m", 1.86, 1.87, 2.21, 4e-3),
-                           record("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.01, 2.02, 2.30, 2e-3),
-                           record("repro40", "ka-1m-tuned-40m-lr-0.002-rerun", "ka-1m-tuned", 1.99, 2.03, 2.28, 2e-3)])
-    text = summary.repro_section()
-    assert cells(text, "tf-1m-40m-lr-0.004")[1:] == [
-        "1.8500 / 1.8600", f"{1.86 - 1.85:+.4f}", "1.8800 / 1.8700", f"{1.87 - 1.88:+.4f}",
-        f"{(1.88 - 2.20) / 2:+.3f} / {(1.87 - 2.21) / 2:+.3f}", "—"]  # slopes per doubling from 10M to 40M
-    assert cells(text, "ka-1m-tuned-40m-lr-0.002")[1:] == [
-        "2.0100 / 1.9900", f"{1.99 - 2.01:+.4f}", "2.0200 / 2.0300", f"{2.03 - 2.02:+.4f}",
-        f"{(2.02 - 2.30) / 2:+.3f} / {(2.03 - 2.28) / 2:+.3f}", f"{2.01 - 1.85:+.4f} / {1.99 - 1.86:+.4f}"]
-
-
-def test_repro40_table_reads_the_committed_reruns():
-    """RESULTS.md's rerun rows are the committed records' numbers (tf-1m 1.8487 against 1.8581, and so on)."""
-    root = protocol.COMMITTED
-    if not (root / "repro40").is_dir():
-        pytest.skip("no committed results/")
-    with protocol.at_root(root):
-        text = summary.repro_section()
-        for rerun in protocol.load_results("repro40"):
-            old = next(r for r in protocol.load_results("lr40") if f"{r['name']}-rerun" == rerun["name"])
-            row = cells(text, old["name"])
-            assert row[1] == f"{old['eval_bpc']:.4f} / {rerun['eval_bpc']:.4f}"
-            assert row[2] == f"{rerun['eval_bpc'] - old['eval_bpc']:+.4f}"
-            assert row[3] == f"{old['final_valid_estimate']:.4f} / {rerun['final_valid_estimate']:.4f}"
-            assert row[5] == f"{select.valid_slope(old):+.3f} / {select.valid_slope(rerun):+.3f}"
-
-
-def test_capacity_shapes_join_the_probes_table_against_tf_1ms_capacity_run(in_tmp):
-    def shapes() -> dict[str, list[str]]:  # capacity-shape's rows by their model cell
-        rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in summary.probes46_section()
-                .splitlines() if line.startswith("| capacity-shape |")]
-        return {r[1]: r[2:] for r in rows}
-
-    named = [f"{shape} ({common.changes(model)})" for shape, model in groups.CAPACITY_SHAPES.items()]
-    tokens = groups.CAPACITY_TOKENS
-    write_results(in_tmp, [run("capacity", f"{p}-enwik6-20m", p, b, tokens=tokens, split="train")
-                           for p, b in (("tf-1m", 1.05), ("ka-1m-tuned", 1.14))])
-    assert shapes() == {key: ["not yet run", "—", "—"] for key in named}  # a row per planned run before it runs
-    shape, model = "ff-wide", groups.CAPACITY_SHAPES["ff-wide"]
-    done = {**run("capacity-shape", f"ka-1m-tuned-{shape}-enwik6-20m", "ka-1m-tuned", 1.1, tokens=tokens,
-                  split="train", **model),
-            "curve": [{"tokens": t, "valid_bpc": b, "train_bpc": b} for t, b in ((10_000_000, 1.3), (tokens, 1.12))]}
-    write_results(in_tmp, [done])
-    # its training-split score, its gap to tf-1m's capacity run, its validation slope per doubling from 10M
-    assert shapes()[named[0]] == ["1.1000", f"{1.1 - 1.05:+.4f}", f"{(1.12 - 1.3) / math.log2(2):+.3f}"]
-    assert shapes()[named[1]] == ["not yet run", "—", "—"]
-    assert cells(summary.probes46_section(), "capacity")[1:4] == ["tf-1m", "1.0500", "—"]
 
 
 def test_probe40_table_reads_the_gap_by_copy_depth_and_the_fitted_temperatures(in_tmp):
@@ -893,6 +558,177 @@ def test_probe40_table_reads_the_gap_by_copy_depth_and_the_fitted_temperatures(i
 def test_a_training_lead_names_its_setting_in_the_change_column():
     from lab.writers.common import overrides
 
-    r = run("leads", "ka-1m-tuned-decay-0.3", "ka-1m-tuned", 2.17, train=groups.LEADS["decay-0.3"].train)
+    r = run("leads", "ka-1m-tuned-decay-0.3", "ka-1m-tuned", 2.17, train={"weight_decay": 0.3})
     assert overrides(r) == "weight_decay=0.3"
     assert overrides(run("leads", "x", "ka-1m-tuned", 2.17)) == "(preset)"
+
+
+# the retired groups' tables: each run beside its reference (select.reference), columns run, change, tokens, lr,
+# split, BPC, validation estimate, reference, Δ
+
+def test_a_retired_groups_runs_are_judged_against_their_references(in_tmp):
+    lag = {"phase_lag": True, "self_coupling": False}
+    write_results(in_tmp, [
+        run("main-unprojected", "ka-1m-seed0", "ka-1m", 2.30, **groups.UNPROJECTED),
+        run("main", "tf-1m-seed0", "tf-1m", 2.13, lr=8e-3),
+        run("lr10m", "ka-1m-lr-0.002", "ka-1m", 2.31, lr=2e-3, **groups.UNPROJECTED),
+        run("lr10m", "tf-1m-lr-0.004", "tf-1m", 2.14),
+        run("warmup10m", "ka-1m-warmup-30", "ka-1m", 2.29, train={"warmup": 30}, **groups.UNPROJECTED),
+        run("warmup10m", "tf-1m-warmup-30", "tf-1m", 2.12, lr=8e-3, train={"warmup": 30}),
+        *(run("budget", n, p, b, tokens=20_000_000, **m) for n, p, b, m in (
+            ("ka-1m-20m", "ka-1m", 2.20, groups.UNPROJECTED), ("tf-1m-20m", "tf-1m", 2.00, {}),
+            ("ka-1m-phase-lag-no-self-20m", "ka-1m", 2.10, {**groups.UNPROJECTED, **lag})))])
+    text = run_table.group_tables(("budget", "lr10m", "warmup10m"))
+    # a variant against its preset's own model there (ψ(θ) itself, the group's, left out of its change)
+    assert cells(text, "ka-1m-phase-lag-no-self-20m")[1:] == [
+        "phase_lag=True, self_coupling=False", "20.0M", "0.004", "enwik7/test", "2.1000", "—", "budget/ka-1m-20m",
+        "-0.1000"]
+    # a preset's own model against its group's transformer; a transformer with no rerun against nothing
+    assert cells(text, "ka-1m-20m")[1] == "(preset)" and cells(text, "ka-1m-20m")[7:] == ["budget/tf-1m-20m", "+0.2000"]
+    assert cells(text, "tf-1m-20m")[7:] == ["—", "—"]
+    # no run of ka-1m on ψ(θ) itself at the lower rate: its group's transformer
+    assert cells(text, "ka-1m-lr-0.002")[7:] == ["lr10m/tf-1m-lr-0.004", "+0.1700"]
+    # a transformer at another rate, with no rerun: against its own model at the swept rate
+    assert cells(text, "tf-1m-lr-0.004")[7:] == ["main/tf-1m-seed0", "+0.0100"]
+    # a setting outside the variants (the warmup): against the same model at the same rate
+    assert cells(text, "ka-1m-warmup-30")[7:] == ["main-unprojected/ka-1m-seed0", "-0.0100"]
+    assert cells(text, "tf-1m-warmup-30")[7:] == ["main/tf-1m-seed0", "-0.0100"]
+    retired = run_table.group_tables(("scale",))
+    assert "No results of scale here: `git checkout aa4b739 && python -m lab run scale`" in retired
+
+
+def test_the_5m_runs_are_judged_against_tf_5m_and_the_variants_against_ka_5m(in_tmp):
+    write_results(in_tmp, [run("scale", "ka-5m", "ka-5m", 2.20, lr=8e-3),
+                           run("scale", "ka-5m-lr-0.002", "ka-5m", 2.16, lr=2e-3),
+                           {**run("scale", "tf-5m", "tf-5m", 2.05, lr=8e-3), "final_valid_estimate": 2.08},
+                           {**run("scale", "tf-5m-lr-0.002", "tf-5m", 2.01, lr=2e-3), "final_valid_estimate": 2.04},
+                           run("scale-variant", "ka-5m-phase-lag-no-self", "ka-5m", 2.17, lr=2e-3, phase_lag=True,
+                               self_coupling=False)])
+    text = run_table.group_tables(("scale", "scale-variant"))
+    assert cells(text, "ka-5m")[7:] == ["scale/tf-5m-lr-0.002", "+0.1900"]  # tf-5m's best on validation
+    assert cells(text, "ka-5m-lr-0.002")[7:] == ["scale/tf-5m-lr-0.002", "+0.1500"]
+    assert cells(text, "tf-5m-lr-0.002")[6] == "2.0400"
+    assert cells(text, "tf-5m")[7:] == ["scale/tf-5m-lr-0.002", "+0.0400"]  # the first of its own model's other runs
+    assert cells(text, "ka-5m-phase-lag-no-self")[7:] == ["scale/ka-5m-lr-0.002", "+0.0100"]  # ka-5m at its rate
+
+
+def test_the_leads_are_judged_against_the_preset_at_the_same_budget_rate_and_seed(in_tmp):
+    b40, log = 40_001_536, {"omega": "log"}
+    write_results(in_tmp, [
+        *seeds("main-tuned", "ka-1m-tuned", [2.15, 2.16]),
+        run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40),
+        run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.00, lr=2e-3, tokens=b40),
+        run("flops", "ka-1m-tuned-flops-tf-40m", "ka-1m-tuned", 2.05, tokens=24_330_240),
+        run("leads", "ka-1m-tuned-omega-log", "ka-1m-tuned", 2.14, **log),
+        run("leads-seeds", "ka-1m-tuned-omega-log-seed1", "ka-1m-tuned", 2.17, seed=1, **log),
+        run("leads40", "ka-1m-tuned-omega-log-40m-lr-0.002", "ka-1m-tuned", 2.01, lr=2e-3, tokens=b40, **log),
+        run("leads40", "ka-1m-tuned-omega-lr-1-40m", "ka-1m-tuned", 1.99, tokens=b40, train={"omega_lr_mult": 1.0}),
+        run("leads40", "ka-1m-tuned-omega-log-flops-tf-40m", "ka-1m-tuned", 2.03, tokens=23_000_000, **log)])
+    text = run_table.group_tables(("leads", "leads-seeds", "leads40"))
+    assert cells(text, "ka-1m-tuned-omega-log")[1] == "omega=log"
+    assert cells(text, "ka-1m-tuned-omega-log")[7:] == ["main-tuned/ka-1m-tuned-seed0", "-0.0100"]
+    assert cells(text, "ka-1m-tuned-omega-log-seed1")[7:] == ["main-tuned/ka-1m-tuned-seed1", "+0.0100"]
+    assert cells(text, "ka-1m-tuned-omega-log-40m-lr-0.002")[7:] == ["lr40/ka-1m-tuned-40m-lr-0.002", "+0.0100"]
+    assert cells(text, "ka-1m-tuned-omega-lr-1-40m")[1] == "omega_lr_mult=1"
+    assert cells(text, "ka-1m-tuned-omega-lr-1-40m")[7:] == ["budget40/ka-1m-tuned-40m", "-0.0400"]
+    # at tf-1m's 40M-token FLOPs: against the preset at those FLOPs, whatever each one's tokens
+    assert cells(text, "ka-1m-tuned-omega-log-flops-tf-40m")[7:] == ["flops/ka-1m-tuned-flops-tf-40m", "-0.0200"]
+    page = run_table.group_table("leads40", run_table.LEAD_COLUMNS)  # RESULTS.md's: run, lr, BPC, valid, Δ, slope
+    assert cells(page, "ka-1m-tuned-omega-lr-1-40m")[1:] == ["0.004", "1.9900", "—", "-0.0400", "—"]
+
+
+def test_a_rerun_is_judged_against_the_run_it_repeats(in_tmp):
+    b = 40_000_000
+    write_results(in_tmp, [{**run(g, n, p, bpc, lr=lr, tokens=b), "final_valid_estimate": valid}
+                           for g, n, p, bpc, valid, lr in (
+                               ("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.85, 1.88, 4e-3),
+                               ("repro40", "tf-1m-40m-lr-0.004-rerun", "tf-1m", 1.86, 1.87, 4e-3),
+                               ("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.01, 2.02, 2e-3),
+                               ("repro40", "ka-1m-tuned-40m-lr-0.002-rerun", "ka-1m-tuned", 1.99, 2.03, 2e-3))])
+    text = run_table.group_table("repro40")
+    assert cells(text, "tf-1m-40m-lr-0.004-rerun")[5:] == ["1.8600", "1.8700", "lr40/tf-1m-40m-lr-0.004", "+0.0100"]
+    assert cells(text, "ka-1m-tuned-40m-lr-0.002-rerun")[5:] == [
+        "1.9900", "2.0300", "lr40/ka-1m-tuned-40m-lr-0.002", "-0.0200"]
+
+
+def test_the_repro40_table_reads_the_committed_reruns():
+    """Each committed rerun's row: its test BPC and validation estimate, and its Δ against the lr40 run it repeats."""
+    root = protocol.COMMITTED
+    if not (root / "repro40").is_dir():
+        pytest.skip("no committed results/")
+    with protocol.at_root(root):
+        text = run_table.group_table("repro40")
+        for rerun in protocol.load_results("repro40"):
+            old = next(r for r in protocol.load_results("lr40") if f"{r['name']}-rerun" == rerun["name"])
+            assert cells(text, rerun["name"])[5:] == [
+                f"{rerun['eval_bpc']:.4f}", f"{rerun['final_valid_estimate']:.4f}", f"lr40/{old['name']}",
+                f"{rerun['eval_bpc'] - old['eval_bpc']:+.4f}"]
+
+
+def test_capacity_shapes_join_the_probes_table_against_the_presets_capacity_run(in_tmp):
+    tokens = groups.CAPACITY_TOKENS
+    write_results(in_tmp, [run("lr10m-tuned", "ka-1m-tuned-lr-0.004", "ka-1m-tuned", 2.1, split="valid")])
+    write_results(in_tmp, [run("capacity", f"{p}-enwik6-20m", p, b, tokens=tokens, split="train")
+                           for p, b in (("tf-1m", 1.05), ("ka-1m-tuned", 1.14))])
+    names = [groups.shape_run(s) for s in groups.CAPACITY_SHAPES]
+    assert f"Not yet run: {', '.join(names)} (`python -m lab run capacity-shape" in summary.probes46_section()
+    model = groups.CAPACITY_SHAPES["ff-wide"]
+    write_results(in_tmp, [{**run("capacity-shape", names[0], "ka-1m-tuned", 1.1, tokens=tokens, split="train",
+                                  **model), "curve": [{"tokens": t, "valid_bpc": b, "train_bpc": b}
+                                                      for t, b in ((10_000_000, 1.3), (tokens, 1.12))]}])
+    text = summary.probes46_section()
+    # the shape against the preset's capacity run; its validation slope per doubling from 10M
+    assert cells(text, names[0])[1:] == [common.changes(model), "enwik7/train", "1.1000", f"{1.1 - 1.14:+.4f}",
+                                         f"{(1.12 - 1.3) / math.log2(2):+.3f}"]
+    assert cells(text, "ka-1m-tuned-enwik6-20m")[4] == f"{1.14 - 1.05:+.4f}"  # the preset against tf-1m's run
+    assert cells(text, "tf-1m-enwik6-20m")[4] == "—"
+    assert f"Not yet run: {', '.join(names[1:])} (" in text
+
+
+def test_the_stretch_trains_at_the_rate_lr40_found_better_and_is_marked(in_tmp):
+    """Where the preset is better on validation below its swept rate at 40M, budget100 trains it there, marked."""
+    _tuned_base(in_tmp)
+    b40 = 40_001_536
+    write_results(in_tmp, [
+        {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b40), "final_valid_estimate": 2.05},
+        {**run("budget40", "tf-1m-40m", "tf-1m", 1.88, lr=8e-3, tokens=b40), "final_valid_estimate": 1.91},
+        {**run("lr40", "tf-1m-40m-lr-0.004", "tf-1m", 1.85, lr=4e-3, tokens=b40), "final_valid_estimate": 1.88},
+        run("lr", "tf-1m-lr-0.008", "tf-1m", 2.5, lr=8e-3, split="valid")])
+    assert groups.rate_at("ka-1m-tuned", 40_000_000) == 4e-3  # the swept rate is the better so far
+    write_results(in_tmp, [{**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.00, lr=2e-3, tokens=b40),
+                            "final_valid_estimate": 2.02}])
+    assert groups.rate_at("ka-1m-tuned", 40_000_000) == 2e-3
+    stretch = {s.preset: s for s in groups.plan("budget100")}
+    assert stretch["ka-1m-tuned"].train["lr"] == 2e-3 and stretch["tf-1m"].train["lr"] == 4e-3
+    assert select.off_rate(run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.9, lr=2e-3))
+    assert {"budget40", "lr40"} <= groups.reads("budget100")  # planned after the runs that choose its rate
+
+
+def test_the_fixes_are_judged_against_their_preset_at_the_same_rate_and_tf_1ms_best(in_tmp, monkeypatch):
+    monkeypatch.setattr(groups, "swept_rate", lambda preset: 0.004)  # the 10M sweep, which the schedule starts from
+    b, fsn = 40_000_000, groups.FIXES["fsn"].model
+    write_results(in_tmp, [
+        {**run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.03, tokens=b), "final_valid_estimate": 2.05},
+        {**run("lr40", "ka-1m-tuned-40m-lr-0.002", "ka-1m-tuned", 2.02, lr=2e-3, tokens=b),
+         "final_valid_estimate": 2.04},
+        {**run("budget40", "tf-1m-40m", "tf-1m", 1.85, lr=8e-3, tokens=b), "final_valid_estimate": 1.88},
+        run("fixes40", "fsn-40m", "ka-1m-tuned", 2.01, lr=2e-3, tokens=b, **fsn),
+        run("fixes40-flops", "fsn-flops-tf-40m", "ka-1m-tuned", 2.04, lr=2e-3, tokens=23_000_000, **fsn),
+        run("fixes40-retired", "scaled-step-40m", "ka-1m-tuned", 2.07, lr=2e-3, tokens=b, bound="scaled")])
+    text = summary.fixes_section()
+    # its change, test BPC, Δ against the preset at its rate (lr40's), gaps to tf-1m's best at equal tokens and FLOPs
+    assert cells(text, "fsn")[1:] == ["successor_heads=2, harmonics=2", "2.0100", "-0.0100", "+0.1600", "+0.1900", "—"]
+    assert cells(text, "scaled-step (retired)")[3:6] == ["+0.0500", "+0.2200", "—"]
+    assert "Not yet run: bound-elementwise-40m, successor-2-40m (`python -m lab run fixes40" in text
+
+
+def test_every_committed_run_of_a_group_issue_47_retired_is_a_row_of_the_report():
+    """The groups retired with their planners (issue 47) are reported by the generic tables, a row per run, named."""
+    root = protocol.COMMITTED
+    if not (root.parent / "docs" / "notebook.md").is_file() or not (root / "leads").is_dir():
+        pytest.skip("no committed results/ and report")
+    rows = {c.strip() for page in (root.parent / "RESULTS.md", root.parent / "docs" / "notebook.md")
+            for line in page.read_text().splitlines() if line.startswith("|") for c in line.strip("|").split("|")}
+    missing = {g: [p.stem for p in (root / g).glob("*.json") if p.stem not in rows] for g, ret in RETIRED.items()
+               if (ret.commit, ret.command) == LAB and g != "screen-su2"}  # the SU(2) screen's rows: its variants
+    assert missing and not any(missing.values()), missing
