@@ -23,7 +23,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
@@ -49,9 +48,11 @@ def dot(a: Parts, b: Parts) -> Tensor:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def per_head(x: Parts, heads: int) -> Tensor:
-    """c planes (B, T, n) -> (B, H, T, c, d): head h's oscillators h·d … (h+1)·d − 1, component-major within it."""
-    return torch.stack(x, dim=2).unflatten(-1, (heads, -1)).permute(0, 3, 1, 2, 4)
+def per_head(x: Tensor, heads: int) -> Tensor:
+    """States (B, T, n, c) -> (B, H, T, c·d): head h's oscillators h·d … (h+1)·d − 1, component-major within it (one
+    copy, whatever x's memory layout)."""
+    b, t = x.shape[:2]
+    return x.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3).reshape(b, heads, t, -1)
 
 
 def token_major(x: Parts, heads: int) -> Tensor:
@@ -60,10 +61,13 @@ def token_major(x: Parts, heads: int) -> Tensor:
     return torch.stack(x, dim=2).unflatten(-1, (heads, -1)).transpose(2, 3)
 
 
-def from_heads(out: Tensor, components: int) -> Parts:
-    """An attention output (B, H, T, c·d) laid out as ``per_head``'s features -> its c planes (B, T, n)."""
-    b, _, t, _ = out.shape
-    return out.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4).reshape(components, b, t, -1).unbind(0)
+def from_heads(out: Tensor, components: int, dtype: torch.dtype) -> Parts:
+    """An attention output (B, H, T, c·d) laid out as ``per_head``'s features -> its c planes (B, T, n) in ``dtype``
+    (one pass: the layout and the dtype change together)."""
+    b, heads, t, _ = out.shape
+    planes = out.new_empty((components, b, t, heads, out.shape[-1] // components), dtype=dtype)
+    planes.copy_(out.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4))
+    return planes.flatten(-2).unbind(0)
 
 
 def cos_sinc(a2: Tensor) -> tuple[Tensor, Tensor]:
@@ -138,11 +142,12 @@ class VectorGeometry(Geometry):
         return log_unit(x).float()  # (vocab, n, c − 1), |w| ∈ [0, π]
 
     def embed(self, table: Tensor, idx: Tensor) -> Tensor:
-        vocab, n, c = table.shape
-        w = F.embedding(idx, table.view(vocab, c * n)).unflatten(-1, (n, c))  # (B, T, n, c − 1) tangent vectors
-        if fused_applies():  # eager training: the exponential's pieces are recomputed in the backward, not kept
-            return checkpoint(_exp_state, w, use_reentrant=False)
-        return _exp_state(w)
+        vocab, n, k = table.shape  # (vocab, n, c − 1) tangent vectors at the pole
+        if idx.numel() < vocab:  # a few tokens (decoding): the exponential of the rows read
+            return _exp_state(F.embedding(idx, table.view(vocab, n * k)).unflatten(-1, (n, k)))
+        # the exponential acts row by row, so taking it of each row once and then reading gives the same numbers
+        rows = torch.stack(exp_parts(split(table)))  # (c, vocab, n)
+        return rows.index_select(1, idx.flatten()).unflatten(1, idx.shape).movedim(0, -1)  # component-major
 
     def lift(self, x: Tensor) -> Tensor:
         return x.flatten(-2)
@@ -174,10 +179,10 @@ class VectorGeometry(Geometry):
         return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
-        return per_head(split(x), heads).flatten(-2).to(lifted.dtype)  # x_u, laid out as the features are
+        return per_head(x, heads).to(lifted.dtype)  # x_u, laid out as the features are
 
     def _xi(self, x: Tensor, mean: Tensor) -> Parts:
-        return self.tangent_part(split(x), tuple(c.to(x.dtype) for c in from_heads(mean, self.components)))
+        return self.tangent_part(split(x), from_heads(mean, self.components, x.dtype))
 
     def increment(self, x: Tensor, lifted: Tensor, mean: Tensor, extras: nn.Module | None = None) -> Tensor:
         return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
@@ -193,8 +198,7 @@ class VectorGeometry(Geometry):
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
         if self.fused_step is not None and _moves_fused(x):
-            mean_parts = tuple(c.to(x.dtype) for c in from_heads(mean, self.components))
-            return self.fused_step(split(x), mean_parts, v, bound.log_radius)
+            return self.fused_step(split(x), from_heads(mean, self.components, x.dtype), v, bound.log_radius)
         w = tuple(v * c for c in self._xi(x, mean))
         factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
         return join(self.exp_move(split(x), tuple(factor * c for c in w)))

@@ -7,8 +7,9 @@
 //   step_*      y = normalise(x exp(h w)), w = v ⊙ ξ(x, G)     the attention's move, h the norm bound per token
 //   features_*  q = g^q ⊙ R x, k = g^k ⊙ R x                   the drifted, gated query/key features
 //
-// Layout: a state or a tangent vector is given as its components, each a contiguous (N, n) plane (N tokens of n
-// oscillators); outputs are stacked component-major, (c, N, n), the features in the heads' layout (N, H, c, d).
+// Layout: a state or a tangent vector is given as its components, each an evenly strided (N, n) plane (N tokens of
+// n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); outputs are stacked
+// component-major, (c, N, n), the features in the heads' layout (N, H, c, d).
 // Kinds: "quaternion" (c = 4, tangent 3: unit quaternions moved by pure ones) and "sphere" (c = D in 2, 4, 6, 8,
 // tangent D: unit vectors moved along P_x w, drifted by a rotation in each coordinate plane).
 #include <torch/extension.h>
@@ -149,19 +150,38 @@ struct Sphere {
   }
 };
 
+// s when element j of t, counted in row-major order, sits j·s elements after the first (one evenly strided run: a
+// contiguous plane, s = 1, or one component of an interleaved (…, n, c) tensor, s = c); else 0
+inline int64_t even_stride(const torch::Tensor& t) {
+  const int64_t s = t.dim() ? t.stride(-1) : 1;
+  int64_t expect = s;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    if (t.size(d) != 1 && t.stride(d) != expect) return 0;
+    expect *= t.size(d);
+  }
+  return s > 0 ? s : 0;
+}
+
 // The C component planes of a state, a tangent vector or a per-oscillator scalar, as pointers to (N, n) memory
+// with the distance between consecutive oscillators (read in place when evenly strided, else copied once)
 template <typename T, int C>
 struct Planes {
   std::vector<torch::Tensor> keep;
   T* ptr[C];
-  explicit Planes(const std::vector<torch::Tensor>& parts) {  // each part made contiguous
+  int64_t step[C];
+  explicit Planes(const std::vector<torch::Tensor>& parts) {
     for (int i = 0; i < C; ++i) {
-      keep.push_back(parts[i].contiguous());
-      ptr[i] = keep.back().data_ptr<T>();
+      step[i] = even_stride(parts[i]);
+      if (step[i]) {
+        ptr[i] = parts[i].data_ptr<T>();
+      } else {
+        keep.push_back(parts[i].contiguous());
+        ptr[i] = keep.back().data_ptr<T>(), step[i] = 1;
+      }
     }
   }
   explicit Planes(const torch::Tensor& stacked) {  // (C, ...) contiguous, or one plane when C = 1
-    for (int i = 0; i < C; ++i) ptr[i] = stacked.data_ptr<T>() + i * (stacked.numel() / C);
+    for (int i = 0; i < C; ++i) ptr[i] = stacked.data_ptr<T>() + i * (stacked.numel() / C), step[i] = 1;
   }
 };
 
@@ -172,8 +192,13 @@ constexpr int kLanes = 64;
 template <typename T, int C>
 KA_INLINE void load(const Planes<T, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
   for (int i = 0; i < C; ++i) {
-    const T* src = p.ptr[i] + j0;
-    for (int l = 0; l < m; ++l) buf[i][l] = src[l];
+    const int64_t s = p.step[i];
+    const T* src = p.ptr[i] + j0 * s;
+    if (s == 1) {
+      for (int l = 0; l < m; ++l) buf[i][l] = src[l];
+    } else {
+      for (int l = 0; l < m; ++l) buf[i][l] = src[l * s];
+    }
     for (int l = m; l < kLanes; ++l) buf[i][l] = src[0];
   }
 }
@@ -181,8 +206,13 @@ KA_INLINE void load(const Planes<T, C>& p, int64_t j0, int m, T (*buf)[kLanes]) 
 template <typename T, int C>
 KA_INLINE void store(const Planes<T, C>& p, int64_t j0, int m, const T (*buf)[kLanes]) {
   for (int i = 0; i < C; ++i) {
-    T* dst = p.ptr[i] + j0;
-    for (int l = 0; l < m; ++l) dst[l] = buf[i][l];
+    const int64_t s = p.step[i];
+    T* dst = p.ptr[i] + j0 * s;
+    if (s == 1) {
+      for (int l = 0; l < m; ++l) dst[l] = buf[i][l];
+    } else {
+      for (int l = 0; l < m; ++l) dst[l * s] = buf[i][l];
+    }
   }
 }
 
