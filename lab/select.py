@@ -58,11 +58,6 @@ def mean_rate(runs: list[Run]) -> float | None:
     return mean([x for x in map(throughput, runs) if x is not None])
 
 
-def valid_estimate(r: Run | None) -> float | None:
-    """A run's final validation estimate (``groups.valid_estimate``), None of no run."""
-    return groups.valid_estimate(r) if r else None
-
-
 # runs by group
 
 def by_name(*names: str) -> dict[str, Run]:

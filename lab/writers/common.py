@@ -10,7 +10,7 @@ from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 from lab import groups, select
-from lab.groups import BEST_VARIANT, best_lr, plan
+from lab.groups import best_lr, plan
 from lab.protocol import PROTOCOL, SWEEP, TRAIN_DEFAULTS, load_results, run_command
 from lab.select import TRAINING_VARIANTS, Run, bpcs, mean, median
 
@@ -174,11 +174,6 @@ def saturation(r: Run | None) -> str:
     """The share of attention / feed-forward increments on the norm bound, mean over layers."""
     attn, ff = select.saturation(r)
     return "—" if attn is None else f"{attn:.0%} / " + ("—" if ff is None else f"{ff:.0%}")
-
-
-def variant_change(name: str = BEST_VARIANT) -> str:
-    """A confirmed variant's change to ka-1m (``select.variant_model``)."""
-    return "not recorded" if (model := select.variant_model(name)) is None else changes(model)
 
 
 def sweep_table(rows: list[Run], chosen: dict[tuple[str, str], float]) -> str:

@@ -50,10 +50,10 @@ def comparison_section(group: str, unit: str) -> str:
         rows.append(("its seeds that played no part in choosing it", group,
                      [r for r in by["kuramoto"] if r["train"]["seed"] in TUNED_FRESH_SEEDS]))
     if group == "main":
-        confirmed = select.candidates()
-        rows += [(f"{n} ({common.variant_change(n)})", "confirm", sorted(rs, key=lambda r: r["train"]["seed"]))
-                 for n in dict.fromkeys([*select.confirm_ranking()[:1], BEST_VARIANT])
-                 if len(rs := confirmed.get(f"ka-{n}", [])) >= 3]
+        confirmed, names = select.candidates(), dict.fromkeys([*select.confirm_ranking()[:1], BEST_VARIANT])
+        change = {n: "not recorded" if (m := select.variant_model(n)) is None else common.changes(m) for n in names}
+        rows += [(f"{n} ({change[n]})", "confirm", sorted(rs, key=lambda r: r["train"]["seed"]))
+                 for n in names if len(rs := confirmed.get(f"ka-{n}", [])) >= 3]
     text = common.seeds_table([row for row in rows if row[0] in paper or len(row[2]) > 1],
                               mean(bpcs(by["transformer"])), unit=unit,
                               paper=("paper (enwik8, 1M)" if main else "paper (1M)", paper))

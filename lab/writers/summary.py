@@ -44,11 +44,16 @@ def main_section() -> str:
                   "model FLOPs/token"], body)
 
 
-def main_gaps() -> dict[str, str]:
-    """The template's numbers on the main comparison: each Kuramoto preset's gap of the means to tf-1m."""
+def reading() -> dict[str, str]:
+    """The template's numbers: the presets' gaps of the means to tf-1m; the kept fixes' slope lag and gaps at 40M."""
     runs = {p: bpcs(seed_runs(g, p)) for p, g in MAIN}
-    return {f"gap_{p.replace('-', '_')}": diff(mean(v), mean(runs["tf-1m"])) if v else "not yet run"
+    gaps = {f"gap_{p.replace('-', '_')}": diff(mean(v), mean(runs["tf-1m"])) if v else "not yet run"
             for p, v in runs.items() if p != "tf-1m"}
+    tf, fixes = groups.budget_best("tf-1m", FIX_BUDGET), load_results("fixes40")
+    lags = [s - select.valid_slope(tf) for r in fixes if tf and (s := select.valid_slope(r)) is not None]
+    over = [r["eval_bpc"] - tf["eval_bpc"] for r in fixes if tf]
+    return {**gaps, "fix_slope_lag": f"{min(lags):.3f}–{max(lags):.3f}" if lags else "—",
+            "fix_gaps": f"{signed(min(over), 4)} to {signed(max(over), 4)}" if over else "—"}
 
 
 def ablation_section() -> str:
@@ -203,7 +208,7 @@ def summary_text(path: Path, notebook: Path, plots: dict[str, Path | None]) -> s
              "probes46": probes46_section(pool), "capacity_margin": f"{groups.CAPACITY_MARGIN:g}",
              "probe40": probe40_section(("ka-1m-tuned", "fsn-40m", "successor-2-40m")), "size": size_section(),
              "geometries": geometries.summary_table(), "induction": studies.induction_table(),
-             "dynamics": studies.dynamics_section(), **main_gaps()}
+             "dynamics": studies.dynamics_section(), **reading()}
     return common.render(TEMPLATE, slots)
 
 
