@@ -48,11 +48,12 @@ def dot(a: Parts, b: Parts) -> Tensor:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def per_head(x: Tensor, heads: int) -> Tensor:
-    """States (B, T, n, c) -> (B, H, T, c·d): head h's oscillators h·d … (h+1)·d − 1, component-major within it (one
-    copy, whatever x's memory layout)."""
-    b, t = x.shape[:2]
-    return x.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3).reshape(b, heads, t, -1)
+def per_head(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """States (B, T, n, c) -> (B, H, T, c·d) in ``dtype``: head h's oscillators h·d … (h+1)·d − 1, component-major
+    within it (one pass, whatever x's memory layout: the layout and the dtype change together)."""
+    b, t, n, c = x.shape
+    out = x.new_empty((b, heads, t, c, n // heads), dtype=dtype)
+    return out.copy_(x.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3)).flatten(-2)
 
 
 def token_major(x: Parts, heads: int) -> Tensor:
@@ -179,7 +180,7 @@ class VectorGeometry(Geometry):
         return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
-        return per_head(x, heads).to(lifted.dtype)  # x_u, laid out as the features are
+        return per_head(x, heads, lifted.dtype)  # x_u, laid out as the features are
 
     def _xi(self, x: Tensor, mean: Tensor) -> Parts:
         return self.tangent_part(split(x), from_heads(mean, self.components, x.dtype))
