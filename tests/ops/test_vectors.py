@@ -163,6 +163,30 @@ def test_step_equals_plain_values_and_gradients(case, radius):
 
 
 @pytest.mark.parametrize("case", STEPS)
+@pytest.mark.parametrize("heads", [2, 3])
+@pytest.mark.parametrize("dtypes", [(torch.float64, torch.float64), (torch.float32, torch.bfloat16)])
+def test_step_reads_the_attention_output_where_the_attention_left_it(case, heads, dtypes):
+    """G as the attention leaves it, (B, H, T, c·d), in the state's dtype or in bfloat16 (autocast's): the same move
+    as G given as c planes of its values, and dG comes back in G's own layout and dtype."""
+    geometry, fused = STEPS[case]
+    (state, stored), (c, n) = dtypes, (geometry.components, 6)
+    gen = torch.Generator().manual_seed(1)
+    x = F.normalize(torch.randn(B, T, n, c, generator=gen, dtype=torch.float64), dim=-1).to(state)
+    value, log_radius = torch.randn(B, T, n, generator=gen).to(state), torch.tensor([1.5]).log().to(state)
+    g = (0.7 * torch.randn(B, heads, T, c * n // heads, generator=gen)).to(stored).requires_grad_()
+    planes = [p.to(state).requires_grad_() for p in g.detach().unflatten(-1, (c, -1)).permute(3, 0, 2, 1, 4)
+              .reshape(c, B, T, n)]
+    outs = [fused(split(x), g, value, log_radius), fused(split(x), tuple(planes), value, log_radius)]
+    assert torch.equal(outs[0], outs[1])
+    weight = torch.randn_like(outs[0])
+    (dg,), dplanes = (torch.autograd.grad((weight * o).sum(), leaves)
+                      for o, leaves in zip(outs, ([g], planes), strict=True))
+    assert dg.dtype == stored
+    want = torch.stack(dplanes).view(c, B, T, heads, -1).permute(1, 3, 2, 0, 4).reshape(g.shape).to(stored)
+    assert torch.equal(dg, want)
+
+
+@pytest.mark.parametrize("case", STEPS)
 def test_step_gradcheck(case):
     geometry, fused = STEPS[case]
     leaves = step_inputs(geometry)

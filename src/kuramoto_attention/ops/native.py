@@ -10,12 +10,13 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     move_forward(kind, x, w)                    -> (y (c, N, n), |m| (N, n))
     move_backward(kind, dy, x, w, |m|, y)       -> (dx (c, N, n), dw (tangent, N, n))
     step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
-    step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx, dG (c, N, n), dv (N, n), dL/dlog r (1,))
+    step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
 
     features_forward(kind, x, R, g, H, T)        -> (q, k (N, H, c, d))
     features_backward(kind, dq, dk, x, R, g, H, T, need_drift) -> (dx (c, N, n), dg (N, 2, n), dR (parts, N, n))
 
-x, G, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; kind "quaternion" or
+x, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; G the attention output in the
+heads' layout (B, H, T, c·d), in x's dtype or bfloat16 (read as stored; dG comes back so); kind "quaternion" or
 "sphere"; R the drift's rotation as parts (T, n), g the gates (N, 2, n); dR summed over the batch is the rotation's
 gradient.
 """
@@ -102,7 +103,7 @@ def _(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], norm: Tensor, o
 
 
 @torch.library.custom_op("kuramoto::step_forward", mutates_args=())
-def step_forward(kind: str, x: list[Tensor], g: list[Tensor], value: Tensor,
+def step_forward(kind: str, x: list[Tensor], g: Tensor, value: Tensor,
                  log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     radius = float(log_radius.exp().to(x[0].dtype))
     out, sq, h, norm = _module().step_forward(kind, x, g, value, radius)
@@ -110,14 +111,14 @@ def step_forward(kind: str, x: list[Tensor], g: list[Tensor], value: Tensor,
 
 
 @step_forward.register_fake
-def _(kind: str, x: list[Tensor], g: list[Tensor], value: Tensor,
+def _(kind: str, x: list[Tensor], g: Tensor, value: Tensor,
       log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     tokens = x[0].numel() // x[0].shape[-1]
     return _planes(x, len(x)), x[0].new_empty(tokens, 1), x[0].new_empty(tokens, 1), _planes(x, 1)[0]
 
 
 @torch.library.custom_op("kuramoto::step_backward", mutates_args=())
-def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], value: Tensor, log_radius: Tensor,
+def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_radius: Tensor,
                   sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     radius = float(log_radius.exp().to(x[0].dtype))
     dx, dg, dv, per_token = _module().step_backward(kind, grad, x, g, value, radius, sq, h, norm, out)
@@ -125,9 +126,9 @@ def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], val
 
 
 @step_backward.register_fake
-def _(kind: str, grad: Tensor, x: list[Tensor], g: list[Tensor], value: Tensor, log_radius: Tensor,
+def _(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_radius: Tensor,
       sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _planes(x, len(x)), _planes(x, len(x)), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
+    return _planes(x, len(x)), g.new_empty(g.shape), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
 
 
 @torch.library.custom_op("kuramoto::features_forward", mutates_args=())

@@ -226,21 +226,46 @@ def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
     return ds, grad_radius
 
 
+def _planes_of(mean: Tensor, components: int, dtype: torch.dtype) -> Parts:
+    """The attention output in the heads' layout (B, H, T, c·d) -> its c planes (B, T, n) in ``dtype``."""
+    b, _, t, _ = mean.shape
+    return mean.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4).reshape(components, b, t, -1).to(dtype).unbind(0)
+
+
+def _heads_of(parts: Parts, heads: int, like: Tensor) -> Tensor:
+    """``_planes_of``'s inverse: c planes (B, T, n) -> (B, H, T, c·d) in ``like``'s dtype."""
+    (b, t, _), c = parts[0].shape, len(parts)
+    return torch.stack(parts).view(c, b, t, heads, -1).permute(1, 3, 2, 0, 4).reshape(b, heads, t, -1).to(like.dtype)
+
+
+def _as_heads(mean: Tensor | Parts) -> Tensor:
+    """G as given to the steps: the heads' layout as it is, or c planes (B, T, n) as one head (B, 1, T, c·n)."""
+    return mean if isinstance(mean, Tensor) else torch.stack(mean, dim=-2).flatten(-2).unsqueeze(1)
+
+
+def _compiled_step(x: Parts, mean: Tensor, value: Tensor) -> bool:
+    """``_compiled``, and G (B, H, T, c·d) over x's (B, T, n) tokens, in x's dtype or bfloat16 (the kernels read it
+    where it is)."""
+    b, t, n = x[0].shape if x[0].dim() == 3 else (0, 0, 0)
+    heads = mean.shape[1] if mean.dim() == 4 else 0
+    return (heads > 0 and n % heads == 0 and mean.shape == (b, heads, t, len(x) * n // heads)
+            and mean.dtype in (x[0].dtype, torch.bfloat16) and _compiled(x, value))
+
+
 class _Step(torch.autograd.Function):
     # saves as _Move does: the inputs, the bound's per-token numbers, |m| and the stacked output; ξ, w and the move's
     # (cos, sinc, …) are recomputed in the backward. On the CPU the compiled kernels do each direction in two loops
-    # over every token's oscillators (the bound's sum, then the move)
+    # over every token's oscillators (the bound's sum, then the move), reading G where the attention left it
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, dim: int, value: Tensor, log_radius: Tensor,  # type: ignore[override]
-                *xg: Tensor) -> Tensor:
-        x, g = xg[:dim], xg[dim:]
-        if compiled := _compiled(x, *g, value):
-            out, sq, h, norm = native.step_forward(kind, list(x), list(g), value, log_radius)
+                mean: Tensor, *x: Tensor) -> Tensor:
+        if compiled := _compiled_step(x, mean, value):
+            out, sq, h, norm = native.step_forward(kind, list(x), mean, value, log_radius)
             token = (*x[0].shape[:-1], 1)
             out, sq, h, norm = out.view(dim, *x[0].shape), sq.view(token), h.view(token), norm.view(x[0].shape)
         else:
             move, _, tangent, _, aux = _KINDS[kind]
-            xi = tangent(x, g)
+            xi = tangent(x, _planes_of(mean, dim, x[0].dtype))
             w = tuple(value * c for c in xi)
             sq = dot(w, w).sum(-1, keepdim=True)  # one norm per token, over all its oscillators
             h = norm_factor(sq, log_radius.exp().to(sq.dtype))
@@ -248,21 +273,20 @@ class _Step(torch.autograd.Function):
             y, norm = _normalise(move(x, step, aux(x, step)))
             out = torch.stack(y)
         ctx.kind, ctx.dim, ctx.compiled = kind, dim, compiled
-        ctx.save_for_backward(value, log_radius, sq, h, norm, *xg, out)
+        ctx.save_for_backward(value, log_radius, sq, h, norm, mean, *x, out)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        value, log_radius, sq, h, norm, *xg, out = ctx.saved_tensors
-        x, g = xg[:ctx.dim], xg[ctx.dim:]
+        value, log_radius, sq, h, norm, mean, *x, out = ctx.saved_tensors
         if ctx.compiled:
-            dx, dg, grad_value, grad_radius = native.step_backward(ctx.kind, grad, list(x), list(g), value,
-                                                                   log_radius, sq, h, norm, out)
+            dx, dmean, grad_value, grad_radius = native.step_backward(ctx.kind, grad, list(x), mean, value,
+                                                                      log_radius, sq, h, norm, out)
             return (None, None, grad_value.view(value.shape) if ctx.needs_input_grad[2] else None,
-                    grad_radius if ctx.needs_input_grad[3] else None,
-                    *dx.view(-1, *x[0].shape).unbind(0), *dg.view(-1, *x[0].shape).unbind(0))
+                    grad_radius if ctx.needs_input_grad[3] else None, dmean, *dx.view(-1, *x[0].shape).unbind(0))
         _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]
+        g = _planes_of(mean, ctx.dim, x[0].dtype)
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         step = tuple(h * c for c in w)
@@ -274,21 +298,23 @@ class _Step(torch.autograd.Function):
         dw = tuple(torch.addcmul(h * d, c, 2 * ds) for d, c in zip(dstep, w, strict=True))
         grad_value = dot(dw, xi) if ctx.needs_input_grad[2] else None
         dx_xi, dg = tangent_backward(tuple(value * d for d in dw), x, g)
-        return (None, None, grad_value, grad_radius, *(a + b for a, b in zip(dx, dx_xi, strict=True)), *dg)
+        return (None, None, grad_value, grad_radius, _heads_of(dg, mean.shape[1], mean),
+                *(a + b for a, b in zip(dx, dx_xi, strict=True)))
 
 
-def quaternion_step(q: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Tensor:
+def quaternion_step(q: Parts, mean: Tensor | Parts, value: Tensor, log_radius: Tensor) -> Tensor:
     """normalise(q exp(h w)) with w = v ⊙ Im(conj(q) G) and h = r tanh(‖w‖)/‖w‖ over each token: the attention's move
-    on unit quaternions. q, G 4 parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype. Returns the
-    state (B, T, n, 4), stored component-major."""
-    return _Step.apply("quaternion", 4, value, log_radius, *q, *mean).movedim(0, -1)
+    on unit quaternions. q 4 parts (B, T, n); G the attention output in the heads' layout (B, H, T, 4d), in q's dtype
+    or bfloat16, or as 4 parts (B, T, n); value v (B, T, n) and log_radius (1,) in q's dtype. Returns the state
+    (B, T, n, 4), stored component-major."""
+    return _Step.apply("quaternion", 4, value, log_radius, _as_heads(mean), *q).movedim(0, -1)
 
 
-def sphere_step(x: Parts, mean: Parts, value: Tensor, log_radius: Tensor) -> Tensor:
+def sphere_step(x: Parts, mean: Tensor | Parts, value: Tensor, log_radius: Tensor) -> Tensor:
     """normalise(exp_x(P_x(h w))) with w = v ⊙ P_x G and h the norm bound over each token: the attention's move on
-    unit vectors. x, G D parts (B, T, n); value v (B, T, n); log_radius (1,); all in one dtype. Returns the state
-    (B, T, n, D), stored component-major."""
-    return _Step.apply("sphere", len(x), value, log_radius, *x, *mean).movedim(0, -1)
+    unit vectors. x D parts (B, T, n); G as ``quaternion_step``'s, (B, H, T, D·d) or D parts; value v (B, T, n);
+    log_radius (1,). Returns the state (B, T, n, D), stored component-major."""
+    return _Step.apply("sphere", len(x), value, log_radius, _as_heads(mean), *x).movedim(0, -1)
 
 
 # --------------------------------------------------------------------------- the drifted, gated query/key features

@@ -125,7 +125,7 @@ class VectorGeometry(Geometry):
     """
 
     fused_move: Callable[[Parts, Parts], Tensor] | None = None  # these two return the state (..., n, c), as join
-    fused_step: Callable[[Parts, Parts, Tensor, Tensor], Tensor] | None = None
+    fused_step: Callable[[Parts, Tensor, Tensor, Tensor], Tensor] | None = None
     fused_query_key: Callable[..., tuple[Tensor, Tensor]] | None = None
 
     def check_state(self, x: Tensor, oscillators: int) -> None:
@@ -199,7 +199,7 @@ class VectorGeometry(Geometry):
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
         if self.fused_step is not None and _moves_fused(x):
-            return self.fused_step(split(x), from_heads(mean, self.components, x.dtype), v, bound.log_radius)
+            return self.fused_step(split(x), mean, v, bound.log_radius)  # G read where the attention left it
         w = tuple(v * c for c in self._xi(x, mean))
         factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
         return join(self.exp_move(split(x), tuple(factor * c for c in w)))

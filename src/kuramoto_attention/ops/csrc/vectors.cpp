@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -226,6 +227,47 @@ KA_INLINE void set_lane(T (*buf)[kLanes], int l, const T* in) {
   for (int i = 0; i < C; ++i) buf[i][l] = in[i];
 }
 
+// The attention output G (B, H, T, C·d) in the heads' layout, stored as S (T, or bfloat16 under autocast), read and
+// written in place: component i of oscillator j = h·d + e of token b·T + t sits at ((b·H + h)·T + t)·C·d + i·d + e
+template <typename S, int C>
+struct Heads {
+  S* ptr;
+  int64_t heads, positions, d, n;
+  Heads(const torch::Tensor& g, int64_t oscillators)
+      : ptr(g.data_ptr<S>()), heads(g.size(1)), positions(g.size(2)), d(oscillators / g.size(1)), n(oscillators) {}
+  KA_INLINE S* at(int64_t j0, int l) const {  // lane l's oscillator's first component; j0 a token's block
+    const int64_t token = j0 / n, j = j0 - token * n + l, b = token / positions, t = token - b * positions;
+    const int64_t h = j / d;
+    return ptr + ((b * heads + h) * positions + t) * C * d + (j - h * d);
+  }
+};
+
+// a block's lanes run through whole heads: each head's part of the block is read (written) as a contiguous run
+template <typename T, typename S, int C>
+KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
+  for (int l0 = 0, run; l0 < m; l0 += run) {
+    run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
+    const S* src = p.at(j0, l0);
+    for (int i = 0; i < C; ++i) {
+      for (int l = 0; l < run; ++l) buf[i][l0 + l] = static_cast<T>(src[i * p.d + l]);
+    }
+  }
+  for (int i = 0; i < C; ++i) {
+    for (int l = m; l < kLanes; ++l) buf[i][l] = buf[i][0];
+  }
+}
+
+template <typename T, typename S, int C>
+KA_INLINE void store(const Heads<S, C>& p, int64_t j0, int m, const T (*buf)[kLanes]) {
+  for (int l0 = 0, run; l0 < m; l0 += run) {
+    run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
+    S* dst = p.at(j0, l0);
+    for (int i = 0; i < C; ++i) {
+      for (int l = 0; l < run; ++l) dst[i * p.d + l] = static_cast<S>(buf[i][l0 + l]);
+    }
+  }
+}
+
 // blocks [j0, j0 + m) of [lo, hi)
 template <typename F>
 inline void blocks(int64_t lo, int64_t hi, const F& f) {
@@ -302,12 +344,13 @@ std::vector<torch::Tensor> move_backward(const Kind& kind, torch::Tensor grad, c
 
 // ------------------------------------------------------------------------------------------------------------ steps
 // normalise(x exp(h w)), w = v ⊙ ξ(x, G), h = r tanh(‖w‖)/‖w‖ over each token's n oscillators
-template <typename T, typename Kind>
-std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torch::Tensor>& xs,
-                                        const std::vector<torch::Tensor>& gs, torch::Tensor value, double radius) {
+template <typename T, typename Mt, typename Kind>
+std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torch::Tensor>& xs, torch::Tensor mean,
+                                        torch::Tensor value, double radius) {
   constexpr int C = Kind::c, K = Kind::tangent;
-  value = value.contiguous();
-  const Planes<T, C> x(xs), g(gs);
+  value = value.contiguous(), mean = mean.contiguous();
+  const Planes<T, C> x(xs);
+  const Heads<Mt, C> g(mean, xs[0].size(-1));
   const Planes<T, 1> v(value);
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
   auto opts = xs[0].options();
@@ -356,16 +399,19 @@ std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torc
 }
 
 // (dx, dG, dv, ⟨dstep, w⟩ h per token): dL/d log r is the last one's sum
-template <typename T, typename Kind>
+template <typename T, typename Mt, typename Kind>
 std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, const std::vector<torch::Tensor>& xs,
-                                         const std::vector<torch::Tensor>& gs, torch::Tensor value, double radius,
+                                         torch::Tensor mean, torch::Tensor value, double radius,
                                          torch::Tensor sq_t, torch::Tensor h_t, torch::Tensor norm, torch::Tensor out) {
-  grad = grad.contiguous(), value = value.contiguous(), norm = norm.contiguous();
+  grad = grad.contiguous(), value = value.contiguous(), norm = norm.contiguous(), mean = mean.contiguous();
   constexpr int C = Kind::c, K = Kind::tangent;
-  const Planes<T, C> x(xs), g(gs), dy(grad), y(out);
+  const Planes<T, C> x(xs), dy(grad), y(out);
+  const Heads<Mt, C> g(mean, xs[0].size(-1));
+  torch::Tensor dmean = torch::empty_like(mean);
+  const Heads<Mt, C> dgo(dmean, xs[0].size(-1));
   const Planes<T, 1> v(value), len(norm);
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
-  torch::Tensor dx_t = torch::empty({C, tokens, n}, out.options()), dg_t = torch::empty({C, tokens, n}, out.options());
+  torch::Tensor dx_t = torch::empty({C, tokens, n}, out.options()), dg_t = torch::empty({C, tokens, n}, out.options());  // dg_t: dstep between the passes
   torch::Tensor dv_t = torch::empty({tokens, n}, out.options()), radius_t = torch::empty({tokens}, out.options());
   const Planes<T, C> dx(dx_t), dg(dg_t);
   const Planes<T, 1> dv(dv_t);
@@ -421,11 +467,11 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
           DV[0][l] = dvj;
           set_lane<T, C>(DX, l, da), set_lane<T, C>(DG, l, dgj);
         }
-        store(dx, j0, m, DX), store(dg, j0, m, DG), store(dv, j0, m, DV);
+        store(dx, j0, m, DX), store(dgo, j0, m, DG), store(dv, j0, m, DV);
       });
     }
   });
-  return {dx_t, dg_t, dv_t, radius_t};
+  return {dx_t, dmean, dv_t, radius_t};
 }
 
 // ------------------------------------------------------------------------------------------ query/key features
@@ -607,21 +653,36 @@ std::vector<torch::Tensor> move_backward_any(const std::string& kind, torch::Ten
   });
 }
 
+// G in the state's dtype, or in bfloat16 (autocast's attention output), read and its gradient written as it is stored
+template <typename F>
+auto by_mean_dtype(const torch::Tensor& mean, torch::ScalarType state, F&& f) {
+  TORCH_CHECK(mean.scalar_type() == state || mean.scalar_type() == torch::kBFloat16,
+              "vectors: the attention output must be in the state's dtype or bfloat16");
+  TORCH_CHECK(mean.dim() == 4, "vectors: the attention output must be (B, H, T, c·d)");
+  return mean.scalar_type() == torch::kBFloat16 ? f(at::BFloat16{}) : f(nullptr);
+}
+
 std::vector<torch::Tensor> step_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
-                                            const std::vector<torch::Tensor>& gs, torch::Tensor value,
-                                            double radius) {
+                                            torch::Tensor mean, torch::Tensor value, double radius) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
-    return step_forward<decltype(t)>(k, xs, gs, value, radius);
+    using T = decltype(t);
+    return by_mean_dtype(mean, xs[0].scalar_type(), [&](auto s) {
+      using Mt = std::conditional_t<std::is_same_v<decltype(s), at::BFloat16>, at::BFloat16, T>;
+      return step_forward<T, Mt>(k, xs, mean, value, radius);
+    });
   });
 }
 
 std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Tensor grad,
-                                             const std::vector<torch::Tensor>& xs,
-                                             const std::vector<torch::Tensor>& gs, torch::Tensor value,
-                                             double radius, torch::Tensor sq, torch::Tensor h, torch::Tensor norm,
-                                             torch::Tensor out) {
+                                             const std::vector<torch::Tensor>& xs, torch::Tensor mean,
+                                             torch::Tensor value, double radius, torch::Tensor sq, torch::Tensor h,
+                                             torch::Tensor norm, torch::Tensor out) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
-    return step_backward<decltype(t)>(k, grad, xs, gs, value, radius, sq, h, norm, out);
+    using T = decltype(t);
+    return by_mean_dtype(mean, xs[0].scalar_type(), [&](auto s) {
+      using Mt = std::conditional_t<std::is_same_v<decltype(s), at::BFloat16>, at::BFloat16, T>;
+      return step_backward<T, Mt>(k, grad, xs, mean, value, radius, sq, h, norm, out);
+    });
   });
 }
 
@@ -647,8 +708,8 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_forward", &move_forward_any, "normalise(move(x, w)): (out (c, N, n), |m| (N, n))");
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (tangent, N, n))");
-  m.def("step_forward", &step_forward_any, "(out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
-  m.def("step_backward", &step_backward_any, "(dx, dG (c, N, n), dv (N, n), ⟨dstep, w⟩ h (N,))");
+  m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
+  m.def("step_backward", &step_backward_any, "(dx (c, N, n), dG as G, dv (N, n), ⟨dstep, w⟩ h (N,))");
   m.def("features_forward", &features_forward_any, "(q, k (N, H, c, d))");
   m.def("features_backward", &features_backward_any, "(dx (c, N, n), dg (N, 2, n), dr (parts, N, n))");
 }
