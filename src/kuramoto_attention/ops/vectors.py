@@ -226,14 +226,17 @@ def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
     return ds, grad_radius
 
 
-def _planes_of(mean: Tensor, components: int, dtype: torch.dtype) -> Parts:
-    """The attention output in the heads' layout (B, H, T, c·d) -> its c planes (B, T, n) in ``dtype``."""
-    b, _, t, _ = mean.shape
-    return mean.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4).reshape(components, b, t, -1).to(dtype).unbind(0)
+def from_heads(mean: Tensor, components: int, dtype: torch.dtype) -> Parts:
+    """The attention output in the heads' layout (B, H, T, c·d) -> its c planes (B, T, n) in ``dtype`` (one pass: the
+    layout and the dtype change together)."""
+    b, heads, t, _ = mean.shape
+    planes = mean.new_empty((components, b, t, heads, mean.shape[-1] // components), dtype=dtype)
+    planes.copy_(mean.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4))
+    return planes.flatten(-2).unbind(0)
 
 
 def _heads_of(parts: Parts, heads: int, like: Tensor) -> Tensor:
-    """``_planes_of``'s inverse: c planes (B, T, n) -> (B, H, T, c·d) in ``like``'s dtype."""
+    """``from_heads``' inverse: c planes (B, T, n) -> (B, H, T, c·d) in ``like``'s dtype."""
     (b, t, _), c = parts[0].shape, len(parts)
     return torch.stack(parts).view(c, b, t, heads, -1).permute(1, 3, 2, 0, 4).reshape(b, heads, t, -1).to(like.dtype)
 
@@ -265,7 +268,7 @@ class _Step(torch.autograd.Function):
             out, sq, h, norm = out.view(dim, *x[0].shape), sq.view(token), h.view(token), norm.view(x[0].shape)
         else:
             move, _, tangent, _, aux = _KINDS[kind]
-            xi = tangent(x, _planes_of(mean, dim, x[0].dtype))
+            xi = tangent(x, from_heads(mean, dim, x[0].dtype))
             w = tuple(value * c for c in xi)
             sq = dot(w, w).sum(-1, keepdim=True)  # one norm per token, over all its oscillators
             h = norm_factor(sq, log_radius.exp().to(sq.dtype))
@@ -286,7 +289,7 @@ class _Step(torch.autograd.Function):
             return (None, None, grad_value.view(value.shape) if ctx.needs_input_grad[2] else None,
                     grad_radius if ctx.needs_input_grad[3] else None, dmean, *dx.view(-1, *x[0].shape).unbind(0))
         _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]
-        g = _planes_of(mean, ctx.dim, x[0].dtype)
+        g = from_heads(mean, ctx.dim, x[0].dtype)
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         step = tuple(h * c for c in w)

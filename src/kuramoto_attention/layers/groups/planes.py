@@ -7,7 +7,8 @@ or 4 numbers, which they cannot vectorise. ``join`` stores a state component-maj
 so that the next ``split`` is free; the public shape stays (B, T, n, c), and any layout of it is read alike.
 
 Inside a head, query, key and value features are laid out component-major too, (B, H, T, c, d): the score is a dot
-product and the mean is read back the same way, so their order is no one else's business (``per_head``, ``from_heads``).
+product and the mean is read back the same way, so their order is no one else's business (``per_head``,
+``ops.vectors.from_heads``).
 
 ``VectorGeometry`` is what such groups share: the lift is the state's own coordinates, what A averages is the state
 itself, the embedding reads tangent vectors at a base point through the exponential, and the norm bound is applied
@@ -28,6 +29,7 @@ from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.ops import native
 from kuramoto_attention.ops.fused import fused_applies
+from kuramoto_attention.ops.vectors import from_heads
 
 Parts = tuple[Tensor, ...]
 _SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
@@ -60,15 +62,6 @@ def token_major(x: Parts, heads: int) -> Tensor:
     """c planes (B, T, n) -> (B, T, H, c, d): ``per_head``'s layout within a token, the tokens outermost (what the
     query/key features are computed in before the heads are split by a view)."""
     return torch.stack(x, dim=2).unflatten(-1, (heads, -1)).transpose(2, 3)
-
-
-def from_heads(out: Tensor, components: int, dtype: torch.dtype) -> Parts:
-    """An attention output (B, H, T, c·d) laid out as ``per_head``'s features -> its c planes (B, T, n) in ``dtype``
-    (one pass: the layout and the dtype change together)."""
-    b, heads, t, _ = out.shape
-    planes = out.new_empty((components, b, t, heads, out.shape[-1] // components), dtype=dtype)
-    planes.copy_(out.unflatten(-1, (components, -1)).permute(3, 0, 2, 1, 4))
-    return planes.flatten(-2).unbind(0)
 
 
 def cos_sinc(a2: Tensor) -> tuple[Tensor, Tensor]:
