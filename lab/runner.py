@@ -22,7 +22,7 @@ from kuramoto_attention.training.data import load_corpus
 from kuramoto_attention.training.evaluate import evaluate_bpc
 from kuramoto_attention.training.train import load_run, prepare_run, train
 from lab import protocol
-from lab.groups import FROZEN, GROUPS, all_results, flops_per_token, order, plan
+from lab.groups import FROZEN, GROUPS, RETIRED, all_results, flops_per_token, order, plan
 from lab.protocol import Spec, load_results
 from lab.records import _config_diffs, mismatch, run_dir_of, same_run, same_training
 
@@ -197,9 +197,9 @@ def describe(group: str) -> str:
     steps = []
     total = 0.0
     for g in order(group):
-        est = estimate(g)
-        if est is None:
-            steps.append(f"{g} (not plannable on the committed results)")
+        if g in RETIRED or (est := estimate(g)) is None:  # a retired group is read, never planned
+            steps.append(f"{g} (retired at {RETIRED[g].commit}: its recorded results are read; `{RETIRED[g].rerun(g)}` "
+                         "reruns it)" if g in RETIRED else f"{g} (not plannable on the committed results)")
             continue
         n, seconds, scaled = est
         total += seconds

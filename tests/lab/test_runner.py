@@ -538,6 +538,16 @@ def test_run_says_the_order_and_how_long_and_dry_run_trains_nothing(in_tmp, caps
     assert n == 6 and seconds > 0
 
 
+def test_a_retired_group_in_the_order_is_read_with_its_rerun_not_planned(monkeypatch):
+    """main-5m reads the retired scale: the order gives scale the commit that reruns it and never plans it; a group that
+    cannot be planned is estimated and gets no rerun command."""
+    asked = []
+    monkeypatch.setattr(experiment, "estimate", lambda g: asked.append(g))  # None: every kept group unplannable
+    text = experiment.describe("main-5m")
+    assert asked == ["lr-5m-tuned", "main-5m"] and retired.RETIRED["scale"].rerun("scale") in text
+    assert "lab run lr-5m-tuned" not in text and "lab run main-5m" not in text
+
+
 def test_run_in_a_fresh_folder_says_to_run_the_sweep_first(tmp_path, monkeypatch, capsys):
     from lab.cli import main
 
