@@ -81,11 +81,36 @@ def test_values_to_the_bit_and_gradients_equal_the_plain_features(case, dtype, a
     leaves = [x, drift, z, tau]
     qf, kf, gf = loss_and_grads(fused, geo, leaves, pos)
     qp, kp, gp = loss_and_grads(plain, geo, leaves, pos)
-    assert torch.equal(qf, qp) and torch.equal(kf, kp)
-    assert qf.stride() == qp.stride() and kf.stride() == kp.stride()
+    assert torch.equal(qf, qp) and torch.equal(kf, kp)  # (the layouts may differ: SDPA reads either alike)
     for f, p in zip(gf, gp, strict=True):
         assert f.shape == p.shape and f.dtype == p.dtype
         torch.testing.assert_close(f, p, rtol=0, atol=atol * max(1.0, p.abs().max().item()))
+
+
+@pytest.mark.parametrize("case", ["su2", "sphere"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_room_columns_come_zero_and_what_is_written_there_changes_no_gradient(case, dtype):
+    """``room``: zero columns after each head's features, which the layer fills in place (its clocks): the features
+    and the inputs' gradients are those without room, the written columns get theirs."""
+    geo = GEOMETRIES[case]
+    x, drift, pos, z, tau = inputs(geo, torch.float32 if dtype == torch.bfloat16 else dtype)
+    leaves = [x, drift, z, tau]
+    gen = torch.Generator().manual_seed(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        q0, k0 = geo.gated_query_key(x, pos, drift, z, H, tau, dtype)
+        q, k = geo.gated_query_key(x, pos, drift, z, H, tau, dtype, room=3)
+    width = q0.shape[-1]
+    assert q.shape == (*q0.shape[:-1], width + 3) and q.dtype == k.dtype == dtype
+    assert torch.equal(q[..., :width], q0) and torch.equal(k[..., :width], k0)
+    assert not q[..., width:].any() and not k[..., width:].any()
+    extra = torch.randn(*q.shape[:-1], 3, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
+    q[..., width:], k[..., width:] = extra, 2 * extra
+    wq, wk = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(dtype) for t in (q, k))
+    *with_room, d_extra = torch.autograd.grad((q * wq).float().sum() + (k * wk).float().sum(), [*leaves, extra])
+    without = torch.autograd.grad((q0 * wq[..., :width]).float().sum() + (k0 * wk[..., :width]).float().sum(), leaves)
+    for a, b in zip(with_room, without, strict=True):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(d_extra, wq[..., width:] + 2 * wk[..., width:])
 
 
 @pytest.mark.parametrize("case", GEOMETRIES)

@@ -11,7 +11,15 @@ from kuramoto_attention.layers.groups.planes import dot, exp_parts, split
 from kuramoto_attention.layers.groups.sphere import Sphere, exp_map, project
 from kuramoto_attention.layers.groups.su2 import SU2, mul
 from kuramoto_attention.ops import native
-from kuramoto_attention.ops.vectors import cos_sinc_grad, quaternion_move, quaternion_step, sphere_move, sphere_step
+from kuramoto_attention.ops.vectors import (
+    cos_sinc_grad,
+    lift_states,
+    quaternion_move,
+    quaternion_step,
+    sphere_move,
+    sphere_step,
+    to_heads,
+)
 
 B, T, N = 2, 3, 5
 pytestmark = pytest.mark.usefixtures("backend")  # conftest.py: each test on both backends
@@ -202,3 +210,22 @@ def test_step_under_bf16_autocast_is_close_to_fp32(case):
         out = fused(split(x), split(mean), value, log_radius)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["lift", "heads"])
+def test_one_pass_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_states_layout(kind, dtype):
+    """The lift (B, T, n·c) and the values' heads layout (B, H, T, c·d), each copied in one pass from component-major
+    states: the plain copy's numbers both ways, and the gradient stored as the states are (no relayout later)."""
+    state = torch.float32 if dtype == torch.bfloat16 else torch.float64
+    x = torch.stack(torch.randn(B, T, 4, 3, dtype=state).unbind(-1)).movedim(0, -1).requires_grad_()
+    fused, plain = {
+        "lift": (lambda y: lift_states(y, dtype), lambda y: y.flatten(-2).to(dtype)),
+        "heads": (lambda y: to_heads(y, 2, dtype),
+                  lambda y: y.unflatten(2, (2, -1)).permute(0, 2, 1, 4, 3).reshape(B, 2, T, -1).to(dtype)),
+    }[kind]
+    out, ref = fused(x), plain(x)
+    assert out.dtype == dtype and torch.equal(out, ref)
+    w = torch.randn(out.shape, dtype=torch.float64).to(dtype)
+    (grad,), (grad_ref,) = (torch.autograd.grad((y * w).sum(), x) for y in (out, ref))
+    assert torch.equal(grad, grad_ref) and grad.stride() == x.stride()

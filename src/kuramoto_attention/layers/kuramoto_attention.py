@@ -226,17 +226,21 @@ class KuramotoAttention(nn.Module):
         The lift is cast once to the matmul dtype for the gates, the values and the value gate; the increment reads it
         in the state's dtype."""
         geo = self.geometry
-        lifted = geo.lift(x)
-        lifted_mm = lifted.to(compute_dtype(lifted))
+        if geo.steps_read_lift:  # the step reads φ(x) in the state's dtype: lift, then cast once
+            lifted = geo.lift(x)
+            lifted_mm = lifted.to(compute_dtype(lifted))
+        else:  # the lift in the matmuls' dtype in one pass (what the step is given of it it does not read)
+            lifted = lifted_mm = geo.lift_as(x, compute_dtype(x))
         pos = torch.arange(offset, offset + x.shape[1], device=x.device, dtype=x.dtype)
         mapped = self._mapped(lifted_mm)
         gates = self.gate_module
         logits = None if gates is None else gates(lifted_mm, mapped)
-        q, k = geo.gated_query_key(x, pos, self.omega, logits, self.heads, self._tau(), lifted_mm.dtype, self.extras)
-        if self.clock is not None:  # 2c more query/key features per head
+        room = 2 * self.config.clock  # the clocks' query/key features, written after the state's in each head
+        q, k = geo.gated_query_key(x, pos, self.omega, logits, self.heads, self._tau(), lifted_mm.dtype, self.extras,
+                                   room)
+        if self.clock is not None:
             cq, ck = self.clock.features(pos, self._tau(), lifted_mm.dtype)
-            q = torch.cat((q, cq.expand(q.shape[0], -1, -1, -1)), dim=-1)
-            k = torch.cat((k, ck.expand(k.shape[0], -1, -1, -1)), dim=-1)
+            q[..., -room:], k[..., -room:] = cq, ck
         if self.value_proj is not None:
             v = split_heads(self.value_proj(lifted_mm), self.heads)
         else:

@@ -106,8 +106,8 @@ class PhaseFeedForward(nn.Module):
 
     def update(self, x: Tensor) -> Tensor:
         """The unbounded update (B, T, n·tangent), before the bound."""
-        h = self.geometry.lift(x) if self.mode == "lift" else x
-        h = h.to(compute_dtype(h))  # cast once for both input matmuls
+        # cast once for both input matmuls (the lift and the cast in one pass where the group can)
+        h = self.geometry.lift_as(x, compute_dtype(x)) if self.mode == "lift" else x.to(compute_dtype(x))
         return self.mlp(h if self.source.module is None else self.source(h))
 
 
@@ -197,7 +197,7 @@ class KuramotoLM(ByteLM):
         return self.geometry.embed(self.phase_embedding, idx)
 
     def readout(self, x: Tensor) -> Tensor:
-        return self.prototypes(self.geometry.lift(x))
+        return self.prototypes(self.geometry.lift_as(x, compute_dtype(x)))
 
     def phases(self, idx: Tensor, skip: frozenset[tuple[str, int]] = frozenset()) -> list[Tensor]:
         """The state before and after every block: depth + 1 tensors (B, T, n).

@@ -12,13 +12,13 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
     step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
 
-    features_forward(kind, x, R, g, H, T)        -> (q, k (N, H, c, d))
+    features_forward(kind, x, R, g, H, T, bf16, W) -> (q, k (B, H, T, W), the columns after c·d zero)
     features_backward(kind, dq, dk, x, R, g, H, T, need_drift) -> (dx (c, N, n), dg (N, 2, n), dR (parts, N, n))
 
 x, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; G the attention output in the
 heads' layout (B, H, T, c·d), in x's dtype or bfloat16 (read as stored; dG comes back so); kind "quaternion" or
-"sphere"; R the drift's rotation as parts (T, n), g the gates (N, 2, n); dR summed over the batch is the rotation's
-gradient.
+"sphere"; R the drift's rotation as parts (T, n), g the gates (N, 2, n); q, k in x's dtype or bfloat16, and their
+gradients read as stored (any strides but the last); dR summed over the batch is the rotation's gradient.
 """
 
 from __future__ import annotations
@@ -133,17 +133,18 @@ def _(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_ra
 
 @torch.library.custom_op("kuramoto::features_forward", mutates_args=())
 def features_forward(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
-                     positions: int) -> tuple[Tensor, Tensor]:
-    q, k = _module().features_forward(kind, x, rotation, gates, heads, positions)
+                     positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
+    q, k = _module().features_forward(kind, x, rotation, gates, heads, positions, bf16, width)
     return q, k
 
 
 @features_forward.register_fake
 def _(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
-      positions: int) -> tuple[Tensor, Tensor]:
+      positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
     n = x[0].shape[-1]
-    shape = (x[0].numel() // n, heads, len(x), n // heads)
-    return x[0].new_empty(shape), x[0].new_empty(shape)
+    shape = (x[0].numel() // n // positions, heads, positions, width)
+    dtype = torch.bfloat16 if bf16 else x[0].dtype
+    return x[0].new_empty(shape, dtype=dtype), x[0].new_empty(shape, dtype=dtype)
 
 
 @torch.library.custom_op("kuramoto::features_backward", mutates_args=())

@@ -16,6 +16,8 @@ The plain expressions (the geometry modules' ``exp_move``) are what the tests co
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -167,49 +169,59 @@ def _compiled(x: Parts, *others: Tensor) -> bool:
     return len(x) in (2, 4, 6, 8) and all(t.shape == x[0].shape for t in others) and native.available(x[0])
 
 
+def _whole(x: Tensor | Parts) -> Tensor:
+    """A state or tangent vector (..., n, c) as one tensor (in any layout), or its c parts (..., n) stacked."""
+    return x if isinstance(x, Tensor) else torch.stack(x, dim=-1)
+
+
+def _stacked(parts: Parts | Tensor, like: Tensor) -> Tensor:
+    """A gradient of ``like`` (..., n, c), given as c parts or as the kernels' (c, N, n), component-major."""
+    return (torch.stack(parts) if isinstance(parts, tuple) else parts.view(-1, *like.shape[:-1])).movedim(0, -1)
+
+
 class _Move(torch.autograd.Function):
-    # saves the inputs, |m| and the output (stacked: the layer's next state, which its readers save anyway); what the
+    # takes the state and the step whole and gives their gradients back component-major (no stacking pass); saves
+    # the inputs, |m| and the output (stacked: the layer's next state, which its readers save anyway); what the
     # move's backward needs besides (cos, sinc, …) is recomputed from the inputs, which is cheaper than keeping it.
     # On the CPU the compiled kernels (``native.py``) do each direction in one loop
     @staticmethod
-    def forward(ctx: FunctionCtx, kind: str, dim: int, *xw: Tensor) -> Tensor:  # type: ignore[override]
-        x, w = xw[:dim], xw[dim:]
-        if compiled := _compiled(x, *w):
-            out, norm = native.move_forward(kind, list(x), list(w))
-            out, norm = out.view(dim, *x[0].shape), norm.view(x[0].shape)
+    def forward(ctx: FunctionCtx, kind: str, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
+        xs, ws = x.unbind(-1), w.unbind(-1)
+        if compiled := _compiled(xs, *ws):
+            out, norm = native.move_forward(kind, list(xs), list(ws))
+            out, norm = out.view(len(xs), *xs[0].shape), norm.view(xs[0].shape)
         else:
             move, _, _, _, aux = _KINDS[kind]
-            y, norm = _normalise(move(x, w, aux(x, w)))
+            y, norm = _normalise(move(xs, ws, aux(xs, ws)))
             out = torch.stack(y)
-        ctx.kind, ctx.dim, ctx.compiled = kind, dim, compiled
-        ctx.save_for_backward(*xw, norm, out)
+        ctx.kind, ctx.compiled = kind, compiled
+        ctx.save_for_backward(x, w, norm, out)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        *xw, norm, out = ctx.saved_tensors
-        x, w = xw[:ctx.dim], xw[ctx.dim:]
+        x, w, norm, out = ctx.saved_tensors
+        xs, ws = x.unbind(-1), w.unbind(-1)
         if ctx.compiled:
-            dx, dw = (d.view(-1, *x[0].shape).unbind(0)
-                      for d in native.move_backward(ctx.kind, grad, list(x), list(w), norm, out))
+            dx, dw = native.move_backward(ctx.kind, grad, list(xs), list(ws), norm, out)
         else:
             _, move_backward, _, _, aux = _KINDS[ctx.kind]
             dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
-            dx, dw = move_backward(dm, x, w, aux(x, w))
-        return (None, None, *dx, *dw)
+            dx, dw = move_backward(dm, xs, ws, aux(xs, ws))
+        return None, _stacked(dx, x), _stacked(dw, w)
 
 
-def quaternion_move(q: Parts, w: Parts) -> Tensor:
-    """normalise(q exp(w)): unit quaternions q (4 parts (..., n)) moved by pure quaternions w (3 parts), as a state
-    (..., n, 4) stored component-major (``planes.join``'s layout)."""
-    return _Move.apply("quaternion", 4, *q, *w).movedim(0, -1)
+def quaternion_move(q: Tensor | Parts, w: Tensor | Parts) -> Tensor:
+    """normalise(q exp(w)): unit quaternions q (..., n, 4) moved by pure quaternions w (..., n, 3), each whole or as
+    its parts (..., n); the state (..., n, 4) stored component-major (``planes.join``'s layout)."""
+    return _Move.apply("quaternion", _whole(q), _whole(w)).movedim(0, -1)
 
 
-def sphere_move(x: Parts, w: Parts) -> Tensor:
-    """normalise(exp_x(P_x w)): unit vectors x (D parts (..., n)) moved along the tangent part of w (D parts), as a
-    state (..., n, D) stored component-major."""
-    return _Move.apply("sphere", len(x), *x, *w).movedim(0, -1)
+def sphere_move(x: Tensor | Parts, w: Tensor | Parts) -> Tensor:
+    """normalise(exp_x(P_x w)): unit vectors x (..., n, D) moved along the tangent part of w (..., n, D), each whole
+    or as its parts; the state (..., n, D) stored component-major."""
+    return _Move.apply("sphere", _whole(x), _whole(w)).movedim(0, -1)
 
 
 def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
@@ -224,6 +236,45 @@ def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
     ds = torch.where(sq >= floor, along * log_radius.exp().to(sq.dtype) * slope, 0.0)
     grad_radius = (along * h).sum().reshape(log_radius.shape).to(log_radius.dtype) if need_radius else None
     return ds, grad_radius
+
+
+class _Relayout(torch.autograd.Function):
+    # y = arrange(x) copied in ``dtype``: the layout and the dtype change in one pass, and the gradient goes back in
+    # one pass too, into x's own layout (that of x's other gradients, so that autograd sums them on matching strides)
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: Tensor, dtype: torch.dtype,  # type: ignore[override]
+                arrange: Callable[[Tensor], Tensor]) -> Tensor:
+        ctx.shape, ctx.stride, ctx.dtype, ctx.arrange = x.shape, x.stride(), x.dtype, arrange
+        src = arrange(x)
+        return x.new_empty(src.shape, dtype=dtype).copy_(src)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        dx = torch.empty_strided(ctx.shape, ctx.stride, dtype=ctx.dtype, device=grad.device)
+        ctx.arrange(dx).copy_(grad)
+        return dx, None, None
+
+
+def relayout(x: Tensor, dtype: torch.dtype, arrange: Callable[[Tensor], Tensor]) -> Tensor:
+    """``arrange(x)`` (a view of x) as a new tensor in ``dtype``, one pass each way in eager training (torch.compile
+    fuses the plain copy itself)."""
+    if torch.compiler.is_compiling() or not x.requires_grad:
+        src = arrange(x)
+        return x.new_empty(src.shape, dtype=dtype).copy_(src)
+    return _Relayout.apply(x, dtype, arrange)
+
+
+def lift_states(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """States (B, T, n, c) -> their c·n real components (B, T, n·c), oscillator-major, in ``dtype`` (one pass each
+    way, whatever x's memory layout)."""
+    return relayout(x, dtype, lambda y: y).flatten(-2)
+
+
+def to_heads(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
+    """States (B, T, n, c) -> (B, H, T, c·d) in ``dtype``: head h's oscillators h·d … (h+1)·d − 1, component-major
+    within it (one pass each way, whatever x's memory layout)."""
+    return relayout(x, dtype, lambda y: y.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3)).flatten(-2)
 
 
 def from_heads(mean: Tensor, components: int, dtype: torch.dtype) -> Parts:
@@ -260,8 +311,9 @@ class _Step(torch.autograd.Function):
     # (cos, sinc, …) are recomputed in the backward. On the CPU the compiled kernels do each direction in two loops
     # over every token's oscillators (the bound's sum, then the move), reading G where the attention left it
     @staticmethod
-    def forward(ctx: FunctionCtx, kind: str, dim: int, value: Tensor, log_radius: Tensor,  # type: ignore[override]
-                mean: Tensor, *x: Tensor) -> Tensor:
+    def forward(ctx: FunctionCtx, kind: str, value: Tensor, log_radius: Tensor,  # type: ignore[override]
+                mean: Tensor, state: Tensor) -> Tensor:
+        x, dim = state.unbind(-1), state.shape[-1]
         if compiled := _compiled_step(x, mean, value):
             out, sq, h, norm = native.step_forward(kind, list(x), mean, value, log_radius)
             token = (*x[0].shape[:-1], 1)
@@ -275,21 +327,22 @@ class _Step(torch.autograd.Function):
             step = tuple(h * c for c in w)
             y, norm = _normalise(move(x, step, aux(x, step)))
             out = torch.stack(y)
-        ctx.kind, ctx.dim, ctx.compiled = kind, dim, compiled
-        ctx.save_for_backward(value, log_radius, sq, h, norm, mean, *x, out)
+        ctx.kind, ctx.compiled = kind, compiled
+        ctx.save_for_backward(value, log_radius, sq, h, norm, mean, state, out)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        value, log_radius, sq, h, norm, mean, *x, out = ctx.saved_tensors
+        value, log_radius, sq, h, norm, mean, state, out = ctx.saved_tensors
+        x = state.unbind(-1)
         if ctx.compiled:
             dx, dmean, grad_value, grad_radius = native.step_backward(ctx.kind, grad, list(x), mean, value,
                                                                       log_radius, sq, h, norm, out)
-            return (None, None, grad_value.view(value.shape) if ctx.needs_input_grad[2] else None,
-                    grad_radius if ctx.needs_input_grad[3] else None, dmean, *dx.view(-1, *x[0].shape).unbind(0))
+            return (None, grad_value.view(value.shape) if ctx.needs_input_grad[1] else None,
+                    grad_radius if ctx.needs_input_grad[2] else None, dmean, _stacked(dx, state))
         _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]
-        g = from_heads(mean, ctx.dim, x[0].dtype)
+        g = from_heads(mean, len(x), x[0].dtype)
         xi = tangent(x, g)
         w = tuple(value * c for c in xi)
         step = tuple(h * c for c in w)
@@ -297,27 +350,27 @@ class _Step(torch.autograd.Function):
         dx, dstep = move_backward(dm, x, step, aux(x, step))
         # step = h(‖w‖²) w:  dw = h dstep + 2 w dL/ds,  dL/dh = Σ ⟨dstep, w⟩ over the token
         ds, grad_radius = _bound_backward(dot(dstep, w).sum(-1, keepdim=True), sq, h, log_radius,
-                                          ctx.needs_input_grad[3])
+                                          ctx.needs_input_grad[2])
         dw = tuple(torch.addcmul(h * d, c, 2 * ds) for d, c in zip(dstep, w, strict=True))
-        grad_value = dot(dw, xi) if ctx.needs_input_grad[2] else None
+        grad_value = dot(dw, xi) if ctx.needs_input_grad[1] else None
         dx_xi, dg = tangent_backward(tuple(value * d for d in dw), x, g)
-        return (None, None, grad_value, grad_radius, _heads_of(dg, mean.shape[1], mean),
-                *(a + b for a, b in zip(dx, dx_xi, strict=True)))
+        return (None, grad_value, grad_radius, _heads_of(dg, mean.shape[1], mean),
+                _stacked(tuple(a + b for a, b in zip(dx, dx_xi, strict=True)), state))
 
 
-def quaternion_step(q: Parts, mean: Tensor | Parts, value: Tensor, log_radius: Tensor) -> Tensor:
+def quaternion_step(q: Tensor | Parts, mean: Tensor | Parts, value: Tensor, log_radius: Tensor) -> Tensor:
     """normalise(q exp(h w)) with w = v ⊙ Im(conj(q) G) and h = r tanh(‖w‖)/‖w‖ over each token: the attention's move
-    on unit quaternions. q 4 parts (B, T, n); G the attention output in the heads' layout (B, H, T, 4d), in q's dtype
-    or bfloat16, or as 4 parts (B, T, n); value v (B, T, n) and log_radius (1,) in q's dtype. Returns the state
-    (B, T, n, 4), stored component-major."""
-    return _Step.apply("quaternion", 4, value, log_radius, _as_heads(mean), *q).movedim(0, -1)
+    on unit quaternions. q (B, T, n, 4), or its 4 parts (B, T, n); G the attention output in the heads' layout
+    (B, H, T, 4d), in q's dtype or bfloat16, or as 4 parts (B, T, n); value v (B, T, n) and log_radius (1,) in q's
+    dtype. Returns the state (B, T, n, 4), stored component-major."""
+    return _Step.apply("quaternion", value, log_radius, _as_heads(mean), _whole(q)).movedim(0, -1)
 
 
-def sphere_step(x: Parts, mean: Tensor | Parts, value: Tensor, log_radius: Tensor) -> Tensor:
+def sphere_step(x: Tensor | Parts, mean: Tensor | Parts, value: Tensor, log_radius: Tensor) -> Tensor:
     """normalise(exp_x(P_x(h w))) with w = v ⊙ P_x G and h the norm bound over each token: the attention's move on
-    unit vectors. x D parts (B, T, n); G as ``quaternion_step``'s, (B, H, T, D·d) or D parts; value v (B, T, n);
-    log_radius (1,). Returns the state (B, T, n, D), stored component-major."""
-    return _Step.apply("sphere", len(x), value, log_radius, _as_heads(mean), *x).movedim(0, -1)
+    unit vectors. x (B, T, n, D) or its D parts; G as ``quaternion_step``'s, (B, H, T, D·d) or D parts; value v
+    (B, T, n); log_radius (1,). Returns the state (B, T, n, D), stored component-major."""
+    return _Step.apply("sphere", value, log_radius, _as_heads(mean), _whole(x)).movedim(0, -1)
 
 
 # --------------------------------------------------------------------------- the drifted, gated query/key features
@@ -471,25 +524,28 @@ class _QueryKey(torch.autograd.Function):
     @staticmethod
     @_no_autocast
     def forward(ctx: FunctionCtx, x: Tensor, drift: Tensor, pos: Tensor, z: Tensor,  # type: ignore[override]
-                tau: Tensor, kind: str, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                tau: Tensor, kind: str, out_dtype: torch.dtype, room: int) -> tuple[Tensor, Tensor]:
         rotation, rotate, _, _, _ = _DRIFTS[kind]
-        b, t, n, _ = x.shape
+        b, t, n, c = x.shape
         heads = tau.shape[0]
         r, aux = rotation(pos, drift)
         parts = x.unbind(-1)
         g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
-        # the compiled kernels: the rotation, the gates and the heads' layout in one pass
-        compiled = g.dtype == x.dtype and _compiled(parts)
+        # the compiled kernels: the rotation, the gates, the heads' layout and the dtype in one pass
+        bf16 = out_dtype == torch.bfloat16 and x.dtype == torch.float32
+        compiled = g.dtype == x.dtype and (out_dtype == x.dtype or bf16) and _compiled(parts)
         if compiled:
-            q, key = (y.view(b, t, heads, -1).to(out_dtype)
-                      for y in native.features_forward(kind, list(parts), list(r), g.view(b * t, 2, n), heads, t))
+            q, key = native.features_forward(kind, list(parts), list(r), g.view(b * t, 2, n), heads, t, bf16,
+                                             c * (n // heads) + room)
         else:
-            q, key = _gated(rotate(r, parts), g, heads, out_dtype)  # c planes (B, T, n), then the heads' layout
+            q, key = (y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype))
+            if room:
+                q, key = F.pad(q, (0, room)), F.pad(key, (0, room))
         # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
         # and the rotation's (T, n) parts are kept
         ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)
         ctx.kind, ctx.nrot, ctx.compiled = kind, len(r), compiled
-        return q.transpose(1, 2), key.transpose(1, 2)
+        return q, key
 
     @staticmethod
     @once_differentiable
@@ -502,20 +558,21 @@ class _QueryKey(torch.autograd.Function):
         parts = x.unbind(-1)
         # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
         g = F.softplus(z.to(scale.dtype)).view(b, t, 2, heads, -1).mul_(scale)
-        if ctx.compiled:
-            gq, gk = (grad.transpose(1, 2).reshape(b * t, heads, c, -1).to(x.dtype) for grad in (grad_q, grad_k))
-            dx, grad_g, dr = native.features_backward(ctx.kind, gq, gk, list(parts), list(r), g.view(b * t, 2, n),
-                                                      heads, t, ctx.needs_input_grad[1])
+        if ctx.compiled:  # the gradients read where they are (bfloat16 under autocast, the room's columns skipped)
+            if grad_q.dtype != grad_k.dtype or grad_q.dtype not in (x.dtype, torch.bfloat16):
+                grad_q, grad_k = grad_q.to(x.dtype), grad_k.to(x.dtype)
+            dx, grad_g, dr = native.features_backward(ctx.kind, grad_q, grad_k, list(parts), list(r),
+                                                      g.view(b * t, 2, n), heads, t, ctx.needs_input_grad[1])
             need_drift, need_tau = ctx.needs_input_grad[1], ctx.needs_input_grad[4]
             grad_drift = drift_grad(dr.view(-1, b, t, n).sum(1).unbind(0), pos, aux) if need_drift else None
             grad_z, grad_tau = _gates_backward(grad_g.view(g.shape), g, scale, inv_mean, z, tau, need_tau)
-            return dx.view(c, b, t, n).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None
+            return dx.view(c, b, t, n).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, None
         f = rotate(r, parts)
         rows = g.view(b, t, 2, n)  # g^q, g^k as (B, T, n) rows
         # dq and dk as whole rows, in one buffer (B, T, 2, c, n) in x's dtype: one copy each
         grads = grad_q.new_empty(b, t, 2, c, heads, n // heads, dtype=x.dtype)
         for i, grad in enumerate((grad_q, grad_k)):
-            grads[:, :, i].copy_(grad.transpose(1, 2).unflatten(-1, (c, -1)).transpose(2, 3))
+            grads[:, :, i].copy_(grad[..., :c * (n // heads)].transpose(1, 2).unflatten(-1, (c, -1)).transpose(2, 3))
         grads = grads.view(b, t, 2, c, n)
         # q = g^q f, k = g^k f per component:  dg = Σ_c d(q|k)_c f_c (both gates at once),  df_c = g^q dq_c + g^k dk_c
         grad_g = _products([(1.0, grads[:, :, :, i], f[i].unsqueeze(2)) for i in range(c)]).view(g.shape)
@@ -523,21 +580,21 @@ class _QueryKey(torch.autograd.Function):
         dx = x.new_empty(c, b, t, n)  # component-major, as the states are stored
         grad_drift = rotate_backward(df, parts, f, r, pos, aux, ctx.needs_input_grad[1], dx)
         grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, ctx.needs_input_grad[4])
-        return dx.movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None
+        return dx.movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, None
 
 
 def quaternion_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
-                         out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                         out_dtype: torch.dtype, room: int = 0) -> tuple[Tensor, Tensor]:
     """SU(2)'s gated, drifted query and key features q = τ g^q ⊙ exp(tΩ) x_t, k = g^k ⊙ exp(tΩ) x_t, (B, H, T, 4d)
-    each in ``out_dtype``, component-major within a head (``planes.per_head``'s layout).
+    each in ``out_dtype``, component-major within a head (``to_heads``' layout), then ``room`` zero columns.
 
     x (B, T, n, 4) unit quaternions (any layout); drift Ω (n, 3) and pos (T,) in x's dtype; z (B, T, 2n) the gate
     logits (query half, then key half); tau (H,)."""
-    return _QueryKey.apply(x, drift, pos, z, tau, "quaternion", out_dtype)
+    return _QueryKey.apply(x, drift, pos, z, tau, "quaternion", out_dtype, room)
 
 
 def sphere_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
-                     out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                     out_dtype: torch.dtype, room: int = 0) -> tuple[Tensor, Tensor]:
     """The sphere's q = τ g^q ⊙ R(tΩ) x_t, k = g^k ⊙ R(tΩ) x_t, as ``quaternion_query_key``'s: x (B, T, n, D) unit
     vectors; drift Ω (n, D/2), one angle per token for each coordinate plane (x_{2p}, x_{2p+1})."""
-    return _QueryKey.apply(x, drift, pos, z, tau, "sphere", out_dtype)
+    return _QueryKey.apply(x, drift, pos, z, tau, "sphere", out_dtype, room)

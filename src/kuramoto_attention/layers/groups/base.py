@@ -29,6 +29,7 @@ from dataclasses import fields
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import NormBound
@@ -61,6 +62,12 @@ class Geometry:
         """φ(x): (B, T, *state_shape) -> (B, T, n·c) real features."""
         raise NotImplementedError
 
+    def lift_as(self, x: Tensor, dtype: torch.dtype) -> Tensor:
+        """φ(x) in ``dtype`` (the matmuls'): the lift, then one cast; a group may do both in one pass."""
+        return self.lift(x).to(dtype)
+
+    steps_read_lift: ClassVar[bool] = True  # whether ``increment``/``norm_step`` read φ(x) (in the state's dtype)
+
     def init_drift(self, oscillators: int, heads: int, base: float) -> Tensor:
         """The drift's initial value (RoPE's geometric rates within each head); zeros of its shape are no drift."""
         raise NotImplementedError
@@ -86,11 +93,13 @@ class Geometry:
 
     # ------------------------------------------------------------------ what a group may fuse
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                        dtype: torch.dtype, extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+                        dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
         """q = τ g^q ⊙ drifted query, k = g^k ⊙ drifted key, (B, H, T, c·d) each in ``dtype``; ``logits`` the gates'
-        (B, T, 2n) before ρ, or None (every gate 1)."""
+        (B, T, 2n) before ρ, or None (every gate 1). ``room``: that many zero columns after each head's c·d, which
+        the caller fills with features of its own (written in place: no concatenation pass)."""
         query, key = self.drifted(x, pos, drift, heads, extras)
-        return gated_features(key, logits, heads, tau, dtype, query=None if query is key else query)
+        q, k = gated_features(key, logits, heads, tau, dtype, query=None if query is key else query)
+        return (F.pad(q, (0, room)), F.pad(k, (0, room))) if room else (q, k)
 
     def norm_move(self, x: Tensor, step: Tensor, bound: NormBound) -> Tensor:
         """x moved by the norm bound of ``step`` (B, T, n·tangent)."""

@@ -7,8 +7,8 @@ or 4 numbers, which they cannot vectorise. ``join`` stores a state component-maj
 so that the next ``split`` is free; the public shape stays (B, T, n, c), and any layout of it is read alike.
 
 Inside a head, query, key and value features are laid out component-major too, (B, H, T, c, d): the score is a dot
-product and the mean is read back the same way, so their order is no one else's business (``per_head``,
-``ops.vectors.from_heads``).
+product and the mean is read back the same way, so their order is no one else's business (``to_heads`` and
+``from_heads`` in ops/vectors.py).
 
 ``VectorGeometry`` is what such groups share: the lift is the state's own coordinates, what A averages is the state
 itself, the embedding reads tangent vectors at a base point through the exponential, and the norm bound is applied
@@ -29,7 +29,7 @@ from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.ops import native
 from kuramoto_attention.ops.fused import fused_applies
-from kuramoto_attention.ops.vectors import from_heads
+from kuramoto_attention.ops.vectors import from_heads, lift_states, to_heads
 
 Parts = tuple[Tensor, ...]
 _SERIES = 1e-2  # |w|² below which exp uses its Taylor series (error < |w|¹⁰/3.6e6 < 3e-17 there)
@@ -50,16 +50,8 @@ def dot(a: Parts, b: Parts) -> Tensor:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def per_head(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
-    """States (B, T, n, c) -> (B, H, T, c·d) in ``dtype``: head h's oscillators h·d … (h+1)·d − 1, component-major
-    within it (one pass, whatever x's memory layout: the layout and the dtype change together)."""
-    b, t, n, c = x.shape
-    out = x.new_empty((b, heads, t, c, n // heads), dtype=dtype)
-    return out.copy_(x.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3)).flatten(-2)
-
-
 def token_major(x: Parts, heads: int) -> Tensor:
-    """c planes (B, T, n) -> (B, T, H, c, d): ``per_head``'s layout within a token, the tokens outermost (what the
+    """c planes (B, T, n) -> (B, T, H, c, d): ``to_heads``' layout within a token, the tokens outermost (what the
     query/key features are computed in before the heads are split by a view)."""
     return torch.stack(x, dim=2).unflatten(-1, (heads, -1)).transpose(2, 3)
 
@@ -109,6 +101,7 @@ def _moves_fused(x: Tensor) -> bool:
 
 
 class VectorGeometry(Geometry):
+    steps_read_lift = False  # the step reads the states themselves
     """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major.
 
     ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype)``: a
@@ -117,8 +110,8 @@ class VectorGeometry(Geometry):
     torch.compile where the compiled CPU kernels run them), the plain expressions otherwise.
     """
 
-    fused_move: Callable[[Parts, Parts], Tensor] | None = None  # these two return the state (..., n, c), as join
-    fused_step: Callable[[Parts, Tensor, Tensor, Tensor], Tensor] | None = None
+    fused_move: Callable[[Tensor, Tensor], Tensor] | None = None  # these two return the state (..., n, c), as join
+    fused_step: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
     fused_query_key: Callable[..., tuple[Tensor, Tensor]] | None = None
 
     def check_state(self, x: Tensor, oscillators: int) -> None:
@@ -146,6 +139,9 @@ class VectorGeometry(Geometry):
     def lift(self, x: Tensor) -> Tensor:
         return x.flatten(-2)
 
+    def lift_as(self, x: Tensor, dtype: torch.dtype) -> Tensor:
+        return x.flatten(-2) if dtype == x.dtype and x.is_contiguous() else lift_states(x, dtype)
+
     # ------------------------------------------------------------------ what each group says
     def rotated(self, x: Parts, pos: Tensor, drift: Tensor) -> Parts:
         """drift_t x_t as c planes (B, T, n); pos (T,)."""
@@ -166,14 +162,14 @@ class VectorGeometry(Geometry):
         return feat, feat
 
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                        dtype: torch.dtype, extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
-        # drift, gates and the heads' layout in one pass, forward and backward (the same numbers as the default's)
+                        dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
+        # drift, gates, the heads' layout and the room in one pass, forward and backward (the default's numbers)
         if self.fused_query_key is not None and logits is not None and fused_applies():
-            return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype)
-        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras)
+            return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype, room)
+        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, room)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
-        return per_head(x, heads, lifted.dtype)  # x_u, laid out as the features are
+        return to_heads(x, heads, lifted.dtype)  # x_u, laid out as the features are
 
     def _xi(self, x: Tensor, mean: Tensor) -> Parts:
         return self.tangent_part(split(x), from_heads(mean, self.components, x.dtype))
@@ -182,17 +178,17 @@ class VectorGeometry(Geometry):
         return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
-        w = split(step.to(x.dtype).unflatten(-1, (-1, self.tangent)))
+        w = step.to(x.dtype).unflatten(-1, (-1, self.tangent))
         if self.fused_move is not None and _moves_fused(x):
-            return self.fused_move(split(x), w)
-        return join(self.exp_move(split(x), w))
+            return self.fused_move(x, w)  # whole: the gradients come back without a stacking pass
+        return join(self.exp_move(split(x), split(w)))
 
     def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
                   extras: nn.Module | None = None) -> Tensor:
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
         if self.fused_step is not None and _moves_fused(x):
-            return self.fused_step(split(x), mean, v, bound.log_radius)  # G read where the attention left it
+            return self.fused_step(x, mean, v, bound.log_radius)  # G read where the attention left it
         w = tuple(v * c for c in self._xi(x, mean))
         factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
         return join(self.exp_move(split(x), tuple(factor * c for c in w)))

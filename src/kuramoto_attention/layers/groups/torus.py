@@ -93,11 +93,12 @@ class Torus(Geometry):
         return query, key
 
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                        dtype: torch.dtype, extras: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+                        dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
         if logits is not None and (extras is None or extras.query_mix is None) and fused_applies():
             lag = None if extras is None or extras.lag is None else extras.lag.to(x.dtype)
-            return query_key(x, drift, pos, lag, logits, tau, dtype)
-        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras)
+            q, k = query_key(x, drift, pos, lag, logits, tau, dtype)
+            return (F.pad(q, (0, room)), F.pad(k, (0, room))) if room else (q, k)
+        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, room)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
         b, t, _ = lifted.shape  # ψ(θ_u) per head: [cos θ_h, sin θ_h]

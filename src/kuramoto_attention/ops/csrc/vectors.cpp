@@ -9,7 +9,7 @@
 //
 // Layout: a state or a tangent vector is given as its components, each an evenly strided (N, n) plane (N tokens of
 // n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); outputs are stacked
-// component-major, (c, N, n), the features in the heads' layout (N, H, c, d).
+// component-major, (c, N, n), the features in the heads' layout (B, H, T, c·d), read and written as they are stored.
 // Kinds: "quaternion" (c = 4, tangent 3: unit quaternions moved by pure ones) and "sphere" (c = D in 2, 4, 6, 8,
 // tangent D: unit vectors moved along P_x w, drifted by a rotation in each coordinate plane).
 #include <torch/extension.h>
@@ -514,24 +514,42 @@ struct PlaneDrift {
   }
 };
 
-// x: c planes (B·T, n); r: the rotation's parts (T, n); g (B·T, 2, n) contiguous. Returns q, k (B·T, H, c, d).
-template <typename T, typename Drift>
+// Query or key features (B, H, T, ≥ c·d) stored as S (T, or bfloat16 under autocast), the last axis contiguous, the
+// others strided as they come: component i of oscillator e of head h of token (b, t) at b·sb + h·sh + t·st + i·d + e
+template <typename S>
+struct Features {
+  S* ptr;
+  int64_t sb, sh, st, positions;
+  explicit Features(const torch::Tensor& f)
+      : ptr(f.data_ptr<S>()), sb(f.stride(0)), sh(f.stride(1)), st(f.stride(2)), positions(f.size(2)) {}
+  KA_INLINE S* at(int64_t bt, int64_t h) const {
+    const int64_t b = bt / positions;
+    return ptr + b * sb + h * sh + (bt - b * positions) * st;
+  }
+};
+
+// x: c planes (B·T, n); r: the rotation's parts (T, n); g (B·T, 2, n) contiguous. Returns q, k (B, H, T, width) as S,
+// the columns after c·d zero (room for the layer's own features)
+template <typename T, typename S, typename Drift>
 std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vector<torch::Tensor>& xs,
                                             const std::vector<torch::Tensor>& rs, torch::Tensor gates, int64_t heads,
-                                            int64_t positions) {
+                                            int64_t positions, int64_t width) {
   constexpr int C = Drift::c, R = Drift::parts;
   const Planes<T, C> x(xs);
   const Planes<T, R> r(rs);
   gates = gates.contiguous();
   const T* g = gates.data_ptr<T>();
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
-  torch::Tensor q_t = torch::empty({tokens, heads, C, d}, xs[0].options()), k_t = torch::empty_like(q_t);
-  T *q = q_t.data_ptr<T>(), *k = k_t.data_ptr<T>();
+  TORCH_CHECK(width >= C * d, "vectors: the features' width must hold c·d columns");
+  auto opts = xs[0].options().dtype(c10::CppTypeToScalarType<S>::value);
+  torch::Tensor q_t = torch::empty({tokens / positions, heads, positions, width}, opts), k_t = torch::empty_like(q_t);
+  const Features<S> q(q_t), k(k_t);
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
       for (int64_t h = 0; h < heads; ++h) {
-        blocks(h * d, (h + 1) * d, [&, bt, t, h](int64_t j0, int m) {
+        S *qh = q.at(bt, h), *kh = k.at(bt, h);
+        blocks(h * d, (h + 1) * d, [&, bt, t, h, qh, kh](int64_t j0, int m) {
           T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], Q[C][kLanes], K[C][kLanes];
           load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
           for (int l = 0; l < kLanes; ++l) {
@@ -544,27 +562,31 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
             for (int i = 0; i < C; ++i) Q[i][l] = f[i] * GQ[l], K[i][l] = f[i] * GK[l];
           }
           for (int i = 0; i < C; ++i) {
-            T *qd = q + ((bt * heads + h) * C + i) * d + (j0 - h * d), *kd = k + ((bt * heads + h) * C + i) * d + (j0 - h * d);
-            for (int l = 0; l < m; ++l) qd[l] = Q[i][l], kd[l] = K[i][l];
+            S *qd = qh + i * d + (j0 - h * d), *kd = kh + i * d + (j0 - h * d);
+            for (int l = 0; l < m; ++l) qd[l] = static_cast<S>(Q[i][l]), kd[l] = static_cast<S>(K[i][l]);
           }
         });
+        for (int64_t e = C * d; e < width; ++e) qh[e] = S(0), kh[e] = S(0);
       }
     }
   });
   return {q_t, k_t};
 }
 
-// dq, dk (B·T, H, c, d) contiguous -> (dx (c, B·T, n), dg (B·T, 2, n), dr (parts, B·T, n): the rotation's gradient
-// before its sum over the batch; only when need_drift)
-template <typename T, typename Drift>
+// dq, dk (B, H, T, ≥ c·d) as S, the last axis contiguous (the columns after c·d are not read) -> (dx (c, B·T, n),
+// dg (B·T, 2, n), dr (parts, B·T, n): the rotation's gradient before its sum over the batch; only when need_drift)
+template <typename T, typename S, typename Drift>
 std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor grad_q, torch::Tensor grad_k,
                                              const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& rs,
                                              torch::Tensor gates, int64_t heads, int64_t positions, bool need_drift) {
   constexpr int C = Drift::c, R = Drift::parts;
-  grad_q = grad_q.contiguous(), grad_k = grad_k.contiguous(), gates = gates.contiguous();
+  if (grad_q.stride(-1) != 1) grad_q = grad_q.contiguous();
+  if (grad_k.stride(-1) != 1) grad_k = grad_k.contiguous();
+  gates = gates.contiguous();
   const Planes<T, C> x(xs);
   const Planes<T, R> r(rs);
-  const T *g = gates.data_ptr<T>(), *dq = grad_q.data_ptr<T>(), *dk = grad_k.data_ptr<T>();
+  const Features<S> dq(grad_q), dk(grad_k);
+  const T* g = gates.data_ptr<T>();
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
   torch::Tensor dx_t = torch::empty({C, tokens, n}, xs[0].options()), dg_t = torch::empty({tokens, 2, n}, xs[0].options());
   torch::Tensor dr_t = torch::empty({need_drift ? R : 0, tokens, n}, xs[0].options());
@@ -575,17 +597,19 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
       for (int64_t h = 0; h < heads; ++h) {
-        blocks(h * d, (h + 1) * d, [&, bt, t, h](int64_t j0, int m) {
+        const S *dqh = dq.at(bt, h), *dkh = dk.at(bt, h);
+        blocks(h * d, (h + 1) * d, [&, bt, t, h, dqh, dkh](int64_t j0, int m) {
           T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], DQ[C][kLanes], DK[C][kLanes];
           T DX[C][kLanes], DR[R][kLanes], DGQ[kLanes], DGK[kLanes];
           load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
           for (int l = 0; l < kLanes; ++l) {
             const int64_t at = l < m ? l : 0;
             GQ[l] = g[(bt * 2) * n + j0 + at], GK[l] = g[(bt * 2 + 1) * n + j0 + at];
-            for (int i = 0; i < C; ++i) {
-              const int64_t from = ((bt * heads + h) * C + i) * d + (j0 - h * d) + at;
-              DQ[i][l] = dq[from], DK[i][l] = dk[from];
-            }
+          }
+          for (int i = 0; i < C; ++i) {
+            const S *from_q = dqh + i * d + (j0 - h * d), *from_k = dkh + i * d + (j0 - h * d);
+            for (int l = 0; l < m; ++l) DQ[i][l] = static_cast<T>(from_q[l]), DK[i][l] = static_cast<T>(from_k[l]);
+            for (int l = m; l < kLanes; ++l) DQ[i][l] = DQ[i][0], DK[i][l] = DK[i][0];
           }
           for (int l = 0; l < kLanes; ++l) {
             T a[C], rr[R], f[C], df[C], da[C], drr[R];
@@ -686,11 +710,21 @@ std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Ten
   });
 }
 
+// the features in the state's dtype, or in bfloat16 under autocast (float32 states only)
+template <typename T, typename F>
+auto by_features_dtype(bool bf16, F&& f) {
+  TORCH_CHECK(!bf16 || (std::is_same_v<T, float>), "vectors: bfloat16 features need float32 states");
+  return bf16 ? f(at::BFloat16{}) : f(T{});
+}
+
 std::vector<torch::Tensor> features_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                                 const std::vector<torch::Tensor>& rs, torch::Tensor gates,
-                                                int64_t heads, int64_t positions) {
+                                                int64_t heads, int64_t positions, bool bf16, int64_t width) {
   return by_kind<QuaternionDrift, PlaneDrift>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
-    return features_forward<decltype(t)>(k, xs, rs, gates, heads, positions);
+    using T = decltype(t);
+    return by_features_dtype<T>(bf16, [&](auto s) {
+      return features_forward<T, decltype(s)>(k, xs, rs, gates, heads, positions, width);
+    });
   });
 }
 
@@ -698,8 +732,15 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
                                                  const std::vector<torch::Tensor>& xs,
                                                  const std::vector<torch::Tensor>& rs, torch::Tensor gates,
                                                  int64_t heads, int64_t positions, bool need_drift) {
+  const bool bf16 = grad_q.scalar_type() == torch::kBFloat16;
+  TORCH_CHECK(grad_k.scalar_type() == grad_q.scalar_type() && grad_q.dim() == 4,
+              "vectors: the features' gradients must be (B, H, T, ·) of one dtype");
   return by_kind<QuaternionDrift, PlaneDrift>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
-    return features_backward<decltype(t)>(k, grad_q, grad_k, xs, rs, gates, heads, positions, need_drift);
+    using T = decltype(t);
+    if (!bf16) TORCH_CHECK(grad_q.scalar_type() == xs[0].scalar_type(), "vectors: gradients in the state's dtype");
+    return by_features_dtype<T>(bf16, [&](auto s) {
+      return features_backward<T, decltype(s)>(k, grad_q, grad_k, xs, rs, gates, heads, positions, need_drift);
+    });
   });
 }
 
@@ -710,6 +751,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (tangent, N, n))");
   m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
   m.def("step_backward", &step_backward_any, "(dx (c, N, n), dG as G, dv (N, n), ⟨dstep, w⟩ h (N,))");
-  m.def("features_forward", &features_forward_any, "(q, k (N, H, c, d))");
+  m.def("features_forward", &features_forward_any, "(q, k (B, H, T, width))");
   m.def("features_backward", &features_backward_any, "(dx (c, N, n), dg (N, 2, n), dr (parts, N, n))");
 }
