@@ -4,9 +4,7 @@
     elementwise  r ⊙ tanh(x / r)                 one learned r per coordinate
 
 Trained, an increment sits far past the norm bound's knee, so every token moves by r whatever its coupling says. The
-radius is stored as its log (positive). (Two fixes that let a step's length follow its increment's lost at 40M tokens
-and were retired: a learned scale s in r · tanh(‖x‖/s), ``bound_scale``, and a third kind, the scaled step of a
-learned size per oscillator; models/config.py names the commits that have them.)
+radius is stored as its log (positive).
 """
 
 from __future__ import annotations

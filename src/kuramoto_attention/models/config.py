@@ -12,9 +12,9 @@ from typing import Any
 
 from kuramoto_attention.errors import ConfigError
 
-# Fields deleted from the library: most when it was reorganised (issue 23), then each lead of issue 26 that its screen
-# dropped and each fix of issue 46 that lost at 40M tokens. What they did is in RESULTS.md's notebook, and the runs
-# that used them can be repeated at the commit named (RETIRED_AT, or the field's own in RETIRED_SINCE). A saved config
+# Fields deleted from the library: most when it was reorganised, then each variant the day it lost its comparison.
+# What they did and how they scored is in docs/notebook.md; the runs that used them can be repeated at the commit
+# named (RETIRED_AT, or the field's own in RETIRED_SINCE). A saved config
 # holding one at its old default loads (the model is the same); any other value is refused with the commit to check
 # out. (The retired training options are training/config.py's RETIRED_OPTIONS.)
 RETIRED_AT = "7d67ce1"
@@ -27,12 +27,9 @@ RETIRED: dict[str, Any] = {
 }
 # a field's (or a retired value's, as "field=value") own last commit, where it is not RETIRED_AT
 RETIRED_SINCE: dict[str, str] = {
-    "lag_from_state": "4c98f00",  # the lead worse at 10M tokens (+0.014 on seed 0)
-    # issue 46's scaled step (a learned step size per oscillator, clipped far away): +0.0665 at 40M tokens
-    "bound='scaled'": "25e20b6", "step_init": "25e20b6",
-    # the norm bound's learned scale s in r·tanh(‖x‖/s): issue 26's lead bound-scale-learned, +0.0465 at 10M tokens,
-    # and issue 46's fix bound-scale-learned-omega-lr-1, +0.0442 at 40M
-    "bound_scale": "34fef35",
+    "lag_from_state": "4c98f00",  # a phase lag read from the state
+    "bound='scaled'": "25e20b6", "step_init": "25e20b6",  # a learned step size per oscillator, clipped far away
+    "bound_scale": "34fef35",  # the norm bound's learned scale s in r·tanh(‖x‖/s)
 }
 RETIRED_VALUES: dict[str, tuple[Any, ...]] = {"bound": ("norm-soft", "none", "scaled"), "ff_proj": ("layer",)}
 RENAMED = {"attn_radius_init": "radius_init"}  # the flat layout's name -> today's

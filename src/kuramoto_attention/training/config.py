@@ -13,12 +13,12 @@ from typing import Any
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import retired_error
 
-# Options deleted from the library, each when its screen dropped it (issue 26's leads), at the value every run not
-# about it trained with, and the last commit that has it. A saved run holding one at that value loads (it trained the
+# Options deleted from the library, each the day it lost its comparison (docs/notebook.md), at the value every run
+# not about it trained with, and the last commit that has it. A saved run holding one at that value loads (it trained the
 # same); any other value, and any value given as an option, is refused with the commit to check out.
 RETIRED_OPTIONS: dict[str, tuple[Any, str]] = {
-    "shared_lr_mult": (1.0, "25e20b6"),  # the shared weights at their own rate: +0.0105 at 10M tokens
-    "clip_angles_apart": (False, "25e20b6"),  # the angles' gradient clipped by its own norm: +0.0187 at 10M tokens
+    "shared_lr_mult": (1.0, "25e20b6"),  # the shared weights at their own learning rate
+    "clip_angles_apart": (False, "25e20b6"),  # the angles' gradient clipped by its own norm
 }
 
 BUDGET = "; give at least one of --steps, --tokens, --minutes"
