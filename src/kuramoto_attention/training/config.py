@@ -14,8 +14,8 @@ from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.config import retired_error
 
 # Options deleted from the library, each the day it lost its comparison (docs/notebook.md), at the value every run
-# not about it trained with, and the last commit that has it. A saved run holding one at that value loads (it trained the
-# same); any other value, and any value given as an option, is refused with the commit to check out.
+# not about it trained with, and the last commit that has it. A saved run holding one at that value loads (it trained
+# the same); any other value, and any value given as an option, is refused with the commit to check out.
 RETIRED_OPTIONS: dict[str, tuple[Any, str]] = {
     "shared_lr_mult": (1.0, "25e20b6"),  # the shared weights at their own learning rate
     "clip_angles_apart": (False, "25e20b6"),  # the angles' gradient clipped by its own norm

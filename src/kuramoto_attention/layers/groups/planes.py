@@ -93,10 +93,10 @@ def _exp_state(w: Tensor) -> Tensor:
     return join(exp_parts(split(w)))
 
 
-def _moves_fused(x: Tensor) -> bool:
-    """Whether the moves run hand-fused: in eager training (``fused_applies``), and under torch.compile too where the
-    compiled CPU kernels run them (``ops/native.py``: single operators to the compiler, faster than what it makes of
-    the plain expressions)."""
+def _fused(x: Tensor) -> bool:
+    """Whether the hand-fused functions run: in eager training (``fused_applies``), and under torch.compile too where
+    the compiled CPU kernels run them (``ops/native.py``: single operators to the compiler, faster than what it makes
+    of the plain expressions)."""
     return fused_applies() or (torch.is_grad_enabled() and torch.compiler.is_compiling() and native.available(x))
 
 
@@ -106,7 +106,7 @@ class VectorGeometry(Geometry):
 
     ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype)``: a
     group's hand-fused ``exp_move``, norm-bounded value-gated step on planes, and gated drifted query/key features
-    (``ops/vectors.py``), with their backward written out; used where they pay (eager training; the moves also under
+    (``ops/vectors.py``), with their backward written out; used where they pay (eager training, and under
     torch.compile where the compiled CPU kernels run them), the plain expressions otherwise.
     """
 
@@ -164,7 +164,7 @@ class VectorGeometry(Geometry):
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                         dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
         # drift, gates, the heads' layout and the room in one pass, forward and backward (the default's numbers)
-        if self.fused_query_key is not None and logits is not None and fused_applies():
+        if self.fused_query_key is not None and logits is not None and _fused(x):
             return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype, room)
         return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, room)
 
@@ -179,7 +179,7 @@ class VectorGeometry(Geometry):
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
         w = step.to(x.dtype).unflatten(-1, (-1, self.tangent))
-        if self.fused_move is not None and _moves_fused(x):
+        if self.fused_move is not None and _fused(x):
             return self.fused_move(x, w)  # whole: the gradients come back without a stacking pass
         return join(self.exp_move(split(x), split(w)))
 
@@ -187,7 +187,7 @@ class VectorGeometry(Geometry):
                   extras: nn.Module | None = None) -> Tensor:
         # the increment stays in planes: the bound is one factor per token over all of them
         v = value.to(x.dtype)
-        if self.fused_step is not None and _moves_fused(x):
+        if self.fused_step is not None and _fused(x):
             return self.fused_step(x, mean, v, bound.log_radius)  # G read where the attention left it
         w = tuple(v * c for c in self._xi(x, mean))
         factor = bound.factor(dot(w, w).sum(-1, keepdim=True))
