@@ -89,28 +89,34 @@ def test_values_to_the_bit_and_gradients_equal_the_plain_features(case, dtype, a
 
 @pytest.mark.parametrize("case", ["su2", "sphere"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_room_columns_come_zero_and_what_is_written_there_changes_no_gradient(case, dtype):
-    """``room``: zero columns after each head's features, which the layer fills in place (its clocks): the features
-    and the inputs' gradients are those without room, the written columns get theirs."""
+def test_extra_features_are_appended_to_each_head_as_the_plain_concatenation_does(case, dtype):
+    """``extra``: the layer's own query/key features (1, H, T, e) (its clocks), written beside each head's by the
+    fused path: the plain path's concatenation (to the bit in float64), and the same gradients for every input (the
+    extra features' summed over the batch)."""
     geo = GEOMETRIES[case]
     x, drift, pos, z, tau = inputs(geo, torch.float32 if dtype == torch.bfloat16 else dtype)
-    leaves = [x, drift, z, tau]
     gen = torch.Generator().manual_seed(2)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-        q0, k0 = geo.gated_query_key(x, pos, drift, z, H, tau, dtype)
-        q, k = geo.gated_query_key(x, pos, drift, z, H, tau, dtype, room=3)
-    width = q0.shape[-1]
-    assert q.shape == (*q0.shape[:-1], width + 3) and q.dtype == k.dtype == dtype
-    assert torch.equal(q[..., :width], q0) and torch.equal(k[..., :width], k0)
-    assert not q[..., width:].any() and not k[..., width:].any()
-    extra = torch.randn(*q.shape[:-1], 3, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
-    q[..., width:], k[..., width:] = extra, 2 * extra
-    wq, wk = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(dtype) for t in (q, k))
-    *with_room, d_extra = torch.autograd.grad((q * wq).float().sum() + (k * wk).float().sum(), [*leaves, extra])
-    without = torch.autograd.grad((q0 * wq[..., :width]).float().sum() + (k0 * wk[..., :width]).float().sum(), leaves)
-    for a, b in zip(with_room, without, strict=True):
-        assert torch.equal(a, b)
-    torch.testing.assert_close(d_extra, wq[..., width:] + 2 * wk[..., width:])
+    eq, ek = (torch.randn(1, H, T, 3, generator=gen, dtype=torch.float64).to(dtype).requires_grad_() for _ in "qk")
+    leaves = [x, drift, z, tau, eq, ek]
+    outs = []
+    for path in (Geometry.gated_query_key, type(geo).gated_query_key):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            q, k = path(geo, x, pos, drift, z, H, tau, dtype, None, (eq, ek))
+        wq, wk = (torch.randn(t.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64).to(dtype)
+                  for t in (q, k))
+        outs.append((q, k, torch.autograd.grad((q * wq).float().sum() + (k * wk).float().sum(), leaves)))
+    (qp, kp, gp), (qf, kf, gf) = outs
+    assert type(qf.grad_fn).__name__ == "_QueryKeyBackward" and qf.shape == qp.shape
+    if dtype == torch.float64:
+        assert torch.equal(qf, qp) and torch.equal(kf, kp)
+    else:  # the plain path rounds f and the gate to bf16 before their product, the fused one rounds the product
+        torch.testing.assert_close(qf.float(), qp.float(), rtol=1e-2, atol=1e-2)
+    for f, e in ((qf, eq), (kf, ek)):
+        assert torch.equal(f[..., -3:], e.expand_as(f[..., -3:]))
+    for f, p in zip(gf, gp, strict=True):
+        assert f.dtype == p.dtype
+        torch.testing.assert_close(f.float(), p.float(), rtol=0, atol=(2e-2 if dtype == torch.bfloat16 else 1e-12)
+                                   * max(1.0, p.abs().max().item()))
 
 
 @pytest.mark.parametrize("case", GEOMETRIES)

@@ -229,3 +229,11 @@ def test_one_pass_layout_changes_equal_the_plain_copies_and_send_gradients_back_
     w = torch.randn(out.shape, dtype=torch.float64).to(dtype)
     (grad,), (grad_ref,) = (torch.autograd.grad((y * w).sum(), x) for y in (out, ref))
     assert torch.equal(grad, grad_ref) and grad.stride() == x.stride()
+
+
+def test_one_pass_layout_change_of_an_expanded_state_gives_a_plain_gradient():
+    """A state that is a broadcast view (overlapping memory) cannot take its gradient in its own strides: a plain one."""
+    base = torch.randn(1, T, 4, 4, dtype=torch.float64, requires_grad=True)
+    x = base.expand(B, -1, -1, -1)
+    (grad,) = torch.autograd.grad((lift_states(x, torch.float64) * 2).sum(), base)
+    assert torch.equal(grad, torch.full_like(base, 2.0 * B))

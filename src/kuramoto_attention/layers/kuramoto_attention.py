@@ -223,8 +223,8 @@ class KuramotoAttention(nn.Module):
     # ----------------------------------------------------------------- the step
     def _inputs(self, x: Tensor, offset: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """(lift, q, k, v, lift in the matmul dtype, P φ(x) or None) for states x at positions offset … offset + T − 1.
-        The lift is cast once to the matmul dtype for the gates, the values and the value gate; the increment reads it
-        in the state's dtype."""
+        The lift is cast once to the matmul dtype for the gates, the values and the value gate; a group whose step reads
+        it (the torus's increment) gets it in the state's dtype, the others the cast one."""
         geo = self.geometry
         if geo.steps_read_lift:  # the step reads φ(x) in the state's dtype: lift, then cast once
             lifted = geo.lift(x)
@@ -235,12 +235,10 @@ class KuramotoAttention(nn.Module):
         mapped = self._mapped(lifted_mm)
         gates = self.gate_module
         logits = None if gates is None else gates(lifted_mm, mapped)
-        room = 2 * self.config.clock  # the clocks' query/key features, written after the state's in each head
+        # the clocks' query/key features (2c more per head) go after the state's
+        clock = None if self.clock is None else self.clock.features(pos, self._tau(), lifted_mm.dtype)
         q, k = geo.gated_query_key(x, pos, self.omega, logits, self.heads, self._tau(), lifted_mm.dtype, self.extras,
-                                   room)
-        if self.clock is not None:
-            cq, ck = self.clock.features(pos, self._tau(), lifted_mm.dtype)
-            q[..., -room:], k[..., -room:] = cq, ck
+                                   clock)
         if self.value_proj is not None:
             v = split_heads(self.value_proj(lifted_mm), self.heads)
         else:

@@ -142,7 +142,7 @@ def features_forward(kind: str, x: list[Tensor], rotation: list[Tensor], gates: 
 def _(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
       positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
     n = x[0].shape[-1]
-    shape = (x[0].numel() // n // positions, heads, positions, width)
+    shape = (x[0].numel() // n // positions if positions else 0, heads, positions, width)
     dtype = torch.bfloat16 if bf16 else x[0].dtype
     return x[0].new_empty(shape, dtype=dtype), x[0].new_empty(shape, dtype=dtype)
 

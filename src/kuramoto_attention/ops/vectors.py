@@ -1,7 +1,8 @@
 """Hand-fused moves of vector-valued oscillators (SU(2)'s unit quaternions, the sphere's unit vectors).
 
-A state is given as its c components, c tensors (..., n) (``layers/groups/planes.py``'s ``Parts``). A move by a
-tangent step written as plain operations materialises a dozen (..., n) tensors forward and as many again in
+A state (..., n, c) is given whole, in any layout, and read as its c component planes (..., n) (``planes.py``'s
+``Parts``; the stored layout is component-major, so that each plane is contiguous). A move by a tangent step written
+as plain operations materialises a dozen (..., n) tensors forward and as many again in
 autograd's backward; each function here computes the whole move in one forward and writes its backward out, saving
 only the inputs, a few per-oscillator scalars and the output (returned as one component-major state).
 
@@ -238,20 +239,32 @@ def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
     return ds, grad_radius
 
 
+def _dense(x: Tensor) -> bool:
+    """Whether x's strides lay its elements out without gaps or overlaps, in some order of its axes."""
+    expect = 1
+    for size, stride in sorted((d for d in zip(x.shape, x.stride(), strict=True) if d[0] != 1), key=lambda d: d[1]):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
 class _Relayout(torch.autograd.Function):
     # y = arrange(x) copied in ``dtype``: the layout and the dtype change in one pass, and the gradient goes back in
     # one pass too, into x's own layout (that of x's other gradients, so that autograd sums them on matching strides)
     @staticmethod
     def forward(ctx: FunctionCtx, x: Tensor, dtype: torch.dtype,  # type: ignore[override]
                 arrange: Callable[[Tensor], Tensor]) -> Tensor:
-        ctx.shape, ctx.stride, ctx.dtype, ctx.arrange = x.shape, x.stride(), x.dtype, arrange
+        ctx.shape, ctx.dtype, ctx.arrange = x.shape, x.dtype, arrange
+        ctx.stride = x.stride() if _dense(x) else None  # (an expanded x: a plain gradient)
         src = arrange(x)
         return x.new_empty(src.shape, dtype=dtype).copy_(src)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        dx = torch.empty_strided(ctx.shape, ctx.stride, dtype=ctx.dtype, device=grad.device)
+        dx = (torch.empty(ctx.shape, dtype=ctx.dtype, device=grad.device) if ctx.stride is None else
+              torch.empty_strided(ctx.shape, ctx.stride, dtype=ctx.dtype, device=grad.device))
         ctx.arrange(dx).copy_(grad)
         return dx, None, None
 
@@ -524,7 +537,8 @@ class _QueryKey(torch.autograd.Function):
     @staticmethod
     @_no_autocast
     def forward(ctx: FunctionCtx, x: Tensor, drift: Tensor, pos: Tensor, z: Tensor,  # type: ignore[override]
-                tau: Tensor, kind: str, out_dtype: torch.dtype, room: int) -> tuple[Tensor, Tensor]:
+                tau: Tensor, kind: str, out_dtype: torch.dtype, extra_q: Tensor | None,
+                extra_k: Tensor | None) -> tuple[Tensor, Tensor]:
         rotation, rotate, _, _, _ = _DRIFTS[kind]
         b, t, n, c = x.shape
         heads = tau.shape[0]
@@ -534,17 +548,22 @@ class _QueryKey(torch.autograd.Function):
         # the compiled kernels: the rotation, the gates, the heads' layout and the dtype in one pass
         bf16 = out_dtype == torch.bfloat16 and x.dtype == torch.float32
         compiled = g.dtype == x.dtype and (out_dtype == x.dtype or bf16) and _compiled(parts)
-        if compiled:
+        width = c * (n // heads)
+        room = 0 if extra_q is None or extra_k is None else extra_q.shape[-1]
+        if compiled:  # the extra features written into the room the kernel leaves after each head's own
             q, key = native.features_forward(kind, list(parts), list(r), g.view(b * t, 2, n), heads, t, bf16,
-                                             c * (n // heads) + room)
+                                             width + room)
+            if room:
+                q[..., width:], key[..., width:] = extra_q, extra_k
         else:
             q, key = (y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype))
             if room:
-                q, key = F.pad(q, (0, room)), F.pad(key, (0, room))
+                q, key = (torch.cat((y, e.to(out_dtype).expand(b, -1, -1, -1)), dim=-1)
+                          for y, e in ((q, extra_q), (key, extra_k)))
         # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
         # and the rotation's (T, n) parts are kept
         ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)
-        ctx.kind, ctx.nrot, ctx.compiled = kind, len(r), compiled
+        ctx.kind, ctx.nrot, ctx.compiled, ctx.extra = kind, len(r), compiled, (width, room)
         return q, key
 
     @staticmethod
@@ -558,7 +577,10 @@ class _QueryKey(torch.autograd.Function):
         parts = x.unbind(-1)
         # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
         g = F.softplus(z.to(scale.dtype)).view(b, t, 2, heads, -1).mul_(scale)
-        if ctx.compiled:  # the gradients read where they are (bfloat16 under autocast, the room's columns skipped)
+        width, room = ctx.extra  # the extra features' gradients: their columns, summed over the batch
+        extras = [grad[..., width:].sum(0, keepdim=True) if room and ctx.needs_input_grad[i] else None
+                  for i, grad in ((7, grad_q), (8, grad_k))]
+        if ctx.compiled:  # the gradients read where they are (bfloat16 under autocast, the extra columns skipped)
             if grad_q.dtype != grad_k.dtype or grad_q.dtype not in (x.dtype, torch.bfloat16):
                 grad_q, grad_k = grad_q.to(x.dtype), grad_k.to(x.dtype)
             dx, grad_g, dr = native.features_backward(ctx.kind, grad_q, grad_k, list(parts), list(r),
@@ -566,13 +588,13 @@ class _QueryKey(torch.autograd.Function):
             need_drift, need_tau = ctx.needs_input_grad[1], ctx.needs_input_grad[4]
             grad_drift = drift_grad(dr.view(-1, b, t, n).sum(1).unbind(0), pos, aux) if need_drift else None
             grad_z, grad_tau = _gates_backward(grad_g.view(g.shape), g, scale, inv_mean, z, tau, need_tau)
-            return dx.view(c, b, t, n).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, None
+            return dx.view(c, b, t, n).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, *extras
         f = rotate(r, parts)
         rows = g.view(b, t, 2, n)  # g^q, g^k as (B, T, n) rows
         # dq and dk as whole rows, in one buffer (B, T, 2, c, n) in x's dtype: one copy each
         grads = grad_q.new_empty(b, t, 2, c, heads, n // heads, dtype=x.dtype)
         for i, grad in enumerate((grad_q, grad_k)):
-            grads[:, :, i].copy_(grad[..., :c * (n // heads)].transpose(1, 2).unflatten(-1, (c, -1)).transpose(2, 3))
+            grads[:, :, i].copy_(grad[..., :width].transpose(1, 2).unflatten(-1, (c, -1)).transpose(2, 3))
         grads = grads.view(b, t, 2, c, n)
         # q = g^q f, k = g^k f per component:  dg = Σ_c d(q|k)_c f_c (both gates at once),  df_c = g^q dq_c + g^k dk_c
         grad_g = _products([(1.0, grads[:, :, :, i], f[i].unsqueeze(2)) for i in range(c)]).view(g.shape)
@@ -580,21 +602,22 @@ class _QueryKey(torch.autograd.Function):
         dx = x.new_empty(c, b, t, n)  # component-major, as the states are stored
         grad_drift = rotate_backward(df, parts, f, r, pos, aux, ctx.needs_input_grad[1], dx)
         grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, ctx.needs_input_grad[4])
-        return dx.movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, None
+        return dx.movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, *extras
 
 
-def quaternion_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
-                         out_dtype: torch.dtype, room: int = 0) -> tuple[Tensor, Tensor]:
+def quaternion_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor, out_dtype: torch.dtype,
+                         extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """SU(2)'s gated, drifted query and key features q = τ g^q ⊙ exp(tΩ) x_t, k = g^k ⊙ exp(tΩ) x_t, (B, H, T, 4d)
-    each in ``out_dtype``, component-major within a head (``to_heads``' layout), then ``room`` zero columns.
+    each in ``out_dtype``, component-major within a head (``to_heads``' layout), then the ``extra`` query and key
+    features (1, H, T, e) of every batch row, if given (the layer's clocks).
 
     x (B, T, n, 4) unit quaternions (any layout); drift Ω (n, 3) and pos (T,) in x's dtype; z (B, T, 2n) the gate
     logits (query half, then key half); tau (H,)."""
-    return _QueryKey.apply(x, drift, pos, z, tau, "quaternion", out_dtype, room)
+    return _QueryKey.apply(x, drift, pos, z, tau, "quaternion", out_dtype, *(extra or (None, None)))
 
 
-def sphere_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor,
-                     out_dtype: torch.dtype, room: int = 0) -> tuple[Tensor, Tensor]:
+def sphere_query_key(x: Tensor, drift: Tensor, pos: Tensor, z: Tensor, tau: Tensor, out_dtype: torch.dtype,
+                     extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """The sphere's q = τ g^q ⊙ R(tΩ) x_t, k = g^k ⊙ R(tΩ) x_t, as ``quaternion_query_key``'s: x (B, T, n, D) unit
     vectors; drift Ω (n, D/2), one angle per token for each coordinate plane (x_{2p}, x_{2p+1})."""
-    return _QueryKey.apply(x, drift, pos, z, tau, "sphere", out_dtype, room)
+    return _QueryKey.apply(x, drift, pos, z, tau, "sphere", out_dtype, *(extra or (None, None)))

@@ -29,11 +29,18 @@ from dataclasses import fields
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.gates import gated_features
+
+
+def with_extra(q: Tensor, k: Tensor, extra: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
+    """q and k (B, H, T, ·) with the extra features (1, H, T, e) of every batch row appended to each head's."""
+    if extra is None:
+        return q, k
+    return tuple(torch.cat((f, e.to(f.dtype).expand(f.shape[0], -1, -1, -1)), dim=-1)  # type: ignore[return-value]
+                 for f, e in zip((q, k), extra, strict=True))
 
 
 class Geometry:
@@ -93,13 +100,14 @@ class Geometry:
 
     # ------------------------------------------------------------------ what a group may fuse
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                        dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
+                        dtype: torch.dtype, extras: nn.Module | None = None,
+                        extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """q = τ g^q ⊙ drifted query, k = g^k ⊙ drifted key, (B, H, T, c·d) each in ``dtype``; ``logits`` the gates'
-        (B, T, 2n) before ρ, or None (every gate 1). ``room``: that many zero columns after each head's c·d, which
-        the caller fills with features of its own (written in place: no concatenation pass)."""
+        (B, T, 2n) before ρ, or None (every gate 1). ``extra``: query and key features (1, H, T, e) of the layer's
+        own (its clocks), appended to each head's (a group that writes its features itself writes these beside)."""
         query, key = self.drifted(x, pos, drift, heads, extras)
-        q, k = gated_features(key, logits, heads, tau, dtype, query=None if query is key else query)
-        return (F.pad(q, (0, room)), F.pad(k, (0, room))) if room else (q, k)
+        return with_extra(*gated_features(key, logits, heads, tau, dtype, query=None if query is key else query),
+                          extra)
 
     def norm_move(self, x: Tensor, step: Tensor, bound: NormBound) -> Tensor:
         """x moved by the norm bound of ``step`` (B, T, n·tangent)."""

@@ -101,15 +101,15 @@ def _fused(x: Tensor) -> bool:
 
 
 class VectorGeometry(Geometry):
-    steps_read_lift = False  # the step reads the states themselves
     """Oscillators that are unit vectors of R^c: states (B, T, n, c), increments (B, T, n·tangent) oscillator-major.
 
-    ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype)``: a
+    ``fused_move(x, w)``, ``fused_step(x, G, v, log_radius)`` and ``fused_query_key(x, Ω, pos, z, τ, dtype, extra)``: a
     group's hand-fused ``exp_move``, norm-bounded value-gated step on planes, and gated drifted query/key features
     (``ops/vectors.py``), with their backward written out; used where they pay (eager training, and under
     torch.compile where the compiled CPU kernels run them), the plain expressions otherwise.
     """
 
+    steps_read_lift = False  # the step reads the states themselves
     fused_move: Callable[[Tensor, Tensor], Tensor] | None = None  # these two return the state (..., n, c), as join
     fused_step: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
     fused_query_key: Callable[..., tuple[Tensor, Tensor]] | None = None
@@ -162,11 +162,13 @@ class VectorGeometry(Geometry):
         return feat, feat
 
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                        dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
-        # drift, gates, the heads' layout and the room in one pass, forward and backward (the default's numbers)
+                        dtype: torch.dtype, extras: nn.Module | None = None,
+                        extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        # drift, gates, the heads' layout and the extra features in one pass, forward and backward (the default's
+        # numbers)
         if self.fused_query_key is not None and logits is not None and _fused(x):
-            return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype, room)
-        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, room)
+            return self.fused_query_key(x, drift.to(x.dtype), pos, logits, tau, dtype, extra)
+        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, extra)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
         return to_heads(x, heads, lifted.dtype)  # x_u, laid out as the features are

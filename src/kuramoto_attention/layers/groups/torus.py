@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import NormBound
-from kuramoto_attention.layers.groups.base import Geometry
+from kuramoto_attention.layers.groups.base import Geometry, with_extra
 from kuramoto_attention.layers.groups.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.groups.harmonics import Harmonics
 from kuramoto_attention.ops.attention import rotary_angles
@@ -93,12 +93,12 @@ class Torus(Geometry):
         return query, key
 
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
-                        dtype: torch.dtype, extras: nn.Module | None = None, room: int = 0) -> tuple[Tensor, Tensor]:
+                        dtype: torch.dtype, extras: nn.Module | None = None,
+                        extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         if logits is not None and (extras is None or extras.query_mix is None) and fused_applies():
             lag = None if extras is None or extras.lag is None else extras.lag.to(x.dtype)
-            q, k = query_key(x, drift, pos, lag, logits, tau, dtype)
-            return (F.pad(q, (0, room)), F.pad(k, (0, room))) if room else (q, k)
-        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, room)
+            return with_extra(*query_key(x, drift, pos, lag, logits, tau, dtype), extra)
+        return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, extra)
 
     def values(self, x: Tensor, lifted: Tensor, heads: int, extras: nn.Module | None = None) -> Tensor:
         b, t, _ = lifted.shape  # ψ(θ_u) per head: [cos θ_h, sin θ_h]

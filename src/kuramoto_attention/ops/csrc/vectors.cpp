@@ -9,7 +9,7 @@
 //
 // Layout: a state or a tangent vector is given as its components, each an evenly strided (N, n) plane (N tokens of
 // n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); outputs are stacked
-// component-major, (c, N, n), the features in the heads' layout (B, H, T, c·d), read and written as they are stored.
+// component-major, (c, N, n), the features in the heads' layout (B, H, T, ≥ c·d), read and written as they are stored.
 // Kinds: "quaternion" (c = 4, tangent 3: unit quaternions moved by pure ones) and "sphere" (c = D in 2, 4, 6, 8,
 // tangent D: unit vectors moved along P_x w, drifted by a rotation in each coordinate plane).
 #include <torch/extension.h>
@@ -542,7 +542,8 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
   TORCH_CHECK(width >= C * d, "vectors: the features' width must hold c·d columns");
   auto opts = xs[0].options().dtype(c10::CppTypeToScalarType<S>::value);
-  torch::Tensor q_t = torch::empty({tokens / positions, heads, positions, width}, opts), k_t = torch::empty_like(q_t);
+  const int64_t batch = positions ? tokens / positions : 0;
+  torch::Tensor q_t = torch::empty({batch, heads, positions, width}, opts), k_t = torch::empty_like(q_t);
   const Features<S> q(q_t), k(k_t);
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
