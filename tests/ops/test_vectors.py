@@ -232,7 +232,7 @@ def test_one_pass_layout_changes_equal_the_plain_copies_and_send_gradients_back_
 
 
 def test_one_pass_layout_change_of_an_expanded_state_gives_a_plain_gradient():
-    """A state that is a broadcast view (overlapping memory) cannot take its gradient in its own strides: a plain one."""
+    """A broadcast view (overlapping memory) cannot take its gradient in its own strides: it gets a plain one."""
     base = torch.randn(1, T, 4, 4, dtype=torch.float64, requires_grad=True)
     x = base.expand(B, -1, -1, -1)
     (grad,) = torch.autograd.grad((lift_states(x, torch.float64) * 2).sum(), base)
