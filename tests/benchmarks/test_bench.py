@@ -280,8 +280,8 @@ def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any]
     """N_mm is every nn.Linear weight times the calls one forward pass makes (a shared P read by the feed-forward
     and, once, by the gates: twice per layer), and d_qk, d_v the widths the attention calls receive (clocks widen
     the queries and keys): counted by hooks on a real forward pass of ka-tiny variants (torus and SU(2)), not by the
-    formula. The widths are the useful ones, as the attention is asked for them (``ops.attention.sdpa``, before it
-    pads the narrower side with zeros for the fused kernel)."""
+    formula. The widths are the useful ones, as the attention is asked for them (``ops.attention.sdpa`` or
+    ``no_self_flash``, before the narrower side is padded with zeros for the fused kernel)."""
     import torch
 
     from kuramoto_attention.ops import attention
@@ -299,7 +299,13 @@ def test_model_flops_count_what_a_forward_pass_multiplies(fields: dict[str, Any]
         widths.append((q.shape[1] * q.shape[-1], v.shape[1] * v.shape[-1]))
         return sdpa(q, k, v, **kw)
 
+    def recording_no_self(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any) -> torch.Tensor:
+        widths.append((q.shape[1] * q.shape[-1], v.shape[1] * v.shape[-1]))
+        return no_self(q, k, v, *args)
+
+    no_self = attention.no_self_flash
     monkeypatch.setattr(attention, "sdpa", recording)
+    monkeypatch.setattr(attention, "no_self_flash", recording_no_self)
     counted = flops.model_flops(model, 8)
     for grad in (True, False):  # the training path (hand-fused), whose calls the benchmark times, and the plain one
         calls.clear()

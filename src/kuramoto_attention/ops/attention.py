@@ -92,6 +92,8 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self
         first = v[..., :1, :]  # token 0 has only itself: its row is its own value (see ``causal_mask``)
         if t == 1:
             return first
+        if _shifted_applies(q, v):
+            return no_self_flash(q, k, v, scale, successor_heads)
         rest = sdpa(q[..., 1:, :], k[..., :-1, :], keyed_values(v, successor_heads), is_causal=True, scale=scale)
         return torch.cat((first, rest), dim=-2)
     if t == s:
@@ -99,6 +101,68 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self
     if t == 1:  # one new token attends to everything cached
         return sdpa(q, k, v, scale=scale)
     return sdpa(q, k, v, attn_mask=causal_mask(t, s, q.device), scale=scale)
+
+
+_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+def _shifted_applies(q: Tensor, v: Tensor) -> bool:
+    """Whether ``_NoSelf`` runs: eager training on the CPU (its flash kernel's own operators, present), values no
+    wider than the features."""
+    return (_FLASH is not None and _FLASH_BACKWARD is not None and q.device.type == "cpu" and torch.is_grad_enabled()
+            and not torch.compiler.is_compiling() and v.shape[-1] <= q.shape[-1])
+
+
+class _NoSelf(torch.autograd.Function):
+    # ``causal_attention`` without the self term over S == T, on the CPU's flash kernel, as the plain path computes it
+    # (the same operator on the same shifted views: the same numbers), but with the gradients written straight into
+    # whole-length tensors: autograd's way (slice backward: zeros, then a copy; the values' padding and slices the
+    # same again) writes each of q's, k's and v's gradients two to four times
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, q: Tensor, k: Tensor, v: Tensor,  # type: ignore[override]
+                scale: float, successor_heads: int) -> Tensor:
+        width = v.shape[-1]
+        keyed = keyed_values(v, successor_heads)
+        if width < q.shape[-1]:  # the flash kernel needs equal widths (``sdpa``)
+            keyed = F.pad(keyed, (0, q.shape[-1] - width))
+        qs, ks = q[..., 1:, :], k[..., :-1, :]
+        out, lse = _FLASH(qs, ks, keyed, 0.0, True, scale=scale)
+        mean = v.new_empty(v.shape)
+        mean[..., :1, :] = v[..., :1, :]  # token 0 reads its own value
+        mean[..., 1:, :] = out[..., :width]
+        ctx.save_for_backward(qs, ks, keyed, out, lse)
+        ctx.scale, ctx.successor_heads, ctx.shapes = scale, successor_heads, (q.shape, k.shape, v.shape)
+        return mean
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        qs, ks, keyed, out, lse = ctx.saved_tensors
+        q_shape, k_shape, v_shape = ctx.shapes
+        width = v_shape[-1]
+        rest = grad[..., 1:, :]
+        if width < keyed.shape[-1]:
+            rest = F.pad(rest, (0, keyed.shape[-1] - width))
+        dqs, dks, dkeyed = _FLASH_BACKWARD(rest, qs, ks, keyed, out, lse, 0.0, True, scale=ctx.scale)
+        dq, dk, dv = grad.new_empty(q_shape), grad.new_empty(k_shape), grad.new_empty(v_shape)
+        dq[..., :1, :].zero_()
+        dq[..., 1:, :] = dqs
+        dk[..., -1:, :].zero_()
+        dk[..., :-1, :] = dks
+        split = v_shape[1] - ctx.successor_heads  # heads whose keys bring v_u, then those that bring v_{u+1}
+        dv[:, :split, -1:].zero_()
+        dv[:, :split, :-1] = dkeyed[:, :split, :, :width]
+        dv[:, split:, :1].zero_()
+        dv[:, split:, 1:] = dkeyed[:, split:, :, :width]
+        dv[..., :1, :] += grad[..., :1, :]
+        return dq, dk, dv, None, None
+
+
+def no_self_flash(q: Tensor, k: Tensor, v: Tensor, scale: float, successor_heads: int) -> Tensor:
+    """``causal_attention(..., exclude_self=True)`` over S == T on the CPU's flash kernel with hand-written gradient
+    plumbing (``_NoSelf``): q, k (B, H, T, d), v (B, H, T, e ≤ d) -> (B, H, T, e)."""
+    return _NoSelf.apply(q, k, v, scale, successor_heads)
 
 
 def keyed_values(v: Tensor, successor_heads: int = 0) -> Tensor:

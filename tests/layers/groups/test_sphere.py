@@ -423,7 +423,13 @@ def test_model_flops_count_what_a_forward_pass_multiplies(fields, monkeypatch):
         widths.append((q.shape[1] * q.shape[-1], v.shape[1] * v.shape[-1]))
         return sdpa(q, k, v, **kw)
 
+    def recording_no_self(q, k, v, *args):
+        widths.append((q.shape[1] * q.shape[-1], v.shape[1] * v.shape[-1]))
+        return no_self(q, k, v, *args)
+
+    no_self = attention.no_self_flash
     monkeypatch.setattr(attention, "sdpa", recording)
+    monkeypatch.setattr(attention, "no_self_flash", recording_no_self)
     counted = flops.model_flops(model, 8)
     model(torch.zeros(1, 8, dtype=torch.long))
     assert counted["matmul_params"] == sum(calls)

@@ -1,0 +1,41 @@
+"""``ops.attention``'s no-self-coupling attention on the CPU's flash kernel (``no_self_flash``) against the plain path
+it replaces in training (``causal_attention`` without autograd's help: SDPA on the shifted views, then the first
+row): the same operator on the same numbers, so the same values and gradients to the bit."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kuramoto_attention.ops.attention import keyed_values, no_self_flash, sdpa
+
+
+def plain(q, k, v, scale, successor_heads):
+    rest = sdpa(q[..., 1:, :], k[..., :-1, :], keyed_values(v, successor_heads), is_causal=True, scale=scale)
+    return torch.cat((v[..., :1, :], rest), dim=-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("successor_heads", [0, 1, 3])
+@pytest.mark.parametrize("value_width", [6, 4])  # as wide as the features, and narrower (padded: the clocks)
+def test_values_and_gradients_are_the_plain_paths_to_the_bit(dtype, successor_heads, value_width):
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, 7, 6, generator=gen, dtype=torch.float64).to(dtype).requires_grad_() for _ in "qk")
+    v = torch.randn(2, 3, 7, value_width, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
+    w = torch.randn(2, 3, 7, value_width, generator=gen, dtype=torch.float64).to(dtype)
+    outs = []
+    for fn in (no_self_flash, plain):
+        out = fn(q, k, v, 0.4, successor_heads)
+        outs.append((out, torch.autograd.grad((out * w).sum(), (q, k, v))))
+    (got, got_grads), (want, want_grads) = outs
+    assert torch.equal(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+
+def test_is_the_masked_softmax_in_float64():
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(9, 9, dtype=torch.bool).tril(-1)
+    mask[0, 0] = True  # token 0 reads itself
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5)
+    torch.testing.assert_close(no_self_flash(q, k, v, 0.5, 0), want, rtol=0, atol=1e-12)
