@@ -237,3 +237,19 @@ def test_one_pass_layout_change_of_an_expanded_state_gives_a_plain_gradient():
     x = base.expand(B, -1, -1, -1)
     (grad,) = torch.autograd.grad((lift_states(x, torch.float64) * 2).sum(), base)
     assert torch.equal(grad, torch.full_like(base, 2.0 * B))
+
+
+@pytest.mark.parametrize("case", ["su2", "sphere"])
+def test_a_bf16_step_moves_as_its_float32_value_and_gets_a_bf16_gradient(case):
+    """The feed-forward's step comes from a bf16 matmul under autocast: the move reads it as it is (the float32 value
+    of each bf16 number) and gives its gradient back in bf16, rounded once from the float32 one."""
+    components, tangent, fused, _ = CASES[case]
+    gen = torch.Generator().manual_seed(4)
+    x = F.normalize(torch.randn(B, T, N, components, generator=gen), dim=-1).requires_grad_()
+    w16 = (0.3 * torch.randn(B, T, N, tangent, generator=gen)).bfloat16().requires_grad_()
+    w32 = w16.detach().float().requires_grad_()
+    out16, out32 = fused(x, w16), fused(x, w32)
+    assert torch.equal(out16, out32)
+    g = torch.randn(out16.shape, generator=gen)
+    (dx16, dw16), (dx32, dw32) = (torch.autograd.grad((o * g).sum(), (x, w)) for o, w in ((out16, w16), (out32, w32)))
+    assert torch.equal(dx16, dx32) and dw16.dtype == torch.bfloat16 and torch.equal(dw16, dw32.bfloat16())

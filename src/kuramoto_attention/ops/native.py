@@ -8,7 +8,7 @@ that torch.compile sees them as single nodes. Where they cannot be built, or wit
 functions run instead: the same numbers up to rounding, slower (the reason is printed once).
 
     move_forward(kind, x, w)                    -> (y (c, N, n), |m| (N, n))
-    move_backward(kind, dy, x, w, |m|, y)       -> (dx (c, N, n), dw (tangent, N, n))
+    move_backward(kind, dy, x, w, |m|, y)       -> (dx (c, N, n), dw (N, n, tangent) in w's dtype)
     step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
     step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
 
@@ -99,7 +99,8 @@ def move_backward(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], nor
 
 @move_backward.register_fake
 def _(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor]:
-    return _planes(x, len(x)), _planes(x, len(w))
+    n = x[0].shape[-1]
+    return _planes(x, len(x)), w[0].new_empty(x[0].numel() // n, n, len(w))
 
 
 @torch.library.custom_op("kuramoto::step_forward", mutates_args=())

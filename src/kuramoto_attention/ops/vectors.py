@@ -187,11 +187,13 @@ class _Move(torch.autograd.Function):
     # On the CPU the compiled kernels (``native.py``) do each direction in one loop
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
-        xs, ws = x.unbind(-1), w.unbind(-1)
-        if compiled := _compiled(xs, *ws):
+        xs, ws = x.unbind(-1), w.unbind(-1)  # w in x's dtype, or bf16 (the feed-forward's, read as it is)
+        own = w.dtype == x.dtype or (w.dtype == torch.bfloat16 and x.dtype == torch.float32)
+        if compiled := own and _compiled(xs, *ws):
             out, norm = native.move_forward(kind, list(xs), list(ws))
             out, norm = out.view(len(xs), *xs[0].shape), norm.view(xs[0].shape)
         else:
+            ws = w.to(x.dtype).unbind(-1)
             move, _, _, _, aux = _KINDS[kind]
             y, norm = _normalise(move(xs, ws, aux(xs, ws)))
             out = torch.stack(y)
@@ -203,25 +205,26 @@ class _Move(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         x, w, norm, out = ctx.saved_tensors
-        xs, ws = x.unbind(-1), w.unbind(-1)
-        if ctx.compiled:
-            dx, dw = native.move_backward(ctx.kind, grad, list(xs), list(ws), norm, out)
-        else:
-            _, move_backward, _, _, aux = _KINDS[ctx.kind]
-            dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
-            dx, dw = move_backward(dm, xs, ws, aux(xs, ws))
-        return None, _stacked(dx, x), _stacked(dw, w)
+        if ctx.compiled:  # dw comes back as w is stored, oscillator-major, in w's dtype
+            dx, dw = native.move_backward(ctx.kind, grad, list(x.unbind(-1)), list(w.unbind(-1)), norm, out)
+            return None, _stacked(dx, x), dw.view(w.shape)
+        xs, ws = x.unbind(-1), w.to(x.dtype).unbind(-1)
+        _, move_backward, _, _, aux = _KINDS[ctx.kind]
+        dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
+        dx, dw = move_backward(dm, xs, ws, aux(xs, ws))
+        return None, _stacked(dx, x), _stacked(dw, w).to(w.dtype)
 
 
 def quaternion_move(q: Tensor | Parts, w: Tensor | Parts) -> Tensor:
-    """normalise(q exp(w)): unit quaternions q (..., n, 4) moved by pure quaternions w (..., n, 3), each whole or as
-    its parts (..., n); the state (..., n, 4) stored component-major (``planes.join``'s layout)."""
+    """normalise(q exp(w)): unit quaternions q (..., n, 4) moved by pure quaternions w (..., n, 3) (in q's dtype, or
+    bfloat16 for float32 q), each whole or as its parts (..., n); the state (..., n, 4) stored component-major
+    (``planes.join``'s layout)."""
     return _Move.apply("quaternion", _whole(q), _whole(w)).movedim(0, -1)
 
 
 def sphere_move(x: Tensor | Parts, w: Tensor | Parts) -> Tensor:
-    """normalise(exp_x(P_x w)): unit vectors x (..., n, D) moved along the tangent part of w (..., n, D), each whole
-    or as its parts; the state (..., n, D) stored component-major."""
+    """normalise(exp_x(P_x w)): unit vectors x (..., n, D) moved along the tangent part of w (..., n, D) (dtypes as
+    ``quaternion_move``'s), each whole or as its parts; the state (..., n, D) stored component-major."""
     return _Move.apply("sphere", _whole(x), _whole(w)).movedim(0, -1)
 
 

@@ -180,10 +180,10 @@ class VectorGeometry(Geometry):
         return torch.stack(self._xi(x, mean), dim=-1).flatten(-2)  # (B, T, n·tangent), oscillator-major
 
     def move(self, x: Tensor, step: Tensor) -> Tensor:
-        w = step.to(x.dtype).unflatten(-1, (-1, self.tangent))
+        w = step.unflatten(-1, (-1, self.tangent))
         if self.fused_move is not None and _fused(x):
-            return self.fused_move(x, w)  # whole: the gradients come back without a stacking pass
-        return join(self.exp_move(split(x), split(w)))
+            return self.fused_move(x, w)  # whole and in its own dtype: no cast, no stacking pass, either way
+        return join(self.exp_move(split(x), split(w.to(x.dtype))))
 
     def norm_step(self, x: Tensor, lifted: Tensor, mean: Tensor, value: Tensor, bound: NormBound,
                   extras: nn.Module | None = None) -> Tensor:

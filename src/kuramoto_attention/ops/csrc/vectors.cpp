@@ -190,29 +190,30 @@ struct Planes {
 // aliases and vectorises the per-oscillator arithmetic across the block (padding lanes repeat the first one)
 constexpr int kLanes = 64;
 
-template <typename T, int C>
-KA_INLINE void load(const Planes<T, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
+// planes stored as S (T, or bfloat16: the feed-forward's step under autocast), computed on as T
+template <typename S, typename T, int C>
+KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
   for (int i = 0; i < C; ++i) {
     const int64_t s = p.step[i];
-    const T* src = p.ptr[i] + j0 * s;
+    const S* src = p.ptr[i] + j0 * s;
     if (s == 1) {
-      for (int l = 0; l < m; ++l) buf[i][l] = src[l];
+      for (int l = 0; l < m; ++l) buf[i][l] = static_cast<T>(src[l]);
     } else {
-      for (int l = 0; l < m; ++l) buf[i][l] = src[l * s];
+      for (int l = 0; l < m; ++l) buf[i][l] = static_cast<T>(src[l * s]);
     }
-    for (int l = m; l < kLanes; ++l) buf[i][l] = src[0];
+    for (int l = m; l < kLanes; ++l) buf[i][l] = static_cast<T>(src[0]);
   }
 }
 
-template <typename T, int C>
-KA_INLINE void store(const Planes<T, C>& p, int64_t j0, int m, const T (*buf)[kLanes]) {
+template <typename S, typename T, int C>
+KA_INLINE void store(const Planes<S, C>& p, int64_t j0, int m, const T (*buf)[kLanes]) {
   for (int i = 0; i < C; ++i) {
     const int64_t s = p.step[i];
-    T* dst = p.ptr[i] + j0 * s;
+    S* dst = p.ptr[i] + j0 * s;
     if (s == 1) {
-      for (int l = 0; l < m; ++l) dst[l] = buf[i][l];
+      for (int l = 0; l < m; ++l) dst[l] = static_cast<S>(buf[i][l]);
     } else {
-      for (int l = 0; l < m; ++l) dst[l * s] = buf[i][l];
+      for (int l = 0; l < m; ++l) dst[l * s] = static_cast<S>(buf[i][l]);
     }
   }
 }
@@ -285,12 +286,13 @@ KA_INLINE void normalise_backward(const T* dy, const T* y, T len, T* dm) {
 }
 
 // ----------------------------------------------------------------------------------------------------------- moves
-template <typename T, typename Kind>
+// w stored as Wt (T, or bfloat16 under autocast), read as it is
+template <typename T, typename Wt, typename Kind>
 std::vector<torch::Tensor> move_forward(const Kind& kind, const std::vector<torch::Tensor>& xs,
                                         const std::vector<torch::Tensor>& ws) {
   constexpr int C = Kind::c, K = Kind::tangent;
   const Planes<T, C> x(xs);
-  const Planes<T, K> w(ws);
+  const Planes<Wt, K> w(ws);
   const int64_t n = xs[0].size(-1), size = xs[0].numel();
   torch::Tensor out = torch::empty({C, size / n, n}, xs[0].options()), len_t = torch::empty({size / n, n}, xs[0].options());
   const Planes<T, C> y(out);
@@ -313,18 +315,20 @@ std::vector<torch::Tensor> move_forward(const Kind& kind, const std::vector<torc
   return {out, len_t};
 }
 
-template <typename T, typename Kind>
+// dw comes back as w is stored: oscillator-major (N, n, tangent), in w's dtype
+template <typename T, typename Wt, typename Kind>
 std::vector<torch::Tensor> move_backward(const Kind& kind, torch::Tensor grad, const std::vector<torch::Tensor>& xs,
                                          const std::vector<torch::Tensor>& ws, torch::Tensor norm, torch::Tensor out) {
   grad = grad.contiguous(), norm = norm.contiguous();
   constexpr int C = Kind::c, K = Kind::tangent;
   const Planes<T, C> x(xs), dy(grad), y(out);
-  const Planes<T, K> w(ws);
+  const Planes<Wt, K> w(ws);
   const Planes<T, 1> len(norm);
   const int64_t n = xs[0].size(-1), size = xs[0].numel();
-  torch::Tensor dx_t = torch::empty({C, size / n, n}, out.options()), dw_t = torch::empty({K, size / n, n}, out.options());
+  torch::Tensor dx_t = torch::empty({C, size / n, n}, out.options());
+  torch::Tensor dw_t = torch::empty({size / n, n, K}, ws[0].options());
   const Planes<T, C> dx(dx_t);
-  const Planes<T, K> dw(dw_t);
+  const Planes<Wt, K> dw(dw_t.unbind(-1));
   at::parallel_for(0, size, kGrain * n, [&](int64_t lo, int64_t hi) {
     blocks(lo, hi, [&](int64_t j0, int m) {
       T X[C][kLanes], W[K][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes], DX[C][kLanes], DW[K][kLanes];
@@ -662,10 +666,21 @@ auto by_kind(const std::string& kind, int64_t c, torch::ScalarType dtype, F&& f)
   return by_components<Q, S, double>(kind, c, f);
 }
 
+// the features (or the feed-forward's step) in the state's dtype, or in bfloat16 under autocast (float32 states
+// only)
+template <typename T, typename F>
+auto by_features_dtype(bool bf16, F&& f) {
+  TORCH_CHECK(!bf16 || (std::is_same_v<T, float>), "vectors: bfloat16 features need float32 states");
+  return bf16 ? f(at::BFloat16{}) : f(T{});
+}
+
 std::vector<torch::Tensor> move_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                             const std::vector<torch::Tensor>& ws) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
-    return move_forward<decltype(t)>(k, xs, ws);
+    using T = decltype(t);
+    return by_features_dtype<T>(ws[0].scalar_type() == torch::kBFloat16, [&](auto s) {
+      return move_forward<T, decltype(s)>(k, xs, ws);
+    });
   });
 }
 
@@ -674,7 +689,10 @@ std::vector<torch::Tensor> move_backward_any(const std::string& kind, torch::Ten
                                              const std::vector<torch::Tensor>& ws, torch::Tensor norm,
                                              torch::Tensor out) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
-    return move_backward<decltype(t)>(k, grad, xs, ws, norm, out);
+    using T = decltype(t);
+    return by_features_dtype<T>(ws[0].scalar_type() == torch::kBFloat16, [&](auto s) {
+      return move_backward<T, decltype(s)>(k, grad, xs, ws, norm, out);
+    });
   });
 }
 
@@ -711,13 +729,6 @@ std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Ten
   });
 }
 
-// the features in the state's dtype, or in bfloat16 under autocast (float32 states only)
-template <typename T, typename F>
-auto by_features_dtype(bool bf16, F&& f) {
-  TORCH_CHECK(!bf16 || (std::is_same_v<T, float>), "vectors: bfloat16 features need float32 states");
-  return bf16 ? f(at::BFloat16{}) : f(T{});
-}
-
 std::vector<torch::Tensor> features_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                                 const std::vector<torch::Tensor>& rs, torch::Tensor gates,
                                                 int64_t heads, int64_t positions, bool bf16, int64_t width) {
@@ -749,7 +760,7 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_forward", &move_forward_any, "normalise(move(x, w)): (out (c, N, n), |m| (N, n))");
-  m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (tangent, N, n))");
+  m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (N, n, tangent) as w)");
   m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
   m.def("step_backward", &step_backward_any, "(dx (c, N, n), dG as G, dv (N, n), ⟨dstep, w⟩ h (N,))");
   m.def("features_forward", &features_forward_any, "(q, k (B, H, T, width))");
