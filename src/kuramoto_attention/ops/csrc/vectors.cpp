@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -26,6 +28,27 @@ namespace {
 
 // the per-oscillator helpers must be inlined into the block loops for those to vectorise
 #define KA_INLINE inline __attribute__((always_inline))
+
+// Stored <-> computed numbers: a plain conversion, and for bfloat16 the bit operations written out (c10's conversions
+// branch on NaN, which keeps the loops that read or write bfloat16 from vectorising): widening is exact; narrowing
+// rounds to nearest even as c10::BFloat16 does, a NaN staying a (quiet) NaN
+template <typename To, typename From>
+KA_INLINE To recast(From v) {
+  if constexpr (std::is_same_v<From, at::BFloat16>) {
+    const uint32_t bits = uint32_t(v.x) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return static_cast<To>(f);
+  } else if constexpr (std::is_same_v<To, at::BFloat16>) {
+    const float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    const uint16_t rounded = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    return at::BFloat16(f != f ? uint16_t(0x7FC0) : rounded, at::BFloat16::from_bits());
+  } else {
+    return static_cast<To>(v);
+  }
+}
 
 constexpr int kMax = 8;          // most components a sphere kernel takes (an even number: 2, 4, 6 or 8)
 constexpr int64_t kGrain = 16;   // tokens per parallel task
@@ -197,11 +220,11 @@ KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) 
     const int64_t s = p.step[i];
     const S* src = p.ptr[i] + j0 * s;
     if (s == 1) {
-      for (int l = 0; l < m; ++l) buf[i][l] = static_cast<T>(src[l]);
+      for (int l = 0; l < m; ++l) buf[i][l] = recast<T>(src[l]);
     } else {
-      for (int l = 0; l < m; ++l) buf[i][l] = static_cast<T>(src[l * s]);
+      for (int l = 0; l < m; ++l) buf[i][l] = recast<T>(src[l * s]);
     }
-    for (int l = m; l < kLanes; ++l) buf[i][l] = static_cast<T>(src[0]);
+    for (int l = m; l < kLanes; ++l) buf[i][l] = recast<T>(src[0]);
   }
 }
 
@@ -211,9 +234,9 @@ KA_INLINE void store(const Planes<S, C>& p, int64_t j0, int m, const T (*buf)[kL
     const int64_t s = p.step[i];
     S* dst = p.ptr[i] + j0 * s;
     if (s == 1) {
-      for (int l = 0; l < m; ++l) dst[l] = static_cast<S>(buf[i][l]);
+      for (int l = 0; l < m; ++l) dst[l] = recast<S>(buf[i][l]);
     } else {
-      for (int l = 0; l < m; ++l) dst[l * s] = static_cast<S>(buf[i][l]);
+      for (int l = 0; l < m; ++l) dst[l * s] = recast<S>(buf[i][l]);
     }
   }
 }
@@ -250,7 +273,7 @@ KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
     run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
     const S* src = p.at(j0, l0);
     for (int i = 0; i < C; ++i) {
-      for (int l = 0; l < run; ++l) buf[i][l0 + l] = static_cast<T>(src[i * p.d + l]);
+      for (int l = 0; l < run; ++l) buf[i][l0 + l] = recast<T>(src[i * p.d + l]);
     }
   }
   for (int i = 0; i < C; ++i) {
@@ -264,7 +287,7 @@ KA_INLINE void store(const Heads<S, C>& p, int64_t j0, int m, const T (*buf)[kLa
     run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
     S* dst = p.at(j0, l0);
     for (int i = 0; i < C; ++i) {
-      for (int l = 0; l < run; ++l) dst[i * p.d + l] = static_cast<S>(buf[i][l0 + l]);
+      for (int l = 0; l < run; ++l) dst[i * p.d + l] = recast<S>(buf[i][l0 + l]);
     }
   }
 }
@@ -568,7 +591,7 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
           }
           for (int i = 0; i < C; ++i) {
             S *qd = qh + i * d + (j0 - h * d), *kd = kh + i * d + (j0 - h * d);
-            for (int l = 0; l < m; ++l) qd[l] = static_cast<S>(Q[i][l]), kd[l] = static_cast<S>(K[i][l]);
+            for (int l = 0; l < m; ++l) qd[l] = recast<S>(Q[i][l]), kd[l] = recast<S>(K[i][l]);
           }
         });
         for (int64_t e = C * d; e < width; ++e) qh[e] = S(0), kh[e] = S(0);
@@ -613,7 +636,7 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
           }
           for (int i = 0; i < C; ++i) {
             const S *from_q = dqh + i * d + (j0 - h * d), *from_k = dkh + i * d + (j0 - h * d);
-            for (int l = 0; l < m; ++l) DQ[i][l] = static_cast<T>(from_q[l]), DK[i][l] = static_cast<T>(from_k[l]);
+            for (int l = 0; l < m; ++l) DQ[i][l] = recast<T>(from_q[l]), DK[i][l] = recast<T>(from_k[l]);
             for (int l = m; l < kLanes; ++l) DQ[i][l] = DQ[i][0], DK[i][l] = DK[i][0];
           }
           for (int l = 0; l < kLanes; ++l) {
