@@ -155,12 +155,14 @@ def test_under_bf16_autocast_is_close_to_the_plain_float32_features(case):
 
 @pytest.mark.parametrize("case", ["su2", "sphere"])
 def test_under_torch_compile_equals_eager(case):
+    """The compiled graph runs the same Function (extra features included: the clocks') as eager does."""
     geo = GEOMETRIES[case]
     x, drift, pos, z, tau = inputs(geo, torch.float32)
-    leaves = (x, drift, z, tau)
+    extra = tuple(torch.randn(1, H, T, 2, requires_grad=True) for _ in "qk")
+    leaves = (x, drift, z, tau, *extra)
 
-    def loss(a, b, c, d):
-        q, k = fused(geo, a, b, pos, c, d)
+    def loss(a, b, c, d, eq, ek):
+        q, k = geo.gated_query_key(a, pos, b, c, H, d, a.dtype, None, (eq, ek))
         return (q * q.detach().roll(1, -1)).sum() + k.square().mul(torch.arange(k.shape[-1])).sum()
 
     eager = torch.autograd.grad(loss(*leaves), leaves)
