@@ -39,3 +39,22 @@ def test_is_the_masked_softmax_in_float64():
     mask[0, 0] = True  # token 0 reads itself
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5)
     torch.testing.assert_close(no_self_flash(q, k, v, 0.5, 0), want, rtol=0, atol=1e-12)
+
+
+def test_the_flash_path_steps_aside_where_sdpa_itself_would_not_take_flash(monkeypatch):
+    """The math backend asked for, or float32 inputs under bf16 autocast (SDPA casts them): the plain path."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kuramoto_attention.ops import attention
+
+    def refuse(*args):
+        raise AssertionError("no_self_flash ran")
+
+    q, k, v = (torch.randn(1, 2, 5, 4, requires_grad=True) for _ in range(3))
+    monkeypatch.setattr(attention, "no_self_flash", refuse)
+    with sdpa_kernel(SDPBackend.MATH):
+        attention.causal_attention(q, k, v, scale=0.5, exclude_self=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attention.causal_attention(q, k, v, scale=0.5, exclude_self=True)
+    with pytest.raises(AssertionError, match="ran"):  # and otherwise it is what runs
+        attention.causal_attention(q, k, v, scale=0.5, exclude_self=True)

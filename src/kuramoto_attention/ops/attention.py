@@ -92,7 +92,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, exclude_self
         first = v[..., :1, :]  # token 0 has only itself: its row is its own value (see ``causal_mask``)
         if t == 1:
             return first
-        if _shifted_applies(q, v):
+        if _shifted_applies(q, k, v):
             return no_self_flash(q, k, v, scale, successor_heads)
         rest = sdpa(q[..., 1:, :], k[..., :-1, :], keyed_values(v, successor_heads), is_causal=True, scale=scale)
         return torch.cat((first, rest), dim=-2)
@@ -107,11 +107,16 @@ _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", 
 _FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
 
-def _shifted_applies(q: Tensor, v: Tensor) -> bool:
-    """Whether ``_NoSelf`` runs: eager training on the CPU (its flash kernel's own operators, present), values no
-    wider than the features."""
-    return (_FLASH is not None and _FLASH_BACKWARD is not None and q.device.type == "cpu" and torch.is_grad_enabled()
-            and not torch.compiler.is_compiling() and v.shape[-1] <= q.shape[-1])
+def _shifted_applies(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether ``_NoSelf`` runs: eager training on the CPU where SDPA itself would take the flash kernel (its own
+    operators present and not switched off, rows contiguous, the dtypes autocast would leave alone), values no wider
+    than the features."""
+    tensors = (q, k, v)
+    low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+    return (_FLASH is not None and _FLASH_BACKWARD is not None and torch.backends.cuda.flash_sdp_enabled()
+            and q.device.type == "cpu" and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and v.shape[-1] <= q.shape[-1] and all(t.stride(-1) == 1 for t in tensors)
+            and len({t.dtype for t in tensors}) == 1 and (low is None or q.dtype == low))
 
 
 class _NoSelf(torch.autograd.Function):
@@ -145,7 +150,7 @@ class _NoSelf(torch.autograd.Function):
         if width < keyed.shape[-1]:
             rest = F.pad(rest, (0, keyed.shape[-1] - width))
         dqs, dks, dkeyed = _FLASH_BACKWARD(rest, qs, ks, keyed, out, lse, 0.0, True, scale=ctx.scale)
-        dq, dk, dv = grad.new_empty(q_shape), grad.new_empty(k_shape), grad.new_empty(v_shape)
+        dq, dk, dv = dqs.new_empty(q_shape), dks.new_empty(k_shape), grad.new_empty(v_shape)
         dq[..., :1, :].zero_()
         dq[..., 1:, :] = dqs
         dk[..., -1:, :].zero_()

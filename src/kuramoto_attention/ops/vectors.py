@@ -181,15 +181,18 @@ def _stacked(parts: Parts | Tensor, like: Tensor) -> Tensor:
 
 
 class _Move(torch.autograd.Function):
-    # takes the state and the step whole and gives their gradients back component-major (no stacking pass); saves
-    # the inputs, |m| and the output (stacked: the layer's next state, which its readers save anyway); what the
+    # takes the state and the step whole and gives their gradients back as the kernels write them (the state's
+    # component-major, the step's oscillator-major, as each is stored: no stacking pass); saves the inputs, |m| and
+    # the output (stacked: the layer's next state, which its readers save anyway); what the
     # move's backward needs besides (cos, sinc, …) is recomputed from the inputs, which is cheaper than keeping it.
     # On the CPU the compiled kernels (``native.py``) do each direction in one loop
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
-        xs, ws = x.unbind(-1), w.unbind(-1)  # w in x's dtype, or bf16 (the feed-forward's, read as it is)
-        own = w.dtype == x.dtype or (w.dtype == torch.bfloat16 and x.dtype == torch.float32)
-        if compiled := own and _compiled(xs, *ws):
+        ctx.step_dtype = w.dtype  # w read in x's dtype, or in bf16 (the feed-forward's, as it is); else cast first
+        if not (w.dtype == x.dtype or (w.dtype == torch.bfloat16 and x.dtype == torch.float32)):
+            w = w.to(x.dtype)
+        xs, ws = x.unbind(-1), w.unbind(-1)
+        if compiled := _compiled(xs, *ws):
             out, norm = native.move_forward(kind, list(xs), list(ws))
             out, norm = out.view(len(xs), *xs[0].shape), norm.view(xs[0].shape)
         else:
@@ -207,12 +210,12 @@ class _Move(torch.autograd.Function):
         x, w, norm, out = ctx.saved_tensors
         if ctx.compiled:  # dw comes back as w is stored, oscillator-major, in w's dtype
             dx, dw = native.move_backward(ctx.kind, grad, list(x.unbind(-1)), list(w.unbind(-1)), norm, out)
-            return None, _stacked(dx, x), dw.view(w.shape)
+            return None, _stacked(dx, x), dw.view(w.shape).to(ctx.step_dtype)
         xs, ws = x.unbind(-1), w.to(x.dtype).unbind(-1)
         _, move_backward, _, _, aux = _KINDS[ctx.kind]
         dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
         dx, dw = move_backward(dm, xs, ws, aux(xs, ws))
-        return None, _stacked(dx, x), _stacked(dw, w).to(w.dtype)
+        return None, _stacked(dx, x), _stacked(dw, w).to(ctx.step_dtype)
 
 
 def quaternion_move(q: Tensor | Parts, w: Tensor | Parts) -> Tensor:

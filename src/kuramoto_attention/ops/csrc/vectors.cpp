@@ -8,8 +8,9 @@
 //   features_*  q = g^q ⊙ R x, k = g^k ⊙ R x                   the drifted, gated query/key features
 //
 // Layout: a state or a tangent vector is given as its components, each an evenly strided (N, n) plane (N tokens of
-// n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); outputs are stacked
-// component-major, (c, N, n), the features in the heads' layout (B, H, T, ≥ c·d), read and written as they are stored.
+// n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); states and their gradients are
+// stacked component-major, (c, N, n), the feed-forward step's gradient oscillator-major, (N, n, tangent), as the step
+// is stored, and the features are in the heads' layout (B, H, T, ≥ c·d), read and written as they are stored.
 // Kinds: "quaternion" (c = 4, tangent 3: unit quaternions moved by pure ones) and "sphere" (c = D in 2, 4, 6, 8,
 // tangent D: unit vectors moved along P_x w, drifted by a rotation in each coordinate plane).
 #include <torch/extension.h>
@@ -44,7 +45,8 @@ KA_INLINE To recast(From v) {
     uint32_t bits;
     std::memcpy(&bits, &f, sizeof bits);
     const uint16_t rounded = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    return at::BFloat16(f != f ? uint16_t(0x7FC0) : rounded, at::BFloat16::from_bits());
+    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;  // a bit test: immune to -ffinite-math-only
+    return at::BFloat16(nan ? uint16_t(0x7FC0) : rounded, at::BFloat16::from_bits());
   } else {
     return static_cast<To>(v);
   }
