@@ -208,3 +208,16 @@ def test_whole_model_logits_and_gradients_equal_the_previous_path(preset, monkey
         else:  # or, for a sum over many tokens (the embedding's, the clocks'), no more than twice the previous path's
             # own float32 error (two paths each that far from the exact sum; seen on an AMD EPYC: 1.12×)
             assert diff <= max(1e-6 * size, 2 * rounding), (name, diff, size, rounding)
+
+
+def test_the_features_kernel_takes_no_positions(backend):
+    """T = 0 (an empty chunk given to the kernel): empty q and k of the asked width, no division by the zero length."""
+    from kuramoto_attention.ops import native
+
+    if backend != "compiled":
+        pytest.skip("the compiled kernel's own edge case")
+    x = [torch.zeros(B, 0, N, dtype=torch.float64) for _ in range(4)]
+    rotation = [torch.zeros(0, N, dtype=torch.float64) for _ in range(4)]
+    q, k = native.features_forward("quaternion", x, rotation, torch.zeros(0, 2, N, dtype=torch.float64), H, 0,
+                                   False, 4 * N // H + 2)
+    assert q.shape == k.shape == (0, H, 0, 4 * N // H + 2)

@@ -36,6 +36,14 @@ def apply_rotary(x: Tensor, freqs: Tensor, positions: Tensor) -> Tensor:
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def with_extra(q: Tensor, k: Tensor, extra: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
+    """q and k (B, H, T, ·) with the extra features (1, H, T, e) of every batch row appended to each head's."""
+    if extra is None:
+        return q, k
+    return tuple(torch.cat((f, e.to(f.dtype).expand(f.shape[0], -1, -1, -1)), dim=-1)  # type: ignore[return-value]
+                 for f, e in zip((q, k), extra, strict=True))
+
+
 def split_heads(x: Tensor, heads: int) -> Tensor:
     """(B, T, k) -> (B, H, T, k/H): each head owns a contiguous block of the last axis."""
     b, t, k = x.shape

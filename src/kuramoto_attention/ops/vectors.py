@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from kuramoto_attention.ops import native
+from kuramoto_attention.ops.attention import with_extra
 from kuramoto_attention.ops.fused import _gates_backward, _gates_forward, _no_autocast
 from kuramoto_attention.ops.torus import norm_factor
 
@@ -562,10 +563,8 @@ class _QueryKey(torch.autograd.Function):
             if room:
                 q[..., width:], key[..., width:] = extra_q, extra_k
         else:
-            q, key = (y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype))
-            if room:
-                q, key = (torch.cat((y, e.to(out_dtype).expand(b, -1, -1, -1)), dim=-1)
-                          for y, e in ((q, extra_q), (key, extra_k)))
+            q, key = with_extra(*(y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype)),
+                                None if room == 0 else (extra_q, extra_k))
         # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
         # and the rotation's (T, n) parts are kept
         ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)

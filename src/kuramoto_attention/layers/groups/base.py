@@ -33,14 +33,7 @@ from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.gates import gated_features
-
-
-def with_extra(q: Tensor, k: Tensor, extra: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
-    """q and k (B, H, T, ·) with the extra features (1, H, T, e) of every batch row appended to each head's."""
-    if extra is None:
-        return q, k
-    return tuple(torch.cat((f, e.to(f.dtype).expand(f.shape[0], -1, -1, -1)), dim=-1)  # type: ignore[return-value]
-                 for f, e in zip((q, k), extra, strict=True))
+from kuramoto_attention.ops.attention import with_extra
 
 
 class Geometry:

@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kuramoto_attention.layers.bound import NormBound
-from kuramoto_attention.layers.groups.base import Geometry, with_extra
+from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.layers.groups.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.groups.harmonics import Harmonics
-from kuramoto_attention.ops.attention import rotary_angles
+from kuramoto_attention.ops.attention import rotary_angles, with_extra
 from kuramoto_attention.ops.fused import bounded_step, fused_applies, gated_step, query_key
 from kuramoto_attention.ops.torus import lift, tangent_projection
 
