@@ -108,6 +108,22 @@ def test_compiled_generation_of_several_models_stays_compiled():
                 assert torch.equal(out, model.generate(prompt, 5, temperature=0, use_cache=use_cache))
 
 
+@pytest.mark.parametrize("preset", ["ka-1m", "ka-1m-tuned", "ka-su2-1m", "ka-su2-1m-tuned", "ka-sphere-1m", "tf-1m"])
+def test_a_training_forward_is_one_compiled_graph(preset, monkeypatch):
+    """torch.compile traces a headline preset's training forward (bf16 autocast, gradients on) without a break:
+    a break splits what inductor may fuse. The kernels not yet built (a fresh process) must not break it either."""
+    import torch._dynamo
+
+    from kuramoto_attention.ops import native
+
+    monkeypatch.setattr(native, "_loaded", {})
+    torch._dynamo.reset()
+    model = build_model(*get_preset(preset)).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explanation = torch._dynamo.explain(model)(torch.randint(0, 256, (2, 8)))
+    assert explanation.graph_break_count == 0, [str(b.reason)[:200] for b in explanation.break_reasons]
+
+
 @pytest.mark.parametrize("model", [KuramotoLM(ka_cfg()), TransformerLM(TransformerConfig(**TINY_TF))])
 @pytest.mark.parametrize("bad", [256, -1])
 def test_ids_outside_the_bytes_are_one_value_error(model, bad):

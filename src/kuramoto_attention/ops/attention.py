@@ -121,8 +121,8 @@ def _shifted_applies(q: Tensor, k: Tensor, v: Tensor) -> bool:
     than the features."""
     tensors = (q, k, v)
     low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-    return (_FLASH is not None and _FLASH_BACKWARD is not None and torch.backends.cuda.flash_sdp_enabled()
-            and q.device.type == "cpu" and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    return (not torch.compiler.is_compiling() and _FLASH is not None and _FLASH_BACKWARD is not None
+            and torch.backends.cuda.flash_sdp_enabled() and q.device.type == "cpu" and torch.is_grad_enabled()
             and v.shape[-1] <= q.shape[-1] and all(t.stride(-1) == 1 for t in tensors)
             and len({t.dtype for t in tensors}) == 1 and (low is None or q.dtype == low))
 

@@ -66,12 +66,19 @@ def _module() -> ModuleType | None:
     return _loaded["module"]
 
 
+# a constant to torch.compile, which calls it once while tracing (building the kernels then) instead of breaking
+# its graph at the build's non-tensor calls
+@torch.compiler.assume_constant_result
+def _switched_on_and_built() -> bool:
+    return os.environ.get(ENV, "1") != "0" and _module() is not None
+
+
 def available(like: Tensor) -> bool:
     """Whether the compiled kernels run for tensors like ``like``: a CPU float32 or float64 tensor, kernels that
     built, and ``KURAMOTO_NATIVE`` not 0."""
     if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
         return False
-    return os.environ.get(ENV, "1") != "0" and _module() is not None
+    return _switched_on_and_built()
 
 
 def _planes(x: list[Tensor], count: int) -> Tensor:
