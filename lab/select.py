@@ -188,8 +188,8 @@ def changed(r: Run) -> dict[str, Any]:
 
 
 def off_rate(r: Run) -> bool:
-    """Whether a curve run trained at a rate other than its preset's swept one (lr40's; budget100's)."""
-    if r.get("group") == "budget100":
+    """Whether a curve run trained at a rate other than its preset's swept one (lr40's; the stretch runs')."""
+    if r.get("group") in ("budget100", "budget300"):
         with contextlib.suppress(ConfigError):  # no sweep here: not marked
             return r["train"]["lr"] != groups.swept_rate(r["preset"])
         return False

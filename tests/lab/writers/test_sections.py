@@ -686,7 +686,8 @@ def test_capacity_shapes_join_the_probes_table_against_the_presets_capacity_run(
 
 
 def test_the_stretch_trains_at_the_rate_lr40_found_better_and_is_marked(in_tmp):
-    """Where the preset is better on validation below its swept rate at 40M, budget100 trains it there, marked."""
+    """Where the preset is better on validation below its swept rate at 40M, budget100 and budget300 train it there,
+    marked."""
     _tuned_base(in_tmp)
     b40 = 40_001_536
     write_results(in_tmp, [
@@ -702,6 +703,10 @@ def test_the_stretch_trains_at_the_rate_lr40_found_better_and_is_marked(in_tmp):
     assert stretch["ka-1m-tuned"].train["lr"] == 2e-3 and stretch["tf-1m"].train["lr"] == 4e-3
     assert select.off_rate(run("budget100", "ka-1m-tuned-100m", "ka-1m-tuned", 1.9, lr=2e-3))
     assert {"budget40", "lr40"} <= groups.reads("budget100")  # planned after the runs that choose its rate
+    longest = {s.preset: s for s in groups.plan("budget300")}  # the same pair and rates, to 300M tokens
+    assert {p: s.train["lr"] for p, s in longest.items()} == {p: s.train["lr"] for p, s in stretch.items()}
+    assert {s.train["tokens"] for s in longest.values()} == {groups.LONG_BUDGET}
+    assert select.off_rate(run("budget300", "ka-1m-tuned-300m", "ka-1m-tuned", 1.9, lr=2e-3))
 
 
 def test_the_fixes_are_judged_against_their_preset_at_the_same_rate_and_tf_1ms_best(in_tmp, monkeypatch):
