@@ -66,11 +66,11 @@ def _module() -> ModuleType | None:
     return _loaded["module"]
 
 
-# a constant to torch.compile, which calls it once while tracing (building the kernels then) instead of breaking
-# its graph at the build's non-tensor calls
+# evaluated eagerly on each torch.compile trace (building the kernels the first time) and baked into the graph,
+# unguarded: the build's non-tensor calls would break the graph, and a build cannot change once done
 @torch.compiler.assume_constant_result
-def _switched_on_and_built() -> bool:
-    return os.environ.get(ENV, "1") != "0" and _module() is not None
+def _built() -> bool:
+    return _module() is not None
 
 
 def available(like: Tensor) -> bool:
@@ -78,7 +78,7 @@ def available(like: Tensor) -> bool:
     built, and ``KURAMOTO_NATIVE`` not 0."""
     if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
         return False
-    return _switched_on_and_built()
+    return os.environ.get(ENV, "1") != "0" and _built()
 
 
 def _planes(x: list[Tensor], count: int) -> Tensor:
