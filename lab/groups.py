@@ -114,6 +114,7 @@ def _budget40() -> list[Spec]:
 STRETCH_BUDGET = 100_000_000  # issue 26's stretch, for the transformer and the tuned preset only
 STRETCH_PRESETS = ("tf-1m", "ka-1m-tuned")
 LONG_BUDGET = 300_000_000  # issue 46: about 33 passes over enwik7's training split, the paper's many-epoch regime
+STRETCHES = {"budget100": STRETCH_BUDGET, "budget300": LONG_BUDGET}  # the stretch groups and their budgets
 
 
 def _stretch(group: str, tokens: int) -> list[Spec]:
@@ -356,8 +357,8 @@ GROUPS: dict[str, Callable[[], list[Spec]]] = {
                                         variants=TUNED_ABLATIONS),
     "pycode-tuned": lambda: _main("pycode", (0,), "pycode-tuned", ("ka-1m-tuned",), lr_group="lr10m-tuned"),
     # issue 26: the budget curve to 40M tokens and the equal-FLOP runs
-    "budget40": _budget40, "lr40": _lr40, "budget100": lambda: _stretch("budget100", STRETCH_BUDGET),
-    "budget300": lambda: _stretch("budget300", LONG_BUDGET), "flops": _flops,
+    "budget40": _budget40, "lr40": _lr40, **{g: functools.partial(_stretch, g, b) for g, b in STRETCHES.items()},
+    "flops": _flops,
     # issue 26's size axis: the tuned recipe at 5M (presets.py ka-5m-tuned), its rate swept lower, then 3 seeds each
     "lr-5m-tuned": lambda: _lr("lr-5m-tuned", presets=("ka-5m-tuned",)), "main-5m": _main_5m,
     # issue 25: SU(2) (presets.py ka-su2-1m), swept in two stages as ka-1m-tuned was, then 3 seeds

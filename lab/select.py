@@ -13,7 +13,7 @@ from typing import Any
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.training.data import CHECKSUMS
 from lab import groups, protocol
-from lab.groups import BUDGETS, HOMES, LONG_BUDGET, STRETCH_BUDGET, flop_matched, with_twins
+from lab.groups import BUDGETS, HOMES, STRETCHES, flop_matched, with_twins
 from lab.protocol import PROTOCOL, TRAIN_DEFAULTS, load_results
 from lab.retired import RETIRED, retired_settings, without_retired
 
@@ -189,7 +189,7 @@ def changed(r: Run) -> dict[str, Any]:
 
 def off_rate(r: Run) -> bool:
     """Whether a curve run trained at a rate other than its preset's swept one (lr40's; the stretch runs')."""
-    if r.get("group") in ("budget100", "budget300"):
+    if r.get("group") in STRETCHES:
         with contextlib.suppress(ConfigError):  # no sweep here: not marked
             return r["train"]["lr"] != groups.swept_rate(r["preset"])
         return False
@@ -216,8 +216,7 @@ def budget_runs() -> dict[str, dict[str, Run]]:
             "10M": {p: next((r for r in with_twins(home.main) if r["preset"] == p and r["train"].get("seed", 0) == 0),
                             None) for p, home in HOMES.items()},
             "20M": {r["preset"]: r for r in load_results("budget") if r["name"] in ("ka-1m-20m", "tf-1m-20m")}}
-    for b, among in [*((b, ("budget40", "lr40")) for b in BUDGETS), (STRETCH_BUDGET, ("budget100",)),
-                     (LONG_BUDGET, ("budget300",))]:
+    for b, among in [*((b, ("budget40", "lr40")) for b in BUDGETS), *((b, (g,)) for g, b in STRETCHES.items())]:
         rows[f"{b // 1_000_000}M"] = {p: groups.budget_best(p, b, among) for p in HOMES}
     return {k: kept for k, by in rows.items() if (kept := {p: r for p, r in by.items() if r is not None})}
 

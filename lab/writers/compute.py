@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import protocol, select
-from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, LONG_BUDGET, STRETCH_BUDGET, valid_estimate, with_twins
+from lab.groups import BUDGET_PRESETS, BUDGETS, FLOPS_PRESETS, STRETCHES, valid_estimate, with_twins
 from lab.select import BENCH_MODE, LARGEST, REFERENCE, Run
 from lab.writers.common import changes, costs, diff, fmt, fmt_flops, lr, millions, note, table
 from lab.writers.run_table import BPC, RUN, group_table
@@ -36,8 +36,7 @@ def budget_section() -> str:
     return table(["budget", "model", "run", "split", "BPC", "gap to tf-1m", "lr", "model FLOPs/token",
                   "training FLOPs", "valid − train within 1 pass (passes)", "valid − train at the end (passes)",
                   "valid rose (after)"], body) + "".join(note(f"Not run yet: `python -m lab run {g}`") for g, b in (
-                      ("budget40", BUDGETS[-1]), ("budget100", STRETCH_BUDGET), ("budget300", LONG_BUDGET))
-                      if f"{b // 1_000_000}M" not in runs)
+                      ("budget40", BUDGETS[-1]), *STRETCHES.items()) if f"{b // 1_000_000}M" not in runs)
 
 
 def flops_section(pool: list[Run] | None = None) -> str:
@@ -74,7 +73,7 @@ def fit_table() -> str:
     runs = select.budget_runs()
     rows = [[name, f"{budget // 1_000_000}M", f"{gaps[-1][1]:+.3f}", f"{gaps[-1][2]:+.3f}", millions(gaps[-1][0], 0),
              millions(ahead[-1][0]) if (ahead := [g for g in gaps if g[1] < 0]) else "never"]
-            for budget in (BUDGETS[-1], STRETCH_BUDGET, LONG_BUDGET) for name, gaps in select.fits(budget, runs)]
+            for budget in (BUDGETS[-1], *STRETCHES.values()) for name, gaps in select.fits(budget, runs)]
     return table(["run", "budget", "training-BPC gap to tf-1m", "validation-BPC gap to tf-1m", "at", "ahead in "
                   "training BPC until"], rows) if rows else ""
 

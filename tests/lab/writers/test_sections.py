@@ -707,6 +707,7 @@ def test_the_stretch_trains_at_the_rate_lr40_found_better_and_is_marked(in_tmp):
     assert {p: s.train["lr"] for p, s in longest.items()} == {p: s.train["lr"] for p, s in stretch.items()}
     assert {s.train["tokens"] for s in longest.values()} == {groups.LONG_BUDGET}
     assert select.off_rate(run("budget300", "ka-1m-tuned-300m", "ka-1m-tuned", 1.9, lr=2e-3))
+    assert {"budget40", "lr40"} <= groups.reads("budget300")
     write_results(in_tmp, [run("budget300", "tf-1m-300m", "tf-1m", 1.7, lr=4e-3, tokens=300_000_256)])
     assert select.budget_runs()["300M"]["tf-1m"]["name"] == "tf-1m-300m"  # the curve's last point
 
