@@ -46,6 +46,19 @@ def test_a_failed_build_says_so_in_one_line_and_falls_back(monkeypatch, capsys):
     assert quaternion_move(split(x), split(w)).shape == (B, T, N, 4)  # the Python functions run instead
 
 
+def test_a_compiled_caller_follows_the_switch(monkeypatch):
+    """Under torch.compile the build is a constant, but KURAMOTO_NATIVE is read on each call: switching it from 1 to 0
+    after compiling turns the kernels off (dynamo guards a variable that is set; one unset while compiling it does
+    not watch)."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x + 1 if native.available(x) else x - 1, backend="eager")
+    monkeypatch.setenv(native.ENV, "1")
+    expected = 1.0 if native.available(torch.zeros(1)) else -1.0
+    assert f(torch.zeros(2)).tolist() == [expected] * 2
+    monkeypatch.setenv(native.ENV, "0")
+    assert f(torch.zeros(2)).tolist() == [-1.0, -1.0]
+
+
 def plain_quaternion_move(q, w):
     new = mul(q, exp_parts(w))
     norm = torch.sqrt(sum(c * c for c in new))
