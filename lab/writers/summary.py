@@ -1,5 +1,6 @@
 """RESULTS.md's tables (its sentences are lab/templates/RESULTS.md's) and README.md's, from results/*/*.json only."""
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -8,7 +9,7 @@ from typing import Any
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import preset_table
 from lab import groups, select
-from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCH_BUDGET, TUNED_ABLATIONS
+from lab.groups import ABLATIONS, BUDGET_PRESETS, BUDGETS, FIX_BUDGET, STRETCHES, TUNED_ABLATIONS
 from lab.protocol import PROTOCOL, load_results, run_command
 from lab.retired import RETIRED_FIXES
 from lab.select import Run, bpcs, mean, median, seed_runs
@@ -82,7 +83,8 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
         for p in BUDGET_PRESETS)] for label, by in runs.items()]
     text = table(["tokens", *(p + (" (gap)" if p != "tf-1m" else "") for p in BUDGET_PRESETS)], body)
     # the gaps at equal tokens are the first table's; at tf-1m's FLOPs of a budget: group flops' runs
-    b, s, flops = f"{BUDGETS[-1] // 1_000_000}M", f"{STRETCH_BUDGET // 1_000_000}M", select.by_name("flops")
+    b, flops = f"{BUDGETS[-1] // 1_000_000}M", select.by_name("flops")
+    steps = list(itertools.pairwise([b, *(f"{x // 1_000_000}M" for x in STRETCHES.values())]))  # 40M→100M, 100M→300M
     gaps = []
     for p in BUDGET_PRESETS:
         (at10, at40), (tf10, tf40) = ([flops.get(f"{p}-flops-tf-{x.lower()}") for x in ("10M", b)],
@@ -90,11 +92,12 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
         moved = at40 and (same40 := runs.get(b, {}).get(p)) and at40["train"]["lr"] != same40["train"]["lr"]
         gaps.append([p, fmt_per_token(groups.flops_per_token(p)), diff(at10, tf10),
                      diff(at40, tf40) + (f" (lr {lr(at40)})" if moved else ""),
-                     signed(select.valid_slope(runs.get(b, {}).get(p))), signed(select.per_doubling(runs, p, "10M", b)),
-                     signed(select.per_doubling(runs, p, b, s)), signed(select.anneal_cost(runs, p))])
+                     signed(select.valid_slope(runs.get(b, {}).get(p))),
+                     *(signed(select.per_doubling(runs, p, x, y)) for x, y in [("10M", b), *steps]),
+                     signed(select.anneal_cost(runs, p))])
     text += "\n\n" + table(["model", "FLOPs/token", "gap at tf-1m's 10M FLOPs",
                             f"at tf-1m's {b} FLOPs", f"{SLOPE} 10M→{b}", f"test/doubling 10M→{b}",
-                            f"{b}→{s}", "anneal cost"], gaps)
+                            *(f"{x}→{y}" for x, y in steps), "anneal cost"], gaps)
     missing = [g for g, done in (("budget40", b in runs), ("flops", bool(flops))) if not done]
     imgs = [f"![{k}]({link(plots[k])})" for k in ("budget", "compute", "fit") if plots.get(k)]
     return (text + "".join(f"\n\n_Not run yet: `python -m lab run {g}`._" for g in missing)
@@ -102,8 +105,7 @@ def budget_section(plots: dict[str, Path | None], link: Any) -> str:
 
 
 def fixes_section(pool: list[Run] | None = None) -> str:
-    """Issue 46's fixes at 40M tokens (the retired ones marked) against their preset at the same rate and tf-1m's
-    best there, with their slopes; the planned ones not yet run named below."""
+    """Issue 46's fixes at 40M (retired ones marked) against their preset at its rate and tf-1m's best; unrun ones."""
     if not (rows := [r for g in ("fixes40", *RETIRED_FIXES) for r in load_results(g)]):
         return f"_Not yet run: `{run_command('fixes40')}`._"
     tf, flops = groups.budget_best("tf-1m", FIX_BUDGET), select.by_name("fixes40-flops")

@@ -426,11 +426,23 @@ def test_fit_note_sets_the_training_gap_beside_the_validation_gap(in_tmp):
     # per doubling: (1.90 - 2.13) / 2 and (2.03 - 2.15) / 2; anneal cost: 10M tokens into the 40M schedule against
     # the 10M schedule's end, 2.30 - 2.18 and 2.38 - 2.20
     slopes = summary.budget_section({}, str)
-    assert cells(slopes, "tf-1m")[5:] == ["-0.115", "—", "+0.120"]
-    assert cells(slopes, "ka-1m-tuned")[5:] == ["-0.060", "—", "+0.180"]
+    assert cells(slopes, "tf-1m")[5:] == ["-0.115", "—", "—", "+0.120"]
+    assert cells(slopes, "ka-1m-tuned")[5:] == ["-0.060", "—", "—", "+0.180"]
     # within the 40M run, from its 10M evaluation: (2.07 - 2.38) / 2
     assert select.valid_slope(ka) == pytest.approx((2.07 - 2.38) / 2) and select.valid_slope(ka10) is None
     assert compute.fit_plot(in_tmp / "fit.png") is not None
+
+
+def test_each_stretch_adds_its_step_per_doubling(in_tmp):
+    """40M → 100M → 300M: test BPC per doubling between consecutive budgets of the curve, a column each."""
+    clip = {"grad_clip": 1.0}
+    write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
+                           run("budget100", "tf-1m-100m", "tf-1m", 1.77, tokens=100_000_000, train=clip),
+                           run("budget300", "tf-1m-300m", "tf-1m", 1.70, tokens=300_000_000, train=clip)])
+    text = summary.budget_section({}, str)
+    assert "| 40M→100M | 100M→300M |" in text
+    per = [(1.77 - 1.90) / math.log2(100 / 40), (1.70 - 1.77) / math.log2(300 / 100)]
+    assert cells(text, "tf-1m")[6:8] == [f"{x:+.3f}" for x in per]
 
 
 def test_fit_note_reads_the_stretch_budget(in_tmp):
@@ -442,7 +454,7 @@ def test_fit_note_reads_the_stretch_budget(in_tmp):
                 [(50_000_000, 1.90, 2.00), (b, 1.70, 1.92)])
     write_results(in_tmp, [tf, ka])
     assert cells(compute.fit_table(), "ka-1m-tuned") == ["ka-1m-tuned", "100M", "+0.200", "+0.120", "100M", "never"]
-    assert cells(summary.budget_section({}, str), "tf-1m")[5:] == ["—", "—", "—"]  # no 40M points to measure from
+    assert cells(summary.budget_section({}, str), "tf-1m")[5:] == ["—", "—", "—", "—"]  # no 40M points to measure from
     assert compute.clip_table(groups.all_results()) == ""  # no run kept its clipping
     write_results(in_tmp, [run("budget40", "tf-1m-40m", "tf-1m", 1.90, tokens=40_000_000),
                            run("budget40", "ka-1m-tuned-40m", "ka-1m-tuned", 2.00, tokens=40_000_000)])
