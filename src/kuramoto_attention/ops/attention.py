@@ -154,9 +154,12 @@ class _NoSelf(torch.autograd.Function):
         qs, ks, keyed, out, lse = ctx.saved_tensors
         q_shape, k_shape, v_shape = ctx.shapes
         width = v_shape[-1]
-        rest = grad[..., 1:, :]
-        if width < keyed.shape[-1]:
-            rest = F.pad(rest, (0, keyed.shape[-1] - width))
+        # rows 1 … T − 1 of dL/dmean, padded as the values were, written once in the flash kernel's own layout
+        # (B, T, H, d) (given (B, H, T, d) it copies them into that layout itself)
+        b, heads, t, _ = grad.shape
+        rest = grad.new_empty(b, t - 1, heads, keyed.shape[-1]).transpose(1, 2)
+        rest[..., :width] = grad[..., 1:, :]
+        rest[..., width:] = 0
         dqs, dks, dkeyed = _FLASH_BACKWARD(rest, qs, ks, keyed, out, lse, 0.0, True, scale=ctx.scale)
         dq, dk, dv = dqs.new_empty(q_shape), dks.new_empty(k_shape), grad.new_empty(v_shape)
         dq[..., :1, :].zero_()
