@@ -211,9 +211,13 @@ struct Planes {
   }
 };
 
-// The loops work on blocks of kLanes oscillators copied into local arrays: the compiler then knows that nothing
-// aliases and vectorises the per-oscillator arithmetic across the block (padding lanes repeat the first one)
+// The loops work on blocks of up to kLanes oscillators copied into local arrays: the compiler then knows that nothing
+// aliases and vectorises the per-oscillator arithmetic across the block. A block of m oscillators computes on
+// lanes(m) of them, m rounded up to whole vectors (a token's 80: 64 + 16, a head's 20: 32); its padding lanes repeat
+// the first one. Sums over a block's oscillators run over its m alone, so the lanes computed change no number.
 constexpr int kLanes = 64;
+constexpr int kVector = 16;
+KA_INLINE int lanes(int m) { return (m + kVector - 1) / kVector * kVector; }
 
 // planes stored as S (T, or bfloat16: the feed-forward's step under autocast), computed on as T
 template <typename S, typename T, int C>
@@ -221,12 +225,14 @@ KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) 
   for (int i = 0; i < C; ++i) {
     const int64_t s = p.step[i];
     const S* src = p.ptr[i] + j0 * s;
-    if (s == 1) {
+    if (s == 1 && m == kLanes) {  // a whole block: a copy of constant length, which the compiler vectorises
+      for (int l = 0; l < kLanes; ++l) buf[i][l] = recast<T>(src[l]);
+    } else if (s == 1) {
       for (int l = 0; l < m; ++l) buf[i][l] = recast<T>(src[l]);
     } else {
       for (int l = 0; l < m; ++l) buf[i][l] = recast<T>(src[l * s]);
     }
-    for (int l = m; l < kLanes; ++l) buf[i][l] = recast<T>(src[0]);
+    for (int l = m, L = lanes(m); l < L; ++l) buf[i][l] = recast<T>(src[0]);
   }
 }
 
@@ -235,7 +241,9 @@ KA_INLINE void store(const Planes<S, C>& p, int64_t j0, int m, const T (*buf)[kL
   for (int i = 0; i < C; ++i) {
     const int64_t s = p.step[i];
     S* dst = p.ptr[i] + j0 * s;
-    if (s == 1) {
+    if (s == 1 && m == kLanes) {
+      for (int l = 0; l < kLanes; ++l) dst[l] = recast<S>(buf[i][l]);
+    } else if (s == 1) {
       for (int l = 0; l < m; ++l) dst[l] = recast<S>(buf[i][l]);
     } else {
       for (int l = 0; l < m; ++l) dst[l * s] = recast<S>(buf[i][l]);
@@ -279,7 +287,7 @@ KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
     }
   }
   for (int i = 0; i < C; ++i) {
-    for (int l = m; l < kLanes; ++l) buf[i][l] = buf[i][0];
+    for (int l = m, L = lanes(m); l < L; ++l) buf[i][l] = buf[i][0];
   }
 }
 
@@ -326,7 +334,7 @@ std::vector<torch::Tensor> move_forward(const Kind& kind, const std::vector<torc
     blocks(lo, hi, [&](int64_t j0, int m) {
       T X[C][kLanes], W[K][kLanes], Y[C][kLanes], N[1][kLanes];
       load(x, j0, m, X), load(w, j0, m, W);
-      for (int l = 0; l < kLanes; ++l) {
+      for (int l = 0, L = lanes(m); l < L; ++l) {
         T a[C], s[K], mv[C];
         lane<T, C>(X, l, a), lane<T, K>(W, l, s);
         kind.move(a, s, mv);
@@ -358,7 +366,7 @@ std::vector<torch::Tensor> move_backward(const Kind& kind, torch::Tensor grad, c
     blocks(lo, hi, [&](int64_t j0, int m) {
       T X[C][kLanes], W[K][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes], DX[C][kLanes], DW[K][kLanes];
       load(x, j0, m, X), load(w, j0, m, W), load(dy, j0, m, DY), load(y, j0, m, Y), load(len, j0, m, N);
-      for (int l = 0; l < kLanes; ++l) {
+      for (int l = 0, L = lanes(m); l < L; ++l) {
         T a[C], s[K], g[C], b[C], dm[C], da[C], ds[K];
         lane<T, C>(X, l, a), lane<T, K>(W, l, s), lane<T, C>(DY, l, g), lane<T, C>(Y, l, b);
         normalise_backward<T, C>(g, b, N[0][l], dm);
@@ -395,7 +403,7 @@ std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torc
       blocks(t * n, (t + 1) * n, [&](int64_t j0, int m) {
         T X[C][kLanes], G[C][kLanes], V[1][kLanes], S[kLanes];  // local to the block: nothing aliases them
         load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V);
-        for (int l = 0; l < kLanes; ++l) {
+        for (int l = 0, L = lanes(m); l < L; ++l) {
           T a[C], b[C], xi[K];
           lane<T, C>(X, l, a), lane<T, C>(G, l, b);
           kind.xi(a, b, xi);
@@ -410,7 +418,7 @@ std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torc
       blocks(t * n, (t + 1) * n, [&, ht](int64_t j0, int m) {
         T X[C][kLanes], G[C][kLanes], V[1][kLanes], Y[C][kLanes], N[1][kLanes];
         load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V);
-        for (int l = 0; l < kLanes; ++l) {
+        for (int l = 0, L = lanes(m); l < L; ++l) {
           T a[C], b[C], xi[K], mv[C];
           lane<T, C>(X, l, a), lane<T, C>(G, l, b);
           kind.xi(a, b, xi);
@@ -457,7 +465,7 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
         T DX[C][kLanes], DG[C][kLanes], S[kLanes];
         load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dy, j0, m, DY), load(y, j0, m, Y);
         load(len, j0, m, N);
-        for (int l = 0; l < kLanes; ++l) {
+        for (int l = 0, L = lanes(m); l < L; ++l) {
           T a[C], b[C], xi[K], s[K], dyj[C], yj[C], dm[C], da[C], ds[C];
           lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DY, l, dyj), lane<T, C>(Y, l, yj);
           kind.xi(a, b, xi);
@@ -482,7 +490,7 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
       blocks(t * n, (t + 1) * n, [&, ht, dsq](int64_t j0, int m) {
         T X[C][kLanes], G[C][kLanes], V[1][kLanes], DX[C][kLanes], DG[C][kLanes], DV[1][kLanes];
         load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dx, j0, m, DX), load(dg, j0, m, DG);
-        for (int l = 0; l < kLanes; ++l) {
+        for (int l = 0, L = lanes(m); l < L; ++l) {
           T a[C], b[C], xi[K], da[C], ds[C], dxi[K], dgj[C];
           lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DX, l, da), lane<T, C>(DG, l, ds);
           kind.xi(a, b, xi);
@@ -582,10 +590,10 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
         blocks(h * d, (h + 1) * d, [&, bt, t, h, qh, kh](int64_t j0, int m) {
           T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], Q[C][kLanes], K[C][kLanes];
           load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
-          for (int l = 0; l < kLanes; ++l) {
+          for (int l = 0, L = lanes(m); l < L; ++l) {
             GQ[l] = g[(bt * 2) * n + j0 + (l < m ? l : 0)], GK[l] = g[(bt * 2 + 1) * n + j0 + (l < m ? l : 0)];
           }
-          for (int l = 0; l < kLanes; ++l) {
+          for (int l = 0, L = lanes(m); l < L; ++l) {
             T a[C], rr[R], f[C];
             lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
             drift.rotate(rr, a, f);
@@ -632,16 +640,16 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
           T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], DQ[C][kLanes], DK[C][kLanes];
           T DX[C][kLanes], DR[R][kLanes], DGQ[kLanes], DGK[kLanes];
           load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
-          for (int l = 0; l < kLanes; ++l) {
+          for (int l = 0, L = lanes(m); l < L; ++l) {
             const int64_t at = l < m ? l : 0;
             GQ[l] = g[(bt * 2) * n + j0 + at], GK[l] = g[(bt * 2 + 1) * n + j0 + at];
           }
           for (int i = 0; i < C; ++i) {
             const S *from_q = dqh + i * d + (j0 - h * d), *from_k = dkh + i * d + (j0 - h * d);
             for (int l = 0; l < m; ++l) DQ[i][l] = recast<T>(from_q[l]), DK[i][l] = recast<T>(from_k[l]);
-            for (int l = m; l < kLanes; ++l) DQ[i][l] = DQ[i][0], DK[i][l] = DK[i][0];
+            for (int l = m, L = lanes(m); l < L; ++l) DQ[i][l] = DQ[i][0], DK[i][l] = DK[i][0];
           }
-          for (int l = 0; l < kLanes; ++l) {
+          for (int l = 0, L = lanes(m); l < L; ++l) {
             T a[C], rr[R], f[C], df[C], da[C], drr[R];
             lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
             drift.rotate(rr, a, f);
