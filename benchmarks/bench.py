@@ -362,6 +362,7 @@ def bench_step_parts(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     for name in dict.fromkeys(p for pair in plan.pairs for p in pair):
         _log(f"step parts {name}")
+        torch.compiler.reset()  # each model compiled afresh: earlier models' graphs must not reach dynamo's limit
         torch.manual_seed(0)
         forward_backward, update = _train_parts(build_model(*get_preset(name)).train(), "bf16", compiled)
         for _ in range(plan.warmup):
@@ -501,6 +502,7 @@ def bench_generation(plan: Plan) -> list[dict[str, Any]]:
     for mode in plan.modes:
         compiled = mode == "compile"
         for name in plan.generation_presets or plan.pairs[0]:
+            torch.compiler.reset()  # as in bench_step_parts
             torch.manual_seed(0)
             model = build_model(*get_preset(name)).eval()
             jobs = {k: partial(model.generate, prompt, n_new, temperature=0, use_cache=k == "cache",

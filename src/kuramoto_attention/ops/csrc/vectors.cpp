@@ -213,11 +213,26 @@ struct Planes {
 
 // The loops work on blocks of up to kLanes oscillators copied into local arrays: the compiler then knows that nothing
 // aliases and vectorises the per-oscillator arithmetic across the block. A block of m oscillators computes on
-// lanes(m) of them, m rounded up to whole vectors (a token's 80: 64 + 16, a head's 20: 32); its padding lanes repeat
+// lanes(m) of them, m rounded up to whole vectors (a token's 80: 64 + 16); its padding lanes repeat
 // the first one. Sums over a block's oscillators run over its m alone, so the lanes computed change no number.
 constexpr int kLanes = 64;
 constexpr int kVector = 16;
 KA_INLINE int lanes(int m) { return (m + kVector - 1) / kVector * kVector; }
+
+// dst[l] = src[l] for l < m. A run of whole vectors (a block of 64 or 16 lanes, a head of 16 oscillators) goes vector
+// by vector, each a copy of constant length that compiles to one move or one conversion; any other length is a plain
+// loop, which the compiler vectorises with a masked remainder (measured: splitting such a run into whole vectors and
+// a scalar rest is slower)
+template <typename To, typename From>
+KA_INLINE void copy_run(To* dst, const From* src, int m) {
+  if (m % kVector) {
+    for (int l = 0; l < m; ++l) dst[l] = recast<To>(src[l]);
+    return;
+  }
+  for (int l = 0; l < m; l += kVector) {
+    for (int i = 0; i < kVector; ++i) dst[l + i] = recast<To>(src[l + i]);
+  }
+}
 
 // planes stored as S (T, or bfloat16: the feed-forward's step under autocast), computed on as T
 template <typename S, typename T, int C>
@@ -225,10 +240,8 @@ KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) 
   for (int i = 0; i < C; ++i) {
     const int64_t s = p.step[i];
     const S* src = p.ptr[i] + j0 * s;
-    if (s == 1 && m == kLanes) {  // a whole block: a copy of constant length, which the compiler vectorises
-      for (int l = 0; l < kLanes; ++l) buf[i][l] = recast<T>(src[l]);
-    } else if (s == 1) {
-      for (int l = 0; l < m; ++l) buf[i][l] = recast<T>(src[l]);
+    if (s == 1) {
+      copy_run(buf[i], src, m);
     } else {
       for (int l = 0; l < m; ++l) buf[i][l] = recast<T>(src[l * s]);
     }
@@ -241,10 +254,8 @@ KA_INLINE void store(const Planes<S, C>& p, int64_t j0, int m, const T (*buf)[kL
   for (int i = 0; i < C; ++i) {
     const int64_t s = p.step[i];
     S* dst = p.ptr[i] + j0 * s;
-    if (s == 1 && m == kLanes) {
-      for (int l = 0; l < kLanes; ++l) dst[l] = recast<S>(buf[i][l]);
-    } else if (s == 1) {
-      for (int l = 0; l < m; ++l) dst[l] = recast<S>(buf[i][l]);
+    if (s == 1) {
+      copy_run(dst, buf[i], m);
     } else {
       for (int l = 0; l < m; ++l) dst[l * s] = recast<S>(buf[i][l]);
     }
@@ -283,7 +294,7 @@ KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
     run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
     const S* src = p.at(j0, l0);
     for (int i = 0; i < C; ++i) {
-      for (int l = 0; l < run; ++l) buf[i][l0 + l] = recast<T>(src[i * p.d + l]);
+      copy_run(buf[i] + l0, src + i * p.d, run);
     }
   }
   for (int i = 0; i < C; ++i) {
@@ -297,7 +308,7 @@ KA_INLINE void store(const Heads<S, C>& p, int64_t j0, int m, const T (*buf)[kLa
     run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
     S* dst = p.at(j0, l0);
     for (int i = 0; i < C; ++i) {
-      for (int l = 0; l < run; ++l) dst[i * p.d + l] = recast<S>(buf[i][l0 + l]);
+      copy_run(dst + i * p.d, buf[i] + l0, run);
     }
   }
 }
@@ -551,6 +562,24 @@ struct PlaneDrift {
   }
 };
 
+// a block's gates: m of them, the padding lanes repeating the first
+template <typename T>
+KA_INLINE void gate_lanes(const T* src, int m, T* out) {
+  copy_run(out, src, m);
+  for (int l = m, L = lanes(m); l < L; ++l) out[l] = src[0];
+}
+
+// the runs of a block of oscillators j0 … j0 + m − 1 of a token within its heads of d: f(first lane, head, oscillator
+// within the head, length)
+template <typename F>
+KA_INLINE void head_runs(int64_t j0, int m, int64_t d, const F& f) {
+  for (int l0 = 0, run; l0 < m; l0 += run) {
+    const int64_t j = j0 + l0, h = j / d, e = j - h * d;
+    run = int(std::min<int64_t>(m - l0, d - e));
+    f(l0, h, e, run);
+  }
+}
+
 // Query or key features (B, H, T, ≥ c·d) stored as S (T, or bfloat16 under autocast), the last axis contiguous, the
 // others strided as they come: component i of oscillator e of head h of token (b, t) at b·sb + h·sh + t·st + i·d + e
 template <typename S>
@@ -585,25 +614,23 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
+      blocks(0, n, [&, bt, t](int64_t j0, int m) {  // a block of the token's oscillators, across its heads
+        T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], Q[C][kLanes], K[C][kLanes];
+        load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
+        gate_lanes(g + (bt * 2) * n + j0, m, GQ), gate_lanes(g + (bt * 2 + 1) * n + j0, m, GK);
+        for (int l = 0, L = lanes(m); l < L; ++l) {
+          T a[C], rr[R], f[C];
+          lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
+          drift.rotate(rr, a, f);
+          for (int i = 0; i < C; ++i) Q[i][l] = f[i] * GQ[l], K[i][l] = f[i] * GK[l];
+        }
+        head_runs(j0, m, d, [&](int l0, int64_t h, int64_t e, int run) {
+          S *qd = q.at(bt, h) + e, *kd = k.at(bt, h) + e;
+          for (int i = 0; i < C; ++i) copy_run(qd + i * d, Q[i] + l0, run), copy_run(kd + i * d, K[i] + l0, run);
+        });
+      });
       for (int64_t h = 0; h < heads; ++h) {
         S *qh = q.at(bt, h), *kh = k.at(bt, h);
-        blocks(h * d, (h + 1) * d, [&, bt, t, h, qh, kh](int64_t j0, int m) {
-          T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], Q[C][kLanes], K[C][kLanes];
-          load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
-          for (int l = 0, L = lanes(m); l < L; ++l) {
-            GQ[l] = g[(bt * 2) * n + j0 + (l < m ? l : 0)], GK[l] = g[(bt * 2 + 1) * n + j0 + (l < m ? l : 0)];
-          }
-          for (int l = 0, L = lanes(m); l < L; ++l) {
-            T a[C], rr[R], f[C];
-            lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
-            drift.rotate(rr, a, f);
-            for (int i = 0; i < C; ++i) Q[i][l] = f[i] * GQ[l], K[i][l] = f[i] * GK[l];
-          }
-          for (int i = 0; i < C; ++i) {
-            S *qd = qh + i * d + (j0 - h * d), *kd = kh + i * d + (j0 - h * d);
-            for (int l = 0; l < m; ++l) qd[l] = recast<S>(Q[i][l]), kd[l] = recast<S>(K[i][l]);
-          }
-        });
         for (int64_t e = C * d; e < width; ++e) qh[e] = S(0), kh[e] = S(0);
       }
     }
@@ -634,44 +661,37 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
-      for (int64_t h = 0; h < heads; ++h) {
-        const S *dqh = dq.at(bt, h), *dkh = dk.at(bt, h);
-        blocks(h * d, (h + 1) * d, [&, bt, t, h, dqh, dkh](int64_t j0, int m) {
-          T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], DQ[C][kLanes], DK[C][kLanes];
-          T DX[C][kLanes], DR[R][kLanes], DGQ[kLanes], DGK[kLanes];
-          load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
-          for (int l = 0, L = lanes(m); l < L; ++l) {
-            const int64_t at = l < m ? l : 0;
-            GQ[l] = g[(bt * 2) * n + j0 + at], GK[l] = g[(bt * 2 + 1) * n + j0 + at];
-          }
-          for (int i = 0; i < C; ++i) {
-            const S *from_q = dqh + i * d + (j0 - h * d), *from_k = dkh + i * d + (j0 - h * d);
-            for (int l = 0; l < m; ++l) DQ[i][l] = recast<T>(from_q[l]), DK[i][l] = recast<T>(from_k[l]);
-            for (int l = m, L = lanes(m); l < L; ++l) DQ[i][l] = DQ[i][0], DK[i][l] = DK[i][0];
-          }
-          for (int l = 0, L = lanes(m); l < L; ++l) {
-            T a[C], rr[R], f[C], df[C], da[C], drr[R];
-            lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
-            drift.rotate(rr, a, f);
-            T sq = 0, sk = 0;
-            for (int i = 0; i < C; ++i) {
-              sq += DQ[i][l] * f[i], sk += DK[i][l] * f[i];
-              df[i] = GQ[l] * DQ[i][l] + GK[l] * DK[i][l];
-            }
-            drift.backward(rr, a, f, df, da, drr);
-            DGQ[l] = sq, DGK[l] = sk;
-            set_lane<T, C>(DX, l, da), set_lane<T, R>(DR, l, drr);
-          }
-          store(dx, bt * n + j0, m, DX);
-          for (int l = 0; l < m; ++l) dg[(bt * 2) * n + j0 + l] = DGQ[l], dg[(bt * 2 + 1) * n + j0 + l] = DGK[l];
-          if (need_drift) {
-            for (int p = 0; p < R; ++p) {
-              T* to = dr + (p * tokens + bt) * n + j0;
-              for (int l = 0; l < m; ++l) to[l] = DR[p][l];
-            }
-          }
+      blocks(0, n, [&, bt, t](int64_t j0, int m) {  // a block of the token's oscillators, across its heads
+        T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], DQ[C][kLanes], DK[C][kLanes];
+        T DX[C][kLanes], DR[R][kLanes], DGQ[kLanes], DGK[kLanes];
+        load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
+        gate_lanes(g + (bt * 2) * n + j0, m, GQ), gate_lanes(g + (bt * 2 + 1) * n + j0, m, GK);
+        head_runs(j0, m, d, [&](int l0, int64_t h, int64_t e, int run) {
+          const S *from_q = dq.at(bt, h) + e, *from_k = dk.at(bt, h) + e;
+          for (int i = 0; i < C; ++i) copy_run(DQ[i] + l0, from_q + i * d, run), copy_run(DK[i] + l0, from_k + i * d, run);
         });
-      }
+        for (int i = 0; i < C; ++i) {
+          for (int l = m, L = lanes(m); l < L; ++l) DQ[i][l] = DQ[i][0], DK[i][l] = DK[i][0];
+        }
+        for (int l = 0, L = lanes(m); l < L; ++l) {
+          T a[C], rr[R], f[C], df[C], da[C], drr[R];
+          lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
+          drift.rotate(rr, a, f);
+          T sq = 0, sk = 0;
+          for (int i = 0; i < C; ++i) {
+            sq += DQ[i][l] * f[i], sk += DK[i][l] * f[i];
+            df[i] = GQ[l] * DQ[i][l] + GK[l] * DK[i][l];
+          }
+          drift.backward(rr, a, f, df, da, drr);
+          DGQ[l] = sq, DGK[l] = sk;
+          set_lane<T, C>(DX, l, da), set_lane<T, R>(DR, l, drr);
+        }
+        store(dx, bt * n + j0, m, DX);
+        copy_run(dg + (bt * 2) * n + j0, DGQ, m), copy_run(dg + (bt * 2 + 1) * n + j0, DGK, m);
+        if (need_drift) {
+          for (int p = 0; p < R; ++p) copy_run(dr + (p * tokens + bt) * n + j0, DR[p], m);
+        }
+      });
     }
   });
   return {dx_t, dg_t, dr_t};
