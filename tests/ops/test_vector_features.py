@@ -5,6 +5,8 @@ torch.compile, on both backends (the compiled CPU kernels, the Python functions)
 ka-su2-1m-tuned, ka-sphere-1m) give the previous path's logits and gradients. The layer-level comparisons with the
 literal T × T references (test_su2.py, test_sphere.py) run through these kernels too, whenever autograd records."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,6 +87,16 @@ def test_values_to_the_bit_and_gradients_equal_the_plain_features(case, dtype, a
     for f, p in zip(gf, gp, strict=True):
         assert f.shape == p.shape and f.dtype == p.dtype
         torch.testing.assert_close(f, p, rtol=0, atol=atol * max(1.0, p.abs().max().item()))
+
+
+@pytest.mark.parametrize("case", ["su2", "sphere"])
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-13), (torch.float32, 1e-5)])
+def test_a_token_wider_than_one_block_with_a_head_cut_by_its_edge(case, dtype, atol, monkeypatch):
+    """80 oscillators in 4 heads of 20 (ka-su2-1m-tuned's token): the compiled kernels work on a token's oscillators in
+    blocks of 64 and 16 lanes, so the first block ends inside head 3, whose runs are split between the blocks."""
+    monkeypatch.setattr(sys.modules[__name__], "N", 80)
+    monkeypatch.setattr(sys.modules[__name__], "H", 4)
+    test_values_to_the_bit_and_gradients_equal_the_plain_features(case, dtype, atol)
 
 
 @pytest.mark.parametrize("case", ["su2", "sphere"])
