@@ -227,9 +227,10 @@ def test_step_under_bf16_autocast_is_close_to_fp32(case):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["lift", "heads"])
-def test_one_pass_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_states_layout(kind, dtype):
-    """The lift (B, T, n·c) and the values' heads layout (B, H, T, c·d), each copied in one pass from component-major
-    states: the plain copy's numbers both ways, and the gradient stored as the states are (no relayout later)."""
+def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_states_layout(kind, dtype):
+    """The lift (B, T, n·c) and the values' heads layout (B, H, T, c·d), copied from component-major states (to bf16:
+    cast first, then moved): the plain copy's numbers both ways, with autograd recording or not, and the gradient
+    stored as the states are (no relayout later)."""
     state = torch.float32 if dtype == torch.bfloat16 else torch.float64
     x = torch.stack(torch.randn(B, T, 4, 3, dtype=state).unbind(-1)).movedim(0, -1).requires_grad_()
     fused, plain = {
@@ -239,12 +240,14 @@ def test_one_pass_layout_changes_equal_the_plain_copies_and_send_gradients_back_
     }[kind]
     out, ref = fused(x), plain(x)
     assert out.dtype == dtype and torch.equal(out, ref)
+    with torch.no_grad():
+        assert torch.equal(fused(x), ref)
     w = torch.randn(out.shape, dtype=torch.float64).to(dtype)
     (grad,), (grad_ref,) = (torch.autograd.grad((y * w).sum(), x) for y in (out, ref))
     assert torch.equal(grad, grad_ref) and grad.stride() == x.stride()
 
 
-def test_one_pass_layout_change_of_an_expanded_state_gives_a_plain_gradient():
+def test_the_layout_change_of_an_expanded_state_gives_a_plain_gradient():
     """A broadcast view (overlapping memory) cannot take its gradient in its own strides: it gets a plain one."""
     base = torch.randn(1, T, 4, 4, dtype=torch.float64, requires_grad=True)
     x = base.expand(B, -1, -1, -1)

@@ -256,16 +256,25 @@ def _dense(x: Tensor) -> bool:
     return True
 
 
+def _copied(src: Tensor, dtype: torch.dtype) -> Tensor:
+    """A new contiguous tensor of ``src``'s values (a strided view) in ``dtype``. Narrowing, the cast runs first, in
+    src's own memory order (a plain vectorised pass), and the layout change then moves the narrower elements: a
+    transposing copy that casts as it goes is about twice as slow (ka-su2-1m-tuned's lift to bf16: 1.6 against
+    0.85 ms). The same numbers either way: a cast rounds each element alone."""
+    if dtype.itemsize < src.dtype.itemsize:
+        src = src.to(dtype)
+    return src.new_empty(src.shape, dtype=dtype).copy_(src)
+
+
 class _Relayout(torch.autograd.Function):
-    # y = arrange(x) copied in ``dtype``: the layout and the dtype change in one pass, and the gradient goes back in
-    # one pass too, into x's own layout (that of x's other gradients, so that autograd sums them on matching strides)
+    # y = arrange(x) copied in ``dtype`` (``_copied``), and the gradient goes back in one pass, widening as it moves,
+    # into x's own layout (that of x's other gradients, so that autograd sums them on matching strides)
     @staticmethod
     def forward(ctx: FunctionCtx, x: Tensor, dtype: torch.dtype,  # type: ignore[override]
                 arrange: Callable[[Tensor], Tensor]) -> Tensor:
         ctx.shape, ctx.dtype, ctx.arrange = x.shape, x.dtype, arrange
         ctx.stride = x.stride() if _dense(x) else None  # (an expanded x: a plain gradient)
-        src = arrange(x)
-        return x.new_empty(src.shape, dtype=dtype).copy_(src)
+        return _copied(arrange(x), dtype)
 
     @staticmethod
     @once_differentiable
@@ -277,23 +286,25 @@ class _Relayout(torch.autograd.Function):
 
 
 def relayout(x: Tensor, dtype: torch.dtype, arrange: Callable[[Tensor], Tensor]) -> Tensor:
-    """``arrange(x)`` (a view of x) as a new tensor in ``dtype``, one pass each way in eager training (torch.compile
-    fuses the plain copy itself)."""
-    if torch.compiler.is_compiling() or not x.requires_grad:
+    """``arrange(x)`` (a view of x) as a new tensor in ``dtype`` (``_copied``; torch.compile fuses the plain copy
+    itself), its gradient in one pass."""
+    if torch.compiler.is_compiling():
         src = arrange(x)
         return x.new_empty(src.shape, dtype=dtype).copy_(src)
+    if not x.requires_grad:
+        return _copied(arrange(x), dtype)
     return _Relayout.apply(x, dtype, arrange)
 
 
 def lift_states(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """States (B, T, n, c) -> their c·n real components (B, T, n·c), oscillator-major, in ``dtype`` (one pass each
-    way, whatever x's memory layout)."""
+    """States (B, T, n, c) -> their c·n real components (B, T, n·c), oscillator-major, in ``dtype`` (``relayout``,
+    whatever x's memory layout)."""
     return relayout(x, dtype, lambda y: y).flatten(-2)
 
 
 def to_heads(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
     """States (B, T, n, c) -> (B, H, T, c·d) in ``dtype``: head h's oscillators h·d … (h+1)·d − 1, component-major
-    within it (one pass each way, whatever x's memory layout)."""
+    within it (``relayout``, whatever x's memory layout)."""
     return relayout(x, dtype, lambda y: y.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3)).flatten(-2)
 
 
