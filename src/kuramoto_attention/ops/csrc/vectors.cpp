@@ -459,17 +459,21 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
   const Heads<Mt, C> dgo(dmean, xs[0].size(-1));
   const Planes<T, 1> v(value), len(norm);
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
-  torch::Tensor dx_t = torch::empty({C, tokens, n}, out.options()), dg_t = torch::empty({C, tokens, n}, out.options());  // dg_t: dstep between the passes
+  torch::Tensor dx_t = torch::empty({C, tokens, n}, out.options());
   torch::Tensor dv_t = torch::empty({tokens, n}, out.options()), radius_t = torch::empty({tokens}, out.options());
-  const Planes<T, C> dx(dx_t), dg(dg_t);
+  const Planes<T, C> dx(dx_t);
   const Planes<T, 1> dv(dv_t);
   const T *sq = sq_t.data_ptr<T>(), *h = h_t.data_ptr<T>();
   T* per_radius = radius_t.data_ptr<T>();
   const T r = T(radius), floor = norm_floor<T>();
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    // what pass 1 leaves pass 2, one token at a time: dx of the move, dstep, and G as computed on (read from the heads'
+    // layout once); a few KB, which stay in cache between the passes
+    const torch::Tensor park = torch::empty({3, C, n}, out.options());
+    const Planes<T, C> park_dx(park[0]), park_ds(park[1]), park_g(park[2]);
     for (int64_t t = lo; t < hi; ++t) {
       const T ht = h[t];
-      // pass 1: the move's backward; dx_move and dstep parked in dx and dG; ⟨dstep, w⟩ summed over the token
+      // pass 1: the move's backward; dx_move, dstep and G parked; ⟨dstep, w⟩ summed over the token
       T along = 0;
       blocks(t * n, (t + 1) * n, [&, ht](int64_t j0, int m) {
         T X[C][kLanes], G[C][kLanes], V[1][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes];
@@ -490,7 +494,8 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
           set_lane<T, C>(DX, l, da), set_lane<T, C>(DG, l, ds);
         }
         for (int l = 0; l < m; ++l) along += S[l];
-        store(dx, j0, m, DX), store(dg, j0, m, DG);
+        const int64_t j = j0 - t * n;
+        store(park_dx, j, m, DX), store(park_ds, j, m, DG), store(park_g, j, m, G);
       });
       // the bound h = r tanh(√s)/√s: dL/ds = along · r · h'(s), zero below the floor (where s is clamped)
       const T nn = std::sqrt(std::max(sq[t], floor)), th = std::tanh(nn);
@@ -500,7 +505,8 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
       // pass 2: dw = h dstep + 2 w dL/ds, dv = ⟨dw, ξ⟩, and ξ's backward with dξ = v dw
       blocks(t * n, (t + 1) * n, [&, ht, dsq](int64_t j0, int m) {
         T X[C][kLanes], G[C][kLanes], V[1][kLanes], DX[C][kLanes], DG[C][kLanes], DV[1][kLanes];
-        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dx, j0, m, DX), load(dg, j0, m, DG);
+        const int64_t j = j0 - t * n;
+        load(x, j0, m, X), load(v, j0, m, V), load(park_g, j, m, G), load(park_dx, j, m, DX), load(park_ds, j, m, DG);
         for (int l = 0, L = lanes(m); l < L; ++l) {
           T a[C], b[C], xi[K], da[C], ds[C], dxi[K], dgj[C];
           lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DX, l, da), lane<T, C>(DG, l, ds);
