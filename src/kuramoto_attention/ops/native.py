@@ -39,18 +39,22 @@ _ISA = {"AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx2", "-mfma"], 
 _loaded: dict[str, ModuleType | None] = {}
 
 
-def _build() -> ModuleType | None:
-    from torch.utils import cpp_extension  # imported here: it pulls in setuptools
-
-    capability = torch.backends.cpu.get_cpu_capability()
+def compile_flags() -> list[str]:
+    """The C++ flags the kernels are built with on this CPU."""
     # no errno and no trapping: what lets the compiler vectorise sqrt and compute both sides of a select (no change
     # to any result: the kernels never read errno or floating-point exceptions); -fopenmp: ATen's parallel_for is
     # inlined from its headers, and without it runs on one thread; no contraction into FMAs: the features' forward
     # is then the Python one's to the bit
-    flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
-             *_ISA.get(capability, [])]
+    return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
+            *_ISA.get(torch.backends.cpu.get_cpu_capability(), [])]
+
+
+def _build() -> ModuleType | None:
+    from torch.utils import cpp_extension  # imported here: it pulls in setuptools
+
+    capability = torch.backends.cpu.get_cpu_capability()
     try:
-        return cpp_extension.load(f"kuramoto_vectors_{capability.lower()}", [str(SOURCE)], extra_cflags=flags,
+        return cpp_extension.load(f"kuramoto_vectors_{capability.lower()}", [str(SOURCE)], extra_cflags=compile_flags(),
                                   extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the Python path still runs
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
