@@ -213,7 +213,7 @@ def test_distributed_two_cpu_processes_keep_weights_identical(tmp_path, corpus):
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "kuramoto_attention.cli", "train", "--preset", "ka-tiny", "--corpus", corpus, "--steps", "6",
          "--run-dir", str(run), *TINY], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
