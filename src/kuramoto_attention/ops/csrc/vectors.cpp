@@ -234,6 +234,17 @@ KA_INLINE void copy_run(To* dst, const From* src, int m) {
   }
 }
 
+// the runs of a block of oscillators j0 … j0 + m − 1 of a token within its heads of d: f(first lane, head, oscillator
+// within the head, length)
+template <typename F>
+KA_INLINE void head_runs(int64_t j0, int m, int64_t d, const F& f) {
+  for (int l0 = 0, run; l0 < m; l0 += run) {
+    const int64_t j = j0 + l0, h = j / d, e = j - h * d;
+    run = int(std::min<int64_t>(m - l0, d - e));
+    f(l0, h, e, run);
+  }
+}
+
 // planes stored as S (T, or bfloat16: the feed-forward's step under autocast), computed on as T
 template <typename S, typename T, int C>
 KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
@@ -290,13 +301,10 @@ struct Heads {
 // a block's lanes run through whole heads: each head's part of the block is read (written) as a contiguous run
 template <typename T, typename S, int C>
 KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
-  for (int l0 = 0, run; l0 < m; l0 += run) {
-    run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
+  head_runs(j0 % p.n, m, p.d, [&](int l0, int64_t, int64_t, int run) {
     const S* src = p.at(j0, l0);
-    for (int i = 0; i < C; ++i) {
-      copy_run(buf[i] + l0, src + i * p.d, run);
-    }
-  }
+    for (int i = 0; i < C; ++i) copy_run(buf[i] + l0, src + i * p.d, run);
+  });
   for (int i = 0; i < C; ++i) {
     for (int l = m, L = lanes(m); l < L; ++l) buf[i][l] = buf[i][0];
   }
@@ -304,13 +312,10 @@ KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes]) {
 
 template <typename T, typename S, int C>
 KA_INLINE void store(const Heads<S, C>& p, int64_t j0, int m, const T (*buf)[kLanes]) {
-  for (int l0 = 0, run; l0 < m; l0 += run) {
-    run = int(std::min<int64_t>(m - l0, p.d - (j0 % p.n + l0) % p.d));
+  head_runs(j0 % p.n, m, p.d, [&](int l0, int64_t, int64_t, int run) {
     S* dst = p.at(j0, l0);
-    for (int i = 0; i < C; ++i) {
-      copy_run(dst + i * p.d, buf[i] + l0, run);
-    }
-  }
+    for (int i = 0; i < C; ++i) copy_run(dst + i * p.d, buf[i] + l0, run);
+  });
 }
 
 // blocks [j0, j0 + m) of [lo, hi)
@@ -573,17 +578,6 @@ template <typename T>
 KA_INLINE void gate_lanes(const T* src, int m, T* out) {
   copy_run(out, src, m);
   for (int l = m, L = lanes(m); l < L; ++l) out[l] = src[0];
-}
-
-// the runs of a block of oscillators j0 … j0 + m − 1 of a token within its heads of d: f(first lane, head, oscillator
-// within the head, length)
-template <typename F>
-KA_INLINE void head_runs(int64_t j0, int m, int64_t d, const F& f) {
-  for (int l0 = 0, run; l0 < m; l0 += run) {
-    const int64_t j = j0 + l0, h = j / d, e = j - h * d;
-    run = int(std::min<int64_t>(m - l0, d - e));
-    f(l0, h, e, run);
-  }
 }
 
 // Query or key features (B, H, T, ≥ c·d) stored as S (T, or bfloat16 under autocast), the last axis contiguous, the
