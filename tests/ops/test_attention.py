@@ -89,3 +89,36 @@ def test_the_backward_hands_the_kernel_its_gradient_in_the_kernels_layout(value_
     v = v[..., :value_width].clone().requires_grad_()
     mean = no_self_flash(q, k, v, 0.3, 1)
     assert _clones_in_flash_backward(lambda: mean.sum().backward()) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_runs_the_same_operators_whole(dtype):
+    """Under torch.compile (one graph, no break) the no-self path runs as its two custom operators: the eager path's
+    values and gradients to the bit, and none of the plain path's slices, pads or concatenations left to inductor."""
+    from kuramoto_attention.ops.attention import causal_attention
+
+    def run(q, k, v):
+        return causal_attention(q, k, v, scale=0.3, exclude_self=True, successor_heads=1)
+
+    gen = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(2, 3, 9, 8, generator=gen).to(dtype).requires_grad_() for _ in "qk")
+    v = torch.randn(2, 3, 9, 6, generator=gen).to(dtype).requires_grad_()
+    w = torch.randn(2, 3, 9, 6, generator=gen)
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    results = []
+    for fn in (run, torch.compile(run, backend=backend, fullgraph=True)):
+        out = fn(q, k, v)
+        results.append((out, torch.autograd.grad((out.float() * w).sum(), (q, k, v))))
+    (want, want_grads), (got, got_grads) = results
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads, strict=True))
+    targets = [str(node.target) for gm in graphs for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
+               for node in module.graph.nodes if node.op == "call_function"]
+    assert any("no_self_forward" in t for t in targets) and any("no_self_backward" in t for t in targets)
+    assert not any(name in t for t in targets for name in ("pad", "cat", "scaled_dot_product"))

@@ -116,63 +116,89 @@ _FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_f
 
 
 def _shifted_applies(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether ``_NoSelf`` runs: eager training on the CPU where SDPA itself would take the flash kernel (its own
-    operators present and not switched off, rows contiguous, the dtypes autocast would leave alone), values no wider
-    than the features."""
+    """Whether ``_NoSelf`` runs: training on the CPU (eager or compiled) where SDPA itself would take the flash kernel
+    (its own operators present and not switched off, rows contiguous, the dtypes autocast would leave alone), values no
+    wider than the features."""
     tensors = (q, k, v)
     low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-    return (not torch.compiler.is_compiling() and _FLASH is not None and _FLASH_BACKWARD is not None
-            and torch.backends.cuda.flash_sdp_enabled() and q.device.type == "cpu" and torch.is_grad_enabled()
+    return (_FLASH is not None and _FLASH_BACKWARD is not None and _flash_enabled() and q.device.type == "cpu" and torch.is_grad_enabled()
             and v.shape[-1] <= q.shape[-1] and all(t.stride(-1) == 1 for t in tensors)
             and len({t.dtype for t in tensors}) == 1 and (low is None or q.dtype == low))
 
 
+# read once, when torch.compile traces a graph (a later switch of the backend needs a new compile)
+@torch.compiler.assume_constant_result
+def _flash_enabled() -> bool:
+    return torch.backends.cuda.flash_sdp_enabled()
+
+
+# ``causal_attention`` without the self term over S == T, on the CPU's flash kernel, as the plain path computes it (the
+# same operator on the same shifted views: the same numbers), but with the gradients written straight into
+# whole-length tensors: autograd's way (slice backward: zeros, then a copy; the values' padding and slices the same
+# again) writes each of q's, k's and v's gradients two to four times, and torch.compile's way fuses that bookkeeping
+# into loops over the heads' transposed layout that it does not vectorise. Both directions are custom operators, so
+# that torch.compile runs them as they are.
+def _no_self_forward(q: Tensor, k: Tensor, v: Tensor, scale: float,
+                    successor_heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(mean (B, H, T, e), the keyed values padded to d (B, H, T − 1, d), the flash kernel's output and log-sum-exp)."""
+    b, heads, t, width = v.shape
+    keyed = v.new_empty(b, heads, t - 1, q.shape[-1])  # written once: the shifted values, then zeros (``sdpa``)
+    split = heads - successor_heads  # heads whose keys bring v_u, then those that bring v_{u+1}
+    keyed[:, :split, :, :width] = v[:, :split, :-1]
+    keyed[:, split:, :, :width] = v[:, split:, 1:]
+    keyed[..., width:] = 0
+    out, lse = _FLASH(q[..., 1:, :], k[..., :-1, :], keyed, 0.0, True, scale=scale)
+    mean = v.new_empty(v.shape)
+    mean[..., :1, :] = v[..., :1, :]  # token 0 reads its own value
+    mean[..., 1:, :] = out[..., :width]
+    return mean, keyed, out, lse
+
+
+def _no_self_backward(grad: Tensor, q: Tensor, k: Tensor, keyed: Tensor, out: Tensor, lse: Tensor, scale: float,
+                     successor_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) from dL/dmean and what ``no_self_forward`` kept."""
+    b, heads, t, width = grad.shape
+    # rows 1 … T − 1 of dL/dmean, padded as the values were, written once in the flash kernel's own layout
+    # (B, T, H, d) (given (B, H, T, d) it copies them into that layout itself)
+    rest = grad.new_empty(b, t - 1, heads, keyed.shape[-1]).transpose(1, 2)
+    rest[..., :width] = grad[..., 1:, :]
+    rest[..., width:] = 0
+    dqs, dks, dkeyed = _FLASH_BACKWARD(rest, q[..., 1:, :], k[..., :-1, :], keyed, out, lse, 0.0, True, scale=scale)
+    dq, dk, dv = dqs.new_empty(q.shape), dks.new_empty(k.shape), grad.new_empty(grad.shape)
+    dq[..., :1, :].zero_()
+    dq[..., 1:, :] = dqs
+    dk[..., -1:, :].zero_()
+    dk[..., :-1, :] = dks
+    split = heads - successor_heads
+    dv[:, :split, -1:].zero_()
+    dv[:, :split, :-1] = dkeyed[:, :split, :, :width]
+    dv[:, split:, :1].zero_()
+    dv[:, split:, 1:] = dkeyed[:, split:, :, :width]
+    dv[..., :1, :] += grad[..., :1, :]
+    return dq, dk, dv
+
+
+# the same operators on fake tensors give torch.compile the outputs' shapes and strides
+no_self_forward = torch.library.custom_op("kuramoto::no_self_forward", _no_self_forward, mutates_args=())
+no_self_forward.register_fake(_no_self_forward)
+no_self_backward = torch.library.custom_op("kuramoto::no_self_backward", _no_self_backward, mutates_args=())
+no_self_backward.register_fake(_no_self_backward)
+
+
 class _NoSelf(torch.autograd.Function):
-    # ``causal_attention`` without the self term over S == T, on the CPU's flash kernel, as the plain path computes it
-    # (the same operator on the same shifted views: the same numbers), but with the gradients written straight into
-    # whole-length tensors: autograd's way (slice backward: zeros, then a copy; the values' padding and slices the
-    # same again) writes each of q's, k's and v's gradients two to four times
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, q: Tensor, k: Tensor, v: Tensor,  # type: ignore[override]
                 scale: float, successor_heads: int) -> Tensor:
-        width = v.shape[-1]
-        keyed = keyed_values(v, successor_heads)
-        if width < q.shape[-1]:  # the flash kernel needs equal widths (``sdpa``)
-            keyed = F.pad(keyed, (0, q.shape[-1] - width))
-        qs, ks = q[..., 1:, :], k[..., :-1, :]
-        out, lse = _FLASH(qs, ks, keyed, 0.0, True, scale=scale)
-        mean = v.new_empty(v.shape)
-        mean[..., :1, :] = v[..., :1, :]  # token 0 reads its own value
-        mean[..., 1:, :] = out[..., :width]
-        ctx.save_for_backward(qs, ks, keyed, out, lse)
-        ctx.scale, ctx.successor_heads, ctx.shapes = scale, successor_heads, (q.shape, k.shape, v.shape)
+        mean, keyed, out, lse = no_self_forward(q, k, v, scale, successor_heads)
+        ctx.save_for_backward(q, k, keyed, out, lse)
+        ctx.scale, ctx.successor_heads = scale, successor_heads
         return mean
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        qs, ks, keyed, out, lse = ctx.saved_tensors
-        q_shape, k_shape, v_shape = ctx.shapes
-        width = v_shape[-1]
-        # rows 1 … T − 1 of dL/dmean, padded as the values were, written once in the flash kernel's own layout
-        # (B, T, H, d) (given (B, H, T, d) it copies them into that layout itself)
-        b, heads, t, _ = grad.shape
-        rest = grad.new_empty(b, t - 1, heads, keyed.shape[-1]).transpose(1, 2)
-        rest[..., :width] = grad[..., 1:, :]
-        rest[..., width:] = 0
-        dqs, dks, dkeyed = _FLASH_BACKWARD(rest, qs, ks, keyed, out, lse, 0.0, True, scale=ctx.scale)
-        dq, dk, dv = dqs.new_empty(q_shape), dks.new_empty(k_shape), grad.new_empty(v_shape)
-        dq[..., :1, :].zero_()
-        dq[..., 1:, :] = dqs
-        dk[..., -1:, :].zero_()
-        dk[..., :-1, :] = dks
-        split = v_shape[1] - ctx.successor_heads  # heads whose keys bring v_u, then those that bring v_{u+1}
-        dv[:, :split, -1:].zero_()
-        dv[:, :split, :-1] = dkeyed[:, :split, :, :width]
-        dv[:, split:, :1].zero_()
-        dv[:, split:, 1:] = dkeyed[:, split:, :, :width]
-        dv[..., :1, :] += grad[..., :1, :]
-        return dq, dk, dv, None, None
+        q, k, keyed, out, lse = ctx.saved_tensors
+        return (*no_self_backward(grad, q, k, keyed, out, lse, ctx.scale, ctx.successor_heads), None, None)
 
 
 def no_self_flash(q: Tensor, k: Tensor, v: Tensor, scale: float, successor_heads: int) -> Tensor:
