@@ -122,3 +122,18 @@ def test_compiled_runs_the_same_operators_whole(dtype):
                for node in module.graph.nodes if node.op == "call_function"]
     assert any("no_self_forward" in t for t in targets) and any("no_self_backward" in t for t in targets)
     assert not any(name in t for t in targets for name in ("pad", "cat", "scaled_dot_product"))
+
+
+@pytest.mark.parametrize("successor_heads", [0, 1])
+def test_the_custom_operators_pass_torch_library_opcheck(successor_heads):
+    """Schema, fake tensors (shapes and strides as the real kernels give them), autograd registration and
+    torch.compile's dispatch of both operators, as ``torch.library.opcheck`` checks them."""
+    from kuramoto_attention.ops.attention import no_self_backward, no_self_forward
+
+    gen = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 3, 7, 8, generator=gen, dtype=torch.bfloat16) for _ in "qk")
+    v = torch.randn(2, 3, 7, 6, generator=gen, dtype=torch.bfloat16)
+    torch.library.opcheck(no_self_forward, (q, k, v, 0.3, successor_heads))
+    mean, keyed, out, lse = no_self_forward(q, k, v, 0.3, successor_heads)
+    grad = torch.randn(mean.shape, generator=gen, dtype=torch.bfloat16)
+    torch.library.opcheck(no_self_backward, (grad, q, k, keyed, out, lse, 0.3, successor_heads))

@@ -121,7 +121,8 @@ def _shifted_applies(q: Tensor, k: Tensor, v: Tensor) -> bool:
     wider than the features."""
     tensors = (q, k, v)
     low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-    return (_FLASH is not None and _FLASH_BACKWARD is not None and _flash_enabled() and q.device.type == "cpu" and torch.is_grad_enabled()
+    return (_FLASH is not None and _FLASH_BACKWARD is not None and _flash_enabled()
+            and q.device.type == "cpu" and torch.is_grad_enabled()
             and v.shape[-1] <= q.shape[-1] and all(t.stride(-1) == 1 for t in tensors)
             and len({t.dtype for t in tensors}) == 1 and (low is None or q.dtype == low))
 
@@ -140,7 +141,7 @@ def _flash_enabled() -> bool:
 # that torch.compile runs them as they are.
 def _no_self_forward(q: Tensor, k: Tensor, v: Tensor, scale: float,
                     successor_heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(mean (B, H, T, e), the keyed values padded to d (B, H, T − 1, d), the flash kernel's output and log-sum-exp)."""
+    """(mean (B, H, T, e), the keyed values padded to d (B, H, T − 1, d), the flash kernel's output and logsumexp)."""
     b, heads, t, width = v.shape
     keyed = v.new_empty(b, heads, t - 1, q.shape[-1])  # written once: the shifted values, then zeros (``sdpa``)
     split = heads - successor_heads  # heads whose keys bring v_u, then those that bring v_{u+1}

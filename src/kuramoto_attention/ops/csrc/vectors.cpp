@@ -321,12 +321,14 @@ struct Heads {
 // a block's lanes run through whole heads: each head's part of the block is read (written) as a contiguous run
 template <typename T, typename S, int C>
 KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes], bool prefetching = true) {
-  const bool ahead = prefetching && j0 + kAhead + m <= p.tokens * p.n;
+  // the same oscillators of the token whole tokens further on (kAhead rounded up), so that the runs are the same
+  const int64_t ahead = (kAhead + p.n - 1) / p.n;
+  const bool fetch = prefetching && j0 / p.n + ahead < p.tokens;
   head_runs(j0 % p.n, m, p.d, [&](int l0, int64_t, int64_t, int run) {
     const S* src = p.at(j0, l0);
     for (int i = 0; i < C; ++i) copy_run(buf[i] + l0, src + i * p.d, run);
-    if (ahead) {
-      const S* next = p.at(j0 + kAhead, l0);
+    if (fetch) {
+      const S* next = p.at(j0 + ahead * p.n, l0);
       for (int i = 0; i < C; ++i) prefetch(next + i * p.d, run);
     }
   });
