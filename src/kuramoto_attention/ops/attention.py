@@ -140,7 +140,7 @@ def _flash_enabled() -> bool:
 # into loops over the heads' transposed layout that it does not vectorise. Both directions are custom operators, so
 # that torch.compile runs them as they are.
 def _no_self_forward(q: Tensor, k: Tensor, v: Tensor, scale: float,
-                    successor_heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                     successor_heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(mean (B, H, T, e), the keyed values padded to d (B, H, T − 1, d), the flash kernel's output and logsumexp)."""
     b, heads, t, width = v.shape
     keyed = v.new_empty(b, heads, t - 1, q.shape[-1])  # written once: the shifted values, then zeros (``sdpa``)
@@ -156,7 +156,7 @@ def _no_self_forward(q: Tensor, k: Tensor, v: Tensor, scale: float,
 
 
 def _no_self_backward(grad: Tensor, q: Tensor, k: Tensor, keyed: Tensor, out: Tensor, lse: Tensor, scale: float,
-                     successor_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+                      successor_heads: int) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) from dL/dmean and what ``no_self_forward`` kept."""
     b, heads, t, width = grad.shape
     # rows 1 … T − 1 of dL/dmean, padded as the values were, written once in the flash kernel's own layout
