@@ -255,6 +255,9 @@ KA_INLINE void head_runs(int64_t j0, int m, int64_t d, const F& f) {
 constexpr int64_t kAhead = 160;
 constexpr int64_t kLine = 64;  // bytes
 
+// kAhead in whole tokens of n oscillators (rounded up): how far the token-wise prefetches look
+KA_INLINE int64_t tokens_ahead(int64_t n) { return (kAhead + n - 1) / n; }
+
 template <typename S>
 KA_INLINE void prefetch(const S* p, int64_t count) {
   const uintptr_t end = reinterpret_cast<uintptr_t>(p + count);
@@ -265,9 +268,9 @@ KA_INLINE void prefetch(const S* p, int64_t count) {
 
 // planes stored as S (T, or bfloat16: the feed-forward's step under autocast), computed on as T
 template <typename S, typename T, int C>
-KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes], bool ahead = true) {
+KA_INLINE void load(const Planes<S, C>& p, int64_t j0, int m, T (*buf)[kLanes], bool prefetching = true) {
   for (int i = 0; i < C; ++i) {
-    if (ahead && j0 + kAhead + m <= p.count) prefetch(p.ptr[i] + (j0 + kAhead) * p.step[i], (m - 1) * p.step[i] + 1);
+    if (prefetching && j0 + kAhead + m <= p.count) prefetch(p.ptr[i] + (j0 + kAhead) * p.step[i], (m - 1) * p.step[i] + 1);
     const int64_t s = p.step[i];
     const S* src = p.ptr[i] + j0 * s;
     if (s == 1) {
@@ -321,8 +324,8 @@ struct Heads {
 // a block's lanes run through whole heads: each head's part of the block is read (written) as a contiguous run
 template <typename T, typename S, int C>
 KA_INLINE void load(const Heads<S, C>& p, int64_t j0, int m, T (*buf)[kLanes], bool prefetching = true) {
-  // the same oscillators of the token whole tokens further on (kAhead rounded up), so that the runs are the same
-  const int64_t ahead = (kAhead + p.n - 1) / p.n;
+  // the same oscillators of a token whole tokens further on, so that the runs are the same
+  const int64_t ahead = tokens_ahead(p.n);
   const bool fetch = prefetching && j0 / p.n + ahead < p.tokens;
   head_runs(j0 % p.n, m, p.d, [&](int l0, int64_t, int64_t, int run) {
     const S* src = p.at(j0, l0);
@@ -639,7 +642,7 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
   const int64_t batch = positions ? tokens / positions : 0;
   torch::Tensor q_t = torch::empty({batch, heads, positions, width}, opts), k_t = torch::empty_like(q_t);
   const Features<S> q(q_t), k(k_t);
-  const int64_t ahead = (kAhead + n - 1) / n;  // tokens
+  const int64_t ahead = tokens_ahead(n);
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
@@ -688,7 +691,7 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
   const Planes<T, C> dx(dx_t);
   T* dg = dg_t.data_ptr<T>();
   T* dr = dr_t.data_ptr<T>();
-  const int64_t ahead = (kAhead + n - 1) / n;  // tokens
+  const int64_t ahead = tokens_ahead(n);
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
