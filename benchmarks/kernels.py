@@ -1,9 +1,9 @@
-"""``python -m benchmarks.kernels``: the six compiled vector kernels (ops/csrc/vectors.cpp) alone, at one layer's
+"""``python -m benchmarks.kernels``: the eight compiled vector kernels (ops/csrc/vectors.cpp) alone, at one layer's
 shapes of a training step (default: ka-su2-1m-tuned's, batch 32 × context 256 tokens of 80 oscillators in 4 heads,
 query/key rows of 96, bf16 features and attention output as under autocast), each one's minimum over interleaved
 repeats. ``--against FILE`` builds a second vectors.cpp (an older one: ``git show REV:src/kuramoto_attention/ops/
-csrc/vectors.cpp > old.cpp``), times it beside the current one and checks that every output is identical. Timings
-are fair only on an idle machine; writes nothing.
+csrc/vectors.cpp > old.cpp``, whose kernels take the same arguments), times it beside the current one and
+checks that every output is identical. Timings are fair only on an idle machine; writes nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def build(source: Path) -> ModuleType:
 
 
 def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: int) -> dict:
-    """The six kernels on fixed random inputs (unit quaternions, a step, gradients), as zero-argument calls."""
+    """The eight kernels on fixed random inputs (unit quaternions, a step, gradients), as zero-argument calls."""
     gen = torch.Generator().manual_seed(0)
     tokens, quat = batch * context, "quaternion"
 
@@ -35,20 +35,25 @@ def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: in
         q = torch.randn(4, *shape, generator=gen)
         return list(q / q.norm(dim=0, keepdim=True))
 
-    x, rotation, gates = unit(tokens, n), unit(context, n), torch.rand(tokens, 2, n, generator=gen)
+    x, rotation = unit(tokens, n), unit(context, n)
+    soft, tau = torch.rand(tokens, 2 * n, generator=gen) + 0.1, torch.rand(heads, generator=gen) + 0.5
+    inv_mean = 1 / soft.view(tokens, 2 * heads, -1).mean(-1)
     mean = torch.randn(batch, heads, context, 4 * n // heads, generator=gen).bfloat16()
     value, dy = torch.rand(tokens, n, generator=gen), torch.randn(4, tokens, n, generator=gen)
     w = list((0.3 * torch.randn(tokens, n, 3, generator=gen)).bfloat16().unbind(-1))
     dq, dk = (torch.randn(batch, heads, context, width, generator=gen).bfloat16() for _ in "qk")
     y, sq, h, norm = m.step_forward(quat, x, mean, value, 0.5)
     moved, moved_norm = m.move_forward(quat, x, w)
+    gates = (soft, inv_mean, tau, heads, context)
     return {
-        "features forward": lambda: m.features_forward(quat, x, rotation, gates, heads, context, True, width),
-        "features backward": lambda: m.features_backward(quat, dq, dk, x, rotation, gates, heads, context, True),
+        "features forward": lambda: m.features_forward(quat, x, rotation, *gates, True, width),
+        "features backward": lambda: m.features_backward(quat, dq, dk, x, rotation, *gates, True),
         "step forward": lambda: m.step_forward(quat, x, mean, value, 0.5),
         "step backward": lambda: m.step_backward(quat, dy, x, mean, value, 0.5, sq, h, norm, y),
         "move forward": lambda: m.move_forward(quat, x, w),
         "move backward": lambda: m.move_backward(quat, dy, x, w, moved_norm, moved),
+        "heads forward": lambda: (m.heads_forward(x, heads, context, True),),
+        "heads backward": lambda: (m.heads_backward(mean, n, torch.float32),),
     }
 
 

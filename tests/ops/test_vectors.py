@@ -225,14 +225,15 @@ def test_step_under_bf16_autocast_is_close_to_fp32(case):
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("components", [3, 4, 8])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["lift", "heads"])
-def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_states_layout(kind, dtype):
+def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_states_layout(kind, dtype, components):
     """The lift (B, T, n·c) and the values' heads layout (B, H, T, c·d), copied from component-major states (to bf16:
-    cast first, then moved): the plain copy's numbers both ways, with autograd recording or not, and the gradient
-    stored as the states are (no relayout later)."""
+    cast first, then moved; the heads' by the compiled kernels for 2, 4, 6 or 8 components): the plain copy's numbers
+    both ways, with autograd recording or not, and the gradient stored as the states are (no relayout later)."""
     state = torch.float32 if dtype == torch.bfloat16 else torch.float64
-    x = torch.stack(torch.randn(B, T, 4, 3, dtype=state).unbind(-1)).movedim(0, -1).requires_grad_()
+    x = torch.stack(torch.randn(B, T, 4, components, dtype=state).unbind(-1)).movedim(0, -1).requires_grad_()
     fused, plain = {
         "lift": (lambda y: lift_states(y, dtype), lambda y: y.flatten(-2).to(dtype)),
         "heads": (lambda y: to_heads(y, 2, dtype),
@@ -247,11 +248,23 @@ def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_st
     assert torch.equal(grad, grad_ref) and grad.stride() == x.stride()
 
 
-def test_the_layout_change_of_an_expanded_state_gives_a_plain_gradient():
+def test_the_heads_layout_operators_pass_torch_library_opcheck(backend):
+    """Schema, fake tensors against the real ones and torch.compile's dispatch of the heads' layout operators."""
+    if backend != "compiled":
+        pytest.skip("the compiled kernels' operators")
+    x = list(torch.randn(4, B * T, 6))
+    torch.library.opcheck(native.heads_forward, (x, 2, T, True))
+    grad = torch.randn(B, 2, T, 12).bfloat16()
+    torch.library.opcheck(native.heads_backward, (grad, 6, torch.float32))
+
+
+@pytest.mark.parametrize("kind", ["lift", "heads"])
+def test_the_layout_change_of_an_expanded_state_gives_a_plain_gradient(kind):
     """A broadcast view (overlapping memory) cannot take its gradient in its own strides: it gets a plain one."""
     base = torch.randn(1, T, 4, 4, dtype=torch.float64, requires_grad=True)
     x = base.expand(B, -1, -1, -1)
-    (grad,) = torch.autograd.grad((lift_states(x, torch.float64) * 2).sum(), base)
+    out = lift_states(x, torch.float64) if kind == "lift" else to_heads(x, 2, torch.float64)
+    (grad,) = torch.autograd.grad((out * 2).sum(), base)
     assert torch.equal(grad, torch.full_like(base, 2.0 * B))
 
 

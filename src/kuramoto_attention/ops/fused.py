@@ -50,13 +50,19 @@ def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _softplus_means(z: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """sp = softplus(z) (B, T, 2, H, d), at least float32, from logits z (B, T, 2k), and 1/mean of each head's d
+    (B, T, 2, H, 1)."""
+    b, t, _ = z.shape
+    sp = F.softplus(z.to(_at_least_fp32(z))).view(b, t, 2, heads, -1)
+    return sp, sp.mean(dim=-1, keepdim=True).reciprocal_()
+
+
 def _gates_forward(z: Tensor, q_scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """g (B, T, 2, H, d), at least float32, from logits z (B, T, 2k): softplus over its head mean, g^q scaled by
     ``q_scale`` (H,). Also the per-(token, head) scale (B, T, 2, H, 1) and 1/mean."""
-    b, t, _ = z.shape
     heads = q_scale.shape[0]
-    sp = F.softplus(z.to(_at_least_fp32(z))).view(b, t, 2, heads, -1)
-    inv_mean = sp.mean(dim=-1, keepdim=True).reciprocal_()
+    sp, inv_mean = _softplus_means(z, heads)
     q_scale = q_scale.to(sp.dtype)
     scale = inv_mean * torch.stack((q_scale, torch.ones_like(q_scale))).view(2, heads, 1)
     return sp.mul_(scale), scale, inv_mean

@@ -12,13 +12,19 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
     step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
 
-    features_forward(kind, x, R, g, H, T, bf16, W) -> (q, k (B, H, T, W), the columns after c·d zero)
-    features_backward(kind, dq, dk, x, R, g, H, T, need_drift) -> (dx (c, N, n), dg (N, 2, n), dR (parts, N, n))
+    heads_forward(x, H, T, bf16)                -> the states in the heads' layout (B, H, T, c·d) (the values)
+    heads_backward(dv, n, dtype)                -> dx (c, N, n)
+
+    features_forward(kind, x, R, sp, 1/mean, τ, H, T, bf16, W) -> (q, k (B, H, T, W), the columns after c·d zero)
+    features_backward(kind, dq, dk, x, R, sp, 1/mean, τ, H, T, need_drift) -> (dx (c, N, n), dL/dsp (N, 2n),
+                                                                            Σ dg^q g^q (N, H), dR (parts, N, n))
 
 x, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; G the attention output in the
 heads' layout (B, H, T, c·d), in x's dtype or bfloat16 (read as stored; dG comes back so); kind "quaternion" or
-"sphere"; R the drift's rotation as parts (T, n), g the gates (N, 2, n); q, k in x's dtype or bfloat16, and their
-gradients read as stored (any strides but the last); dR summed over the batch is the rotation's gradient.
+"sphere"; R the drift's rotation as parts (T, n); sp = softplus(z) of the gate logits (N, 2n: the query's, then the
+key's), 1/mean of each head's sp (N, 2H) and τ (H,), in x's dtype (the kernels turn them into the gates as
+``fused._gates_forward`` does); q, k in x's dtype or bfloat16, and their gradients read as stored (any strides but
+the last); dR summed over the batch is the rotation's gradient.
 """
 
 from __future__ import annotations
@@ -143,15 +149,38 @@ def _(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_ra
     return _planes(x, len(x)), g.new_empty(g.shape), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
 
 
+@torch.library.custom_op("kuramoto::heads_forward", mutates_args=())
+def heads_forward(x: list[Tensor], heads: int, positions: int, bf16: bool) -> Tensor:
+    return _module().heads_forward(x, heads, positions, bf16)
+
+
+@heads_forward.register_fake
+def _(x: list[Tensor], heads: int, positions: int, bf16: bool) -> Tensor:
+    n = x[0].shape[-1]
+    shape = (x[0].numel() // n // positions if positions else 0, heads, positions, len(x) * n // heads)
+    return x[0].new_empty(shape, dtype=torch.bfloat16 if bf16 else x[0].dtype)
+
+
+@torch.library.custom_op("kuramoto::heads_backward", mutates_args=())
+def heads_backward(grad: Tensor, oscillators: int, dtype: torch.dtype) -> Tensor:
+    return _module().heads_backward(grad, oscillators, dtype)
+
+
+@heads_backward.register_fake
+def _(grad: Tensor, oscillators: int, dtype: torch.dtype) -> Tensor:
+    b, heads, t, width = grad.shape
+    return grad.new_empty(width * heads // oscillators, b * t, oscillators, dtype=dtype)
+
+
 @torch.library.custom_op("kuramoto::features_forward", mutates_args=())
-def features_forward(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
-                     positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
-    q, k = _module().features_forward(kind, x, rotation, gates, heads, positions, bf16, width)
+def features_forward(kind: str, x: list[Tensor], rotation: list[Tensor], soft: Tensor, inv_mean: Tensor, tau: Tensor,
+                     heads: int, positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
+    q, k = _module().features_forward(kind, x, rotation, soft, inv_mean, tau, heads, positions, bf16, width)
     return q, k
 
 
 @features_forward.register_fake
-def _(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
+def _(kind: str, x: list[Tensor], rotation: list[Tensor], soft: Tensor, inv_mean: Tensor, tau: Tensor, heads: int,
       positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
     n = x[0].shape[-1]
     shape = (x[0].numel() // n // positions if positions else 0, heads, positions, width)
@@ -161,15 +190,18 @@ def _(kind: str, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: 
 
 @torch.library.custom_op("kuramoto::features_backward", mutates_args=())
 def features_backward(kind: str, grad_q: Tensor, grad_k: Tensor, x: list[Tensor], rotation: list[Tensor],
-                      gates: Tensor, heads: int, positions: int, need_drift: bool) -> tuple[Tensor, Tensor, Tensor]:
-    dx, dg, dr = _module().features_backward(kind, grad_q, grad_k, x, rotation, gates, heads, positions, need_drift)
-    return dx, dg, dr
+                      soft: Tensor, inv_mean: Tensor, tau: Tensor, heads: int, positions: int,
+                      need_drift: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    dx, dsoft, tau_dot, dr = _module().features_backward(kind, grad_q, grad_k, x, rotation, soft, inv_mean, tau,
+                                                         heads, positions, need_drift)
+    return dx, dsoft, tau_dot, dr
 
 
 @features_backward.register_fake
-def _(kind: str, grad_q: Tensor, grad_k: Tensor, x: list[Tensor], rotation: list[Tensor], gates: Tensor, heads: int,
-      positions: int, need_drift: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _(kind: str, grad_q: Tensor, grad_k: Tensor, x: list[Tensor], rotation: list[Tensor], soft: Tensor,
+      inv_mean: Tensor, tau: Tensor, heads: int, positions: int,
+      need_drift: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     n = x[0].shape[-1]
     tokens = x[0].numel() // n
-    return (x[0].new_empty(len(x), tokens, n), x[0].new_empty(tokens, 2, n),
+    return (x[0].new_empty(len(x), tokens, n), x[0].new_empty(tokens, 2 * n), x[0].new_empty(tokens, heads),
             x[0].new_empty(len(rotation) if need_drift else 0, tokens, n))

@@ -26,7 +26,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from kuramoto_attention.ops import native
 from kuramoto_attention.ops.attention import with_extra
-from kuramoto_attention.ops.fused import _gates_backward, _gates_forward, _no_autocast
+from kuramoto_attention.ops.fused import _at_least_fp32, _gates_backward, _gates_forward, _no_autocast, _softplus_means
 from kuramoto_attention.ops.torus import norm_factor
 
 Parts = tuple[Tensor, ...]
@@ -302,9 +302,28 @@ def lift_states(x: Tensor, dtype: torch.dtype) -> Tensor:
     return relayout(x, dtype, lambda y: y).flatten(-2)
 
 
+class _ToHeads(torch.autograd.Function):
+    # the compiled kernels' relayout: the planes read and the heads' layout written in one pass each way, the gradient
+    # coming back component-major (as the states are stored, and as their other gradients are)
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: Tensor, heads: int, bf16: bool) -> Tensor:  # type: ignore[override]
+        ctx.dtype, ctx.n = x.dtype, x.shape[2]
+        return native.heads_forward(list(x.unbind(-1)), heads, x.shape[1], bf16)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        b, _, t, _ = grad.shape
+        dx = native.heads_backward(grad, ctx.n, ctx.dtype)  # (c, B·T, n)
+        return dx.view(-1, b, t, ctx.n).movedim(0, -1), None, None
+
+
 def to_heads(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
     """States (B, T, n, c) -> (B, H, T, c·d) in ``dtype``: head h's oscillators h·d … (h+1)·d − 1, component-major
-    within it (``relayout``, whatever x's memory layout)."""
+    within it (the compiled kernels' one pass where they run, else ``relayout``, whatever x's memory layout)."""
+    bf16 = dtype == torch.bfloat16 and x.dtype == torch.float32
+    if x.dim() == 4 and (dtype == x.dtype or bf16) and x.shape[2] % heads == 0 and _compiled(x.unbind(-1)):
+        return _ToHeads.apply(x, heads, bf16)
     return relayout(x, dtype, lambda y: y.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3)).flatten(-2)
 
 
@@ -562,22 +581,24 @@ class _QueryKey(torch.autograd.Function):
         heads = tau.shape[0]
         r, aux = rotation(pos, drift)
         parts = x.unbind(-1)
-        g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
-        # the compiled kernels: the rotation, the gates, the heads' layout and the dtype in one pass
+        # the compiled kernels: the gates from softplus(z), the rotation, the heads' layout and the dtype in one pass
         bf16 = out_dtype == torch.bfloat16 and x.dtype == torch.float32
-        compiled = g.dtype == x.dtype and (out_dtype == x.dtype or bf16) and _compiled(parts)
+        compiled = _at_least_fp32(z) == x.dtype and (out_dtype == x.dtype or bf16) and _compiled(parts)
         width = c * (n // heads)
         room = 0 if extra_q is None or extra_k is None else extra_q.shape[-1]
         if compiled:  # the extra features written into the room the kernel leaves after each head's own
-            q, key = native.features_forward(kind, list(parts), list(r), g.view(b * t, 2, n), heads, t, bf16,
-                                             width + room)
+            sp, inv_mean = _softplus_means(z, heads)
+            scale = None  # the kernels multiply 1/mean by τ as they go
+            q, key = native.features_forward(kind, list(parts), list(r), sp.view(b * t, -1), inv_mean.view(b * t, -1),
+                                             tau.to(x.dtype), heads, t, bf16, width + room)
             if room:
                 q[..., width:], key[..., width:] = extra_q, extra_k
         else:
+            g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
             q, key = with_extra(*(y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype)),
                                 None if room == 0 else (extra_q, extra_k))
-        # the features and the gates are recomputed in the backward: only the inputs, scale and 1/mean (B, T, 2, H, 1)
-        # and the rotation's (T, n) parts are kept
+        # the features and the gates are recomputed in the backward: only the inputs, 1/mean (B, T, 2, H, 1), the
+        # rotation's (T, n) parts and (outside the kernels) scale are kept
         ctx.save_for_backward(x, pos, z, tau, scale, inv_mean, *r, *aux)
         ctx.kind, ctx.nrot, ctx.compiled, ctx.extra = kind, len(r), compiled, (width, room)
         return q, key
@@ -591,20 +612,24 @@ class _QueryKey(torch.autograd.Function):
         b, t, n, c = x.shape
         heads = tau.shape[0]
         parts = x.unbind(-1)
-        # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
-        g = F.softplus(z.to(scale.dtype)).view(b, t, 2, heads, -1).mul_(scale)
         width, room = ctx.extra  # the extra features' gradients: their columns, summed over the batch
         extras = [grad[..., width:].sum(0, keepdim=True) if room and ctx.needs_input_grad[i] else None
                   for i, grad in ((7, grad_q), (8, grad_k))]
         if ctx.compiled:  # the gradients read where they are (bfloat16 under autocast, the extra columns skipped)
             if grad_q.dtype != grad_k.dtype or grad_q.dtype not in (x.dtype, torch.bfloat16):
                 grad_q, grad_k = grad_q.to(x.dtype), grad_k.to(x.dtype)
-            dx, grad_g, dr = native.features_backward(ctx.kind, grad_q, grad_k, list(parts), list(r),
-                                                      g.view(b * t, 2, n), heads, t, ctx.needs_input_grad[1])
+            zs = z.to(x.dtype)
             need_drift, need_tau = ctx.needs_input_grad[1], ctx.needs_input_grad[4]
+            dx, grad_sp, tau_dot, dr = native.features_backward(ctx.kind, grad_q, grad_k, list(parts), list(r),
+                                                                F.softplus(zs).view(b * t, -1),
+                                                                inv_mean.view(b * t, -1), tau.to(x.dtype), heads, t,
+                                                                need_drift)
             grad_drift = drift_grad(dr.view(-1, b, t, n).sum(1).unbind(0), pos, aux) if need_drift else None
-            grad_z, grad_tau = _gates_backward(grad_g.view(g.shape), g, scale, inv_mean, z, tau, need_tau)
+            grad_z = grad_sp.view(z.shape).mul_(torch.sigmoid(zs)).to(z.dtype)  # softplus' = sigmoid
+            grad_tau = (tau_dot.sum(0) / tau).to(tau.dtype) if need_tau else None  # g^q is linear in τ
             return dx.view(c, b, t, n).movedim(0, -1), grad_drift, None, grad_z, grad_tau, None, None, *extras
+        # g recomputed from z exactly as the forward computed it (softplus, times the saved scale)
+        g = F.softplus(z.to(scale.dtype)).view(b, t, 2, heads, -1).mul_(scale)
         f = rotate(r, parts)
         rows = g.view(b, t, 2, n)  # g^q, g^k as (B, T, n) rows
         # dq and dk as whole rows, in one buffer (B, T, 2, c, n) in x's dtype: one copy each

@@ -5,7 +5,8 @@
 //
 //   move_*      y = normalise(x exp(w))                        the feed-forward's move
 //   step_*      y = normalise(x exp(h w)), w = v ⊙ ξ(x, G)     the attention's move, h the norm bound per token
-//   features_*  q = g^q ⊙ R x, k = g^k ⊙ R x                   the drifted, gated query/key features
+//   features_*  q = g^q ⊙ R x, k = g^k ⊙ R x                   the drifted, gated query/key features (the
+//                                                              gates from softplus(z), normalised per head)
 //
 // Layout: a state or a tangent vector is given as its components, each an evenly strided (N, n) plane (N tokens of
 // n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); states and their gradients are
@@ -611,6 +612,27 @@ KA_INLINE void gate_lanes(const T* src, int m, T* out) {
   for (int l = m, L = lanes(m); l < L; ++l) out[l] = src[0];
 }
 
+// A token's metric gates from sp = softplus(z) (2n: the query half, then the key half) and 1/mean(sp) of each head
+// (2H), as fused.py's _gates_forward: g = sp · scale with scale = (1/mean) · τ_h for the query, 1/mean for the key
+// (the mean is taken outside, by torch, so that the features are the Python path's to the bit)
+template <typename T>
+struct TokenGates {
+  std::vector<T> g, scale;
+  TokenGates(int64_t n, int64_t heads) : g(2 * n), scale(2 * heads) {}
+  void compute(const T* sp, const T* inv_mean, const T* tau, int64_t n, int64_t heads) {
+    const int64_t d = n / heads;
+    for (int64_t half = 0; half < 2; ++half) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t at = half * heads + h;
+        const T factor = scale[at] = half == 0 ? inv_mean[at] * tau[h] : inv_mean[at];
+        const T* s = sp + half * n + h * d;
+        T* out = g.data() + half * n + h * d;
+        for (int64_t e = 0; e < d; ++e) out[e] = s[e] * factor;
+      }
+    }
+  }
+};
+
 // Query or key features (B, H, T, ≥ c·d) stored as S (T, or bfloat16 under autocast), the last axis contiguous, the
 // others strided as they come: component i of oscillator e of head h of token (b, t) at b·sb + h·sh + t·st + i·d + e
 template <typename S>
@@ -625,17 +647,19 @@ struct Features {
   }
 };
 
-// x: c planes (B·T, n); r: the rotation's parts (T, n); g (B·T, 2, n) contiguous. Returns q, k (B, H, T, width) as S,
-// the columns after c·d zero (room for the layer's own features)
+// x: c planes (B·T, n); r: the rotation's parts (T, n); sp = softplus of the gate logits (B·T, 2n), 1/mean (B·T, 2H)
+// and τ (H,), contiguous (``TokenGates``). Returns q, k (B, H, T, width) as S, the columns after c·d zero (room for the layer's own
+// features)
 template <typename T, typename S, typename Drift>
 std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vector<torch::Tensor>& xs,
-                                            const std::vector<torch::Tensor>& rs, torch::Tensor gates, int64_t heads,
-                                            int64_t positions, int64_t width) {
+                                            const std::vector<torch::Tensor>& rs, torch::Tensor soft,
+                                            torch::Tensor inv_t, torch::Tensor tau_t, int64_t heads, int64_t positions,
+                                            int64_t width) {
   constexpr int C = Drift::c, R = Drift::parts;
   const Planes<T, C> x(xs);
   const Planes<T, R> r(rs);
-  gates = gates.contiguous();
-  const T* g = gates.data_ptr<T>();
+  soft = soft.contiguous(), inv_t = inv_t.contiguous(), tau_t = tau_t.contiguous();
+  const T *sp = soft.data_ptr<T>(), *inv_mean = inv_t.data_ptr<T>(), *tau = tau_t.data_ptr<T>();
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
   TORCH_CHECK(width >= C * d, "vectors: the features' width must hold c·d columns");
   auto opts = xs[0].options().dtype(c10::CppTypeToScalarType<S>::value);
@@ -644,13 +668,16 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
   const Features<S> q(q_t), k(k_t);
   const int64_t ahead = tokens_ahead(n);
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    TokenGates<T> gates(n, heads);
+    const T* g = gates.g.data();
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
-      if (bt + ahead < tokens) prefetch(g + (bt + ahead) * 2 * n, 2 * n);
+      if (bt + ahead < tokens) prefetch(sp + (bt + ahead) * 2 * n, 2 * n);
+      gates.compute(sp + bt * 2 * n, inv_mean + bt * 2 * heads, tau, n, heads);
       blocks(0, n, [&, bt, t](int64_t j0, int m) {  // a block of the token's oscillators, across its heads
         T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], Q[C][kLanes], K[C][kLanes];
         load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
-        gate_lanes(g + (bt * 2) * n + j0, m, GQ), gate_lanes(g + (bt * 2 + 1) * n + j0, m, GK);
+        gate_lanes(g + j0, m, GQ), gate_lanes(g + n + j0, m, GK);
         for (int l = 0, L = lanes(m); l < L; ++l) {
           T a[C], rr[R], f[C];
           lane<T, C>(X, l, a), lane<T, R>(RR, l, rr);
@@ -671,39 +698,46 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
   return {q_t, k_t};
 }
 
-// dq, dk (B, H, T, ≥ c·d) as S, the last axis contiguous (the columns after c·d are not read) -> (dx (c, B·T, n),
-// dg (B·T, 2, n), dr (parts, B·T, n): the rotation's gradient before its sum over the batch; only when need_drift)
+// dq, dk (B, H, T, ≥ c·d) as S, the last axis contiguous (the columns after c·d are not read); sp, 1/mean and τ as the
+// forward's -> (dx (c, B·T, n), dL/dsp (B·T, 2n), Σ_e dg^q_e g^q_e per token and head (B·T, H): τ's gradient times τ, dr
+// (parts, B·T, n): the rotation's gradient before its sum over the batch; only when need_drift)
 template <typename T, typename S, typename Drift>
 std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor grad_q, torch::Tensor grad_k,
                                              const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& rs,
-                                             torch::Tensor gates, int64_t heads, int64_t positions, bool need_drift) {
+                                             torch::Tensor soft, torch::Tensor inv_t, torch::Tensor tau_t, int64_t heads,
+                                             int64_t positions, bool need_drift) {
   constexpr int C = Drift::c, R = Drift::parts;
   if (grad_q.stride(-1) != 1) grad_q = grad_q.contiguous();
   if (grad_k.stride(-1) != 1) grad_k = grad_k.contiguous();
-  gates = gates.contiguous();
+  soft = soft.contiguous(), inv_t = inv_t.contiguous(), tau_t = tau_t.contiguous();
   const Planes<T, C> x(xs);
   const Planes<T, R> r(rs);
   const Features<S> dq(grad_q), dk(grad_k);
-  const T* g = gates.data_ptr<T>();
+  const T *sp = soft.data_ptr<T>(), *inv_mean = inv_t.data_ptr<T>(), *tau = tau_t.data_ptr<T>();
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
-  torch::Tensor dx_t = torch::empty({C, tokens, n}, xs[0].options()), dg_t = torch::empty({tokens, 2, n}, xs[0].options());
+  torch::Tensor dx_t = torch::empty({C, tokens, n}, xs[0].options()), dsp_t = torch::empty({tokens, 2 * n}, xs[0].options());
+  torch::Tensor tau_dot_t = torch::empty({tokens, heads}, xs[0].options());
   torch::Tensor dr_t = torch::empty({need_drift ? R : 0, tokens, n}, xs[0].options());
   const Planes<T, C> dx(dx_t);
-  T* dg = dg_t.data_ptr<T>();
+  T *dsp = dsp_t.data_ptr<T>(), *tau_dot = tau_dot_t.data_ptr<T>();
   T* dr = dr_t.data_ptr<T>();
   const int64_t ahead = tokens_ahead(n);
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    TokenGates<T> gates(n, heads);
+    const T* g = gates.g.data();
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t t = bt % positions;
       if (bt + ahead < tokens) {
-        prefetch(g + (bt + ahead) * 2 * n, 2 * n);
+        prefetch(sp + (bt + ahead) * 2 * n, 2 * n);
         for (int64_t h = 0; h < heads; ++h) prefetch(dq.at(bt + ahead, h), C * d), prefetch(dk.at(bt + ahead, h), C * d);
       }
+      gates.compute(sp + bt * 2 * n, inv_mean + bt * 2 * heads, tau, n, heads);
+      T* dg = dsp + bt * 2 * n;  // dL/dg first, turned into dL/dsp once the token's is whole
       blocks(0, n, [&, bt, t](int64_t j0, int m) {  // a block of the token's oscillators, across its heads
         T X[C][kLanes], RR[R][kLanes], GQ[kLanes], GK[kLanes], DQ[C][kLanes], DK[C][kLanes];
         T DX[C][kLanes], DR[R][kLanes], DGQ[kLanes], DGK[kLanes];
         load(x, bt * n + j0, m, X), load(r, t * n + j0, m, RR);
-        gate_lanes(g + (bt * 2) * n + j0, m, GQ), gate_lanes(g + (bt * 2 + 1) * n + j0, m, GK);
+        gate_lanes(g + j0, m, GQ), gate_lanes(g + n + j0, m, GK);
         head_runs(j0, m, d, [&](int l0, int64_t h, int64_t e, int run) {
           const S *from_q = dq.at(bt, h) + e, *from_k = dk.at(bt, h) + e;
           for (int i = 0; i < C; ++i) copy_run(DQ[i] + l0, from_q + i * d, run), copy_run(DK[i] + l0, from_k + i * d, run);
@@ -725,14 +759,27 @@ std::vector<torch::Tensor> features_backward(const Drift& drift, torch::Tensor g
           set_lane<T, C>(DX, l, da), set_lane<T, R>(DR, l, drr);
         }
         store(dx, bt * n + j0, m, DX);
-        copy_run(dg + (bt * 2) * n + j0, DGQ, m), copy_run(dg + (bt * 2 + 1) * n + j0, DGK, m);
+        copy_run(dg + j0, DGQ, m), copy_run(dg + n + j0, DGK, m);
         if (need_drift) {
           for (int p = 0; p < R; ++p) copy_run(dr + (p * tokens + bt) * n + j0, DR[p], m);
         }
       });
+      // g = scale · sp with scale = (τ or 1)/mean(sp):  dsp = scale dg − (Σ_e dg_e g_e / d) / mean(sp)
+      for (int64_t half = 0; half < 2; ++half) {
+        for (int64_t h = 0; h < heads; ++h) {
+          T* row = dg + half * n + h * d;
+          const T* gh = g + half * n + h * d;
+          T sum = 0;
+          for (int64_t e = 0; e < d; ++e) sum += row[e] * gh[e];
+          const int64_t at = half * heads + h;
+          if (half == 0) tau_dot[bt * heads + h] = sum;
+          const T shift = sum / T(d) * inv_mean[bt * 2 * heads + at], scale = gates.scale[at];
+          for (int64_t e = 0; e < d; ++e) row[e] = row[e] * scale - shift;
+        }
+      }
     }
   });
-  return {dx_t, dg_t, dr_t};
+  return {dx_t, dsp_t, tau_dot_t, dr_t};
 }
 
 // ------------------------------------------------------------------------------------------------ dispatch by kind
@@ -763,6 +810,65 @@ template <typename T, typename F>
 auto by_features_dtype(bool bf16, F&& f) {
   TORCH_CHECK(!bf16 || (std::is_same_v<T, float>), "vectors: bfloat16 features need float32 states");
   return bf16 ? f(at::BFloat16{}) : f(T{});
+}
+
+// ------------------------------------------------------------------------------------------------ the heads' layout
+// The values the attention averages are the states themselves in the heads' layout: c planes (B·T, n) -> (B, H, T, c·d)
+// as S, and the gradient back into planes (c, B·T, n); one pass each, the runs of a head copied whole
+template <typename T, typename S, int C>
+torch::Tensor heads_forward(const std::vector<torch::Tensor>& xs, int64_t heads, int64_t positions) {
+  const Planes<T, C> x(xs);
+  const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
+  torch::Tensor out_t = torch::empty({positions ? tokens / positions : 0, heads, positions, C * (n / heads)},
+                                     xs[0].options().dtype(c10::CppTypeToScalarType<S>::value));
+  const Heads<S, C> out(out_t, n);
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      blocks(t * n, (t + 1) * n, [&](int64_t j0, int m) {
+        T X[C][kLanes];
+        load(x, j0, m, X), store(out, j0, m, X);
+      });
+    }
+  });
+  return out_t;
+}
+
+template <typename T, typename S, int C>
+torch::Tensor heads_backward(torch::Tensor grad, int64_t oscillators) {
+  grad = grad.contiguous();
+  const Heads<S, C> g(grad, oscillators);
+  const int64_t tokens = g.tokens;
+  torch::Tensor dx_t = torch::empty({C, tokens, oscillators}, grad.options().dtype(c10::CppTypeToScalarType<T>::value));
+  const Planes<T, C> dx(dx_t);
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      blocks(t * oscillators, (t + 1) * oscillators, [&](int64_t j0, int m) {
+        T G[C][kLanes];
+        load(g, j0, m, G), store(dx, j0, m, G);
+      });
+    }
+  });
+  return dx_t;
+}
+
+// f(T{}, S{}, std::integral_constant<int, c>{}) for c in 2, 4, 6, 8 and T the states' dtype, S T or bfloat16
+template <typename F>
+auto by_width(int64_t c, torch::ScalarType dtype, bool bf16, F&& f) {
+  TORCH_CHECK(dtype == torch::kFloat || (dtype == torch::kDouble && !bf16),
+              "vectors: float32 (or float64, without bfloat16) states only");
+  TORCH_CHECK(c >= 2 && c <= kMax && c % 2 == 0, "vectors: 2, 4, 6 or 8 components");
+  auto with = [&](auto t) {
+    using T = decltype(t);
+    return by_features_dtype<T>(bf16, [&](auto s) {
+      switch (c) {
+        case 2: return f(t, s, std::integral_constant<int, 2>{});
+        case 4: return f(t, s, std::integral_constant<int, 4>{});
+        case 6: return f(t, s, std::integral_constant<int, 6>{});
+        default: return f(t, s, std::integral_constant<int, 8>{});
+      }
+    });
+  };
+  return dtype == torch::kFloat ? with(float{}) : with(double{});
 }
 
 std::vector<torch::Tensor> move_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
@@ -820,21 +926,37 @@ std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Ten
   });
 }
 
+// sp (N, 2n), 1/mean (N, 2H) and τ (H,) in the state's dtype, n a multiple of H
+void check_gates(const torch::Tensor& soft, const torch::Tensor& inv_mean, const torch::Tensor& tau,
+                 const torch::Tensor& x, int64_t heads) {
+  const int64_t n = x.size(-1);
+  TORCH_CHECK(heads > 0 && n % heads == 0, "vectors: the oscillators must split evenly into the heads");
+  for (const auto* t : {&soft, &inv_mean, &tau}) {
+    TORCH_CHECK(t->scalar_type() == x.scalar_type(), "vectors: the gates' inputs must be in the state's dtype");
+  }
+  TORCH_CHECK(soft.numel() == 2 * x.numel() && inv_mean.numel() == 2 * heads * (x.numel() / n) && tau.numel() == heads,
+              "vectors: the gates' inputs must be sp (N, 2n), 1/mean (N, 2H) and τ (H,)");
+}
+
 std::vector<torch::Tensor> features_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
-                                                const std::vector<torch::Tensor>& rs, torch::Tensor gates,
-                                                int64_t heads, int64_t positions, bool bf16, int64_t width) {
+                                                const std::vector<torch::Tensor>& rs, torch::Tensor soft,
+                                                torch::Tensor inv_mean, torch::Tensor tau, int64_t heads,
+                                                int64_t positions, bool bf16, int64_t width) {
+  check_gates(soft, inv_mean, tau, xs[0], heads);
   return by_kind<QuaternionDrift, PlaneDrift>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     using T = decltype(t);
     return by_features_dtype<T>(bf16, [&](auto s) {
-      return features_forward<T, decltype(s)>(k, xs, rs, gates, heads, positions, width);
+      return features_forward<T, decltype(s)>(k, xs, rs, soft, inv_mean, tau, heads, positions, width);
     });
   });
 }
 
 std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch::Tensor grad_q, torch::Tensor grad_k,
                                                  const std::vector<torch::Tensor>& xs,
-                                                 const std::vector<torch::Tensor>& rs, torch::Tensor gates,
-                                                 int64_t heads, int64_t positions, bool need_drift) {
+                                                 const std::vector<torch::Tensor>& rs, torch::Tensor soft,
+                                                 torch::Tensor inv_mean, torch::Tensor tau, int64_t heads,
+                                                 int64_t positions, bool need_drift) {
+  check_gates(soft, inv_mean, tau, xs[0], heads);
   const bool bf16 = grad_q.scalar_type() == torch::kBFloat16;
   TORCH_CHECK(grad_k.scalar_type() == grad_q.scalar_type() && grad_q.dim() == 4,
               "vectors: the features' gradients must be (B, H, T, ·) of one dtype");
@@ -842,8 +964,25 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
     using T = decltype(t);
     if (!bf16) TORCH_CHECK(grad_q.scalar_type() == xs[0].scalar_type(), "vectors: gradients in the state's dtype");
     return by_features_dtype<T>(bf16, [&](auto s) {
-      return features_backward<T, decltype(s)>(k, grad_q, grad_k, xs, rs, gates, heads, positions, need_drift);
+      return features_backward<T, decltype(s)>(k, grad_q, grad_k, xs, rs, soft, inv_mean, tau, heads, positions,
+                                                 need_drift);
     });
+  });
+}
+
+torch::Tensor heads_forward_any(const std::vector<torch::Tensor>& xs, int64_t heads, int64_t positions, bool bf16) {
+  TORCH_CHECK(heads > 0 && xs[0].size(-1) % heads == 0, "vectors: the oscillators must split evenly into the heads");
+  return by_width(xs.size(), xs[0].scalar_type(), bf16, [&](auto t, auto s, auto c) {
+    return heads_forward<decltype(t), decltype(s), decltype(c)::value>(xs, heads, positions);
+  });
+}
+
+torch::Tensor heads_backward_any(torch::Tensor grad, int64_t oscillators, torch::ScalarType dtype) {
+  TORCH_CHECK(grad.dim() == 4 && grad.size(-1) % (oscillators / grad.size(1)) == 0,
+              "vectors: the gradient must be (B, H, T, c·d)");
+  const int64_t c = grad.size(-1) / (oscillators / grad.size(1));
+  return by_width(c, dtype, grad.scalar_type() == torch::kBFloat16, [&](auto t, auto s, auto cc) {
+    return heads_backward<decltype(t), decltype(s), decltype(cc)::value>(grad, oscillators);
   });
 }
 
@@ -854,6 +993,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (N, n, tangent) as w)");
   m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
   m.def("step_backward", &step_backward_any, "(dx (c, N, n), dG as G, dv (N, n), ⟨dstep, w⟩ h (N,))");
+  m.def("heads_forward", &heads_forward_any, "c planes (N, n) -> (B, H, T, c·d)");
+  m.def("heads_backward", &heads_backward_any, "(B, H, T, c·d) -> (c, N, n)");
   m.def("features_forward", &features_forward_any, "(q, k (B, H, T, width))");
-  m.def("features_backward", &features_backward_any, "(dx (c, N, n), dg (N, 2, n), dr (parts, N, n))");
+  m.def("features_backward", &features_backward_any,
+        "(dx (c, N, n), dL/dsp (N, 2n), Σ dg^q g^q (N, H), dr (parts, N, n))");
 }
