@@ -1,4 +1,4 @@
-"""``python -m benchmarks.kernels``: the eight compiled vector kernels (ops/csrc/vectors.cpp) alone, at one layer's
+"""``python -m benchmarks.kernels``: the ten compiled vector kernels (ops/csrc/vectors.cpp) alone, at one layer's
 shapes of a training step (default: ka-su2-1m-tuned's, batch 32 × context 256 tokens of 80 oscillators in 4 heads,
 query/key rows of 96, bf16 features and attention output as under autocast), each one's minimum over interleaved
 repeats. ``--against FILE`` builds a second vectors.cpp (an older one: ``git show REV:src/kuramoto_attention/ops/
@@ -27,7 +27,7 @@ def build(source: Path) -> ModuleType:
 
 
 def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: int) -> dict:
-    """The eight kernels on fixed random inputs (unit quaternions, a step, gradients), as zero-argument calls."""
+    """The ten kernels on fixed random inputs (unit quaternions, a step, gradients), as zero-argument calls."""
     gen = torch.Generator().manual_seed(0)
     tokens, quat = batch * context, "quaternion"
 
@@ -52,6 +52,8 @@ def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: in
         "step backward": lambda: m.step_backward(quat, dy, x, mean, value, 0.5, sq, h, norm, y),
         "move forward": lambda: m.move_forward(quat, x, w),
         "move backward": lambda: m.move_backward(quat, dy, x, w, moved_norm, moved),
+        "lift forward": lambda: (m.lift_forward(x, True),),
+        "lift backward": lambda: (m.lift_backward(dy.view(-1, n * 4).bfloat16(), n, torch.float32),),
         "heads forward": lambda: (m.heads_forward(x, heads, context, True),),
         "heads backward": lambda: (m.heads_backward(mean, n, torch.float32),),
     }

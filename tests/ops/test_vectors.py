@@ -248,14 +248,16 @@ def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_st
     assert torch.equal(grad, grad_ref) and grad.stride() == x.stride()
 
 
-def test_the_heads_layout_operators_pass_torch_library_opcheck(backend):
-    """Schema, fake tensors against the real ones and torch.compile's dispatch of the heads' layout operators."""
+def test_the_layout_operators_pass_torch_library_opcheck(backend):
+    """Schema, fake tensors against the real ones and torch.compile's dispatch of the lift's and the heads' layout
+    operators."""
     if backend != "compiled":
         pytest.skip("the compiled kernels' operators")
     x = list(torch.randn(4, B * T, 6))
+    torch.library.opcheck(native.lift_forward, (x, True))
+    torch.library.opcheck(native.lift_backward, (torch.randn(B, T, 24).bfloat16(), 6, torch.float32))
     torch.library.opcheck(native.heads_forward, (x, 2, T, True))
-    grad = torch.randn(B, 2, T, 12).bfloat16()
-    torch.library.opcheck(native.heads_backward, (grad, 6, torch.float32))
+    torch.library.opcheck(native.heads_backward, (torch.randn(B, 2, T, 12).bfloat16(), 6, torch.float32))
 
 
 @pytest.mark.parametrize("kind", ["lift", "heads"])

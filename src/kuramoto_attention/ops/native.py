@@ -12,6 +12,8 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
     step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
 
+    lift_forward(x, bf16)                       -> the lift (N, n·c), oscillator-major (what the matmuls read)
+    lift_backward(dφ, n, dtype)                 -> dx (c, N, n)
     heads_forward(x, H, T, bf16)                -> the states in the heads' layout (B, H, T, c·d) (the values)
     heads_backward(dv, n, dtype)                -> dx (c, N, n)
 
@@ -147,6 +149,28 @@ def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Te
 def _(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_radius: Tensor,
       sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _planes(x, len(x)), g.new_empty(g.shape), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
+
+
+@torch.library.custom_op("kuramoto::lift_forward", mutates_args=())
+def lift_forward(x: list[Tensor], bf16: bool) -> Tensor:
+    return _module().lift_forward(x, bf16)
+
+
+@lift_forward.register_fake
+def _(x: list[Tensor], bf16: bool) -> Tensor:
+    n = x[0].shape[-1]
+    return x[0].new_empty(x[0].numel() // n, n * len(x), dtype=torch.bfloat16 if bf16 else x[0].dtype)
+
+
+@torch.library.custom_op("kuramoto::lift_backward", mutates_args=())
+def lift_backward(grad: Tensor, oscillators: int, dtype: torch.dtype) -> Tensor:
+    return _module().lift_backward(grad, oscillators, dtype)
+
+
+@lift_backward.register_fake
+def _(grad: Tensor, oscillators: int, dtype: torch.dtype) -> Tensor:
+    c = grad.shape[-1] // oscillators
+    return grad.new_empty(c, grad.numel() // (c * oscillators), oscillators, dtype=dtype)
 
 
 @torch.library.custom_op("kuramoto::heads_forward", mutates_args=())

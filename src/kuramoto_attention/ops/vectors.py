@@ -296,9 +296,34 @@ def relayout(x: Tensor, dtype: torch.dtype, arrange: Callable[[Tensor], Tensor])
     return _Relayout.apply(x, dtype, arrange)
 
 
+class _Lift(torch.autograd.Function):
+    # the compiled kernels' lift: the planes read and the oscillator-major copy written in one pass each way, the
+    # gradient coming back component-major (as the states are stored, and as their other gradients are)
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: Tensor, bf16: bool) -> Tensor:  # type: ignore[override]
+        ctx.dtype, ctx.shape = x.dtype, x.shape
+        return native.lift_forward(list(x.unbind(-1)), bf16).view(*x.shape[:-2], -1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        *lead, n, c = ctx.shape
+        dx = native.lift_backward(grad, n, ctx.dtype)  # (c, N, n)
+        return dx.view(c, *lead, n).movedim(0, -1), None
+
+
+def _kernel_layout(x: Tensor, dtype: torch.dtype) -> bool:
+    """Whether the compiled kernels change x's layout: (B, T, n, c) states of 2, 4, 6 or 8 components on the CPU, into
+    their own dtype or, from float32, bfloat16."""
+    return x.dim() == 4 and (dtype == x.dtype or (dtype == torch.bfloat16 and x.dtype == torch.float32)) and \
+        _compiled(x.unbind(-1))
+
+
 def lift_states(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """States (B, T, n, c) -> their c·n real components (B, T, n·c), oscillator-major, in ``dtype`` (``relayout``,
-    whatever x's memory layout)."""
+    """States (B, T, n, c) -> their c·n real components (B, T, n·c), oscillator-major, in ``dtype`` (the compiled
+    kernels' one pass where they run, else ``relayout``, whatever x's memory layout)."""
+    if _kernel_layout(x, dtype):
+        return _Lift.apply(x, dtype != x.dtype)
     return relayout(x, dtype, lambda y: y).flatten(-2)
 
 
@@ -321,9 +346,8 @@ class _ToHeads(torch.autograd.Function):
 def to_heads(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
     """States (B, T, n, c) -> (B, H, T, c·d) in ``dtype``: head h's oscillators h·d … (h+1)·d − 1, component-major
     within it (the compiled kernels' one pass where they run, else ``relayout``, whatever x's memory layout)."""
-    bf16 = dtype == torch.bfloat16 and x.dtype == torch.float32
-    if x.dim() == 4 and (dtype == x.dtype or bf16) and x.shape[2] % heads == 0 and _compiled(x.unbind(-1)):
-        return _ToHeads.apply(x, heads, bf16)
+    if _kernel_layout(x, dtype) and x.shape[2] % heads == 0:
+        return _ToHeads.apply(x, heads, dtype != x.dtype)
     return relayout(x, dtype, lambda y: y.unflatten(2, (heads, -1)).permute(0, 2, 1, 4, 3)).flatten(-2)
 
 

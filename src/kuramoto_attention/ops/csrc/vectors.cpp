@@ -812,7 +812,7 @@ auto by_features_dtype(bool bf16, F&& f) {
   return bf16 ? f(at::BFloat16{}) : f(T{});
 }
 
-// ------------------------------------------------------------------------------------------------ the heads' layout
+// ------------------------------------------------------------------------------------------------ layouts
 // The values the attention averages are the states themselves in the heads' layout: c planes (B·T, n) -> (B, H, T, c·d)
 // as S, and the gradient back into planes (c, B·T, n); one pass each, the runs of a head copied whole
 template <typename T, typename S, int C>
@@ -847,6 +847,46 @@ torch::Tensor heads_backward(torch::Tensor grad, int64_t oscillators) {
         load(g, j0, m, G), store(dx, j0, m, G);
       });
     }
+  });
+  return dx_t;
+}
+
+// The lift the matmuls read: c planes (B·T, n) -> (B·T, n·c) oscillator-major as S, and the gradient back into planes
+template <typename T, typename S, int C>
+torch::Tensor lift_forward(const std::vector<torch::Tensor>& xs) {
+  const Planes<T, C> x(xs);
+  const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
+  torch::Tensor out_t = torch::empty({tokens, n * C}, xs[0].options().dtype(c10::CppTypeToScalarType<S>::value));
+  S* out = out_t.data_ptr<S>();
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    blocks(lo * n, hi * n, [&](int64_t j0, int m) {
+      T X[C][kLanes];
+      load(x, j0, m, X);
+      S* dst = out + j0 * C;
+      for (int l = 0; l < m; ++l) {
+        for (int i = 0; i < C; ++i) dst[l * C + i] = recast<S>(X[i][l]);
+      }
+    });
+  });
+  return out_t;
+}
+
+template <typename T, typename S, int C>
+torch::Tensor lift_backward(torch::Tensor grad, int64_t oscillators) {
+  grad = grad.contiguous();
+  const S* g = grad.data_ptr<S>();
+  const int64_t tokens = grad.numel() / (oscillators * C);
+  torch::Tensor dx_t = torch::empty({C, tokens, oscillators}, grad.options().dtype(c10::CppTypeToScalarType<T>::value));
+  const Planes<T, C> dx(dx_t);
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    blocks(lo * oscillators, hi * oscillators, [&](int64_t j0, int m) {
+      T G[C][kLanes];
+      const S* src = g + j0 * C;
+      for (int l = 0; l < m; ++l) {
+        for (int i = 0; i < C; ++i) G[i][l] = recast<T>(src[l * C + i]);
+      }
+      store(dx, j0, m, G);
+    });
   });
   return dx_t;
 }
@@ -970,6 +1010,19 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
   });
 }
 
+torch::Tensor lift_forward_any(const std::vector<torch::Tensor>& xs, bool bf16) {
+  return by_width(xs.size(), xs[0].scalar_type(), bf16, [&](auto t, auto s, auto c) {
+    return lift_forward<decltype(t), decltype(s), decltype(c)::value>(xs);
+  });
+}
+
+torch::Tensor lift_backward_any(torch::Tensor grad, int64_t oscillators, torch::ScalarType dtype) {
+  TORCH_CHECK(grad.dim() >= 1 && grad.size(-1) % oscillators == 0, "vectors: the lift's gradient must be (…, n·c)");
+  return by_width(grad.size(-1) / oscillators, dtype, grad.scalar_type() == torch::kBFloat16, [&](auto t, auto s, auto c) {
+    return lift_backward<decltype(t), decltype(s), decltype(c)::value>(grad, oscillators);
+  });
+}
+
 torch::Tensor heads_forward_any(const std::vector<torch::Tensor>& xs, int64_t heads, int64_t positions, bool bf16) {
   TORCH_CHECK(heads > 0 && xs[0].size(-1) % heads == 0, "vectors: the oscillators must split evenly into the heads");
   return by_width(xs.size(), xs[0].scalar_type(), bf16, [&](auto t, auto s, auto c) {
@@ -993,6 +1046,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (N, n, tangent) as w)");
   m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
   m.def("step_backward", &step_backward_any, "(dx (c, N, n), dG as G, dv (N, n), ⟨dstep, w⟩ h (N,))");
+  m.def("lift_forward", &lift_forward_any, "c planes (N, n) -> (N, n·c)");
+  m.def("lift_backward", &lift_backward_any, "(…, n·c) -> (c, N, n)");
   m.def("heads_forward", &heads_forward_any, "c planes (N, n) -> (B, H, T, c·d)");
   m.def("heads_backward", &heads_backward_any, "(B, H, T, c·d) -> (c, N, n)");
   m.def("features_forward", &features_forward_any, "(q, k (B, H, T, width))");
