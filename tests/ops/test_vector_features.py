@@ -231,6 +231,7 @@ def test_the_features_kernel_takes_no_positions(backend):
     x = [torch.zeros(B, 0, N, dtype=torch.float64) for _ in range(4)]
     rotation = [torch.zeros(0, N, dtype=torch.float64) for _ in range(4)]
     q, k = native.features_forward("quaternion", x, rotation, torch.zeros(0, 2 * N, dtype=torch.float64),
-                                   torch.zeros(0, 2 * H, dtype=torch.float64), torch.ones(H, dtype=torch.float64), H, 0,
-                                   False, 4 * N // H + 2)
+                                   torch.zeros(0, 2 * H, dtype=torch.float64), torch.ones(H, dtype=torch.float64),
+                                   *(torch.zeros(H, 0, 2, dtype=torch.float64) for _ in "qk"), H, 0, False,
+                                   4 * N // H + 2)
     assert q.shape == k.shape == (0, H, 0, 4 * N // H + 2)

@@ -17,7 +17,7 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     heads_forward(x, H, T, bf16)                -> the states in the heads' layout (B, H, T, c·d) (the values)
     heads_backward(dv, n, dtype)                -> dx (c, N, n)
 
-    features_forward(kind, x, R, sp, 1/mean, τ, H, T, bf16, W) -> (q, k (B, H, T, W), the columns after c·d zero)
+    features_forward(kind, x, R, sp, 1/mean, τ, eq, ek, H, T, bf16, W) -> (q, k (B, H, T, W): c·d, then eq / ek)
     features_backward(kind, dq, dk, x, R, sp, 1/mean, τ, H, T, need_drift) -> (dx (c, N, n), dL/dsp (N, 2n),
                                                                             Σ dg^q g^q (N, H), dR (parts, N, n))
 
@@ -25,8 +25,9 @@ x, w: lists of c (or tangent) planes of one shape (..., n), N the number of toke
 heads' layout (B, H, T, c·d), in x's dtype or bfloat16 (read as stored; dG comes back so); kind "quaternion" or
 "sphere"; R the drift's rotation as parts (T, n); sp = softplus(z) of the gate logits (N, 2n: the query's, then the
 key's), 1/mean of each head's sp (N, 2H) and τ (H,), in x's dtype (the kernels turn them into the gates as
-``fused._gates_forward`` does); q, k in x's dtype or bfloat16, and their gradients read as stored (any strides but
-the last); dR summed over the batch is the rotation's gradient.
+``fused._gates_forward`` does); eq, ek the extra query and key features (H, T, W − c·d) of every batch row; q, k in
+x's dtype or bfloat16, and their gradients read as stored (any strides but the last); dR summed over the batch is the
+rotation's gradient.
 """
 
 from __future__ import annotations
@@ -198,14 +199,16 @@ def _(grad: Tensor, oscillators: int, dtype: torch.dtype) -> Tensor:
 
 @torch.library.custom_op("kuramoto::features_forward", mutates_args=())
 def features_forward(kind: str, x: list[Tensor], rotation: list[Tensor], soft: Tensor, inv_mean: Tensor, tau: Tensor,
-                     heads: int, positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
-    q, k = _module().features_forward(kind, x, rotation, soft, inv_mean, tau, heads, positions, bf16, width)
+                     extra_q: Tensor, extra_k: Tensor, heads: int, positions: int, bf16: bool,
+                     width: int) -> tuple[Tensor, Tensor]:
+    q, k = _module().features_forward(kind, x, rotation, soft, inv_mean, tau, extra_q, extra_k, heads, positions, bf16,
+                                      width)
     return q, k
 
 
 @features_forward.register_fake
-def _(kind: str, x: list[Tensor], rotation: list[Tensor], soft: Tensor, inv_mean: Tensor, tau: Tensor, heads: int,
-      positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
+def _(kind: str, x: list[Tensor], rotation: list[Tensor], soft: Tensor, inv_mean: Tensor, tau: Tensor,
+      extra_q: Tensor, extra_k: Tensor, heads: int, positions: int, bf16: bool, width: int) -> tuple[Tensor, Tensor]:
     n = x[0].shape[-1]
     shape = (x[0].numel() // n // positions if positions else 0, heads, positions, width)
     dtype = torch.bfloat16 if bf16 else x[0].dtype

@@ -610,13 +610,14 @@ class _QueryKey(torch.autograd.Function):
         compiled = _at_least_fp32(z) == x.dtype and (out_dtype == x.dtype or bf16) and _compiled(parts)
         width = c * (n // heads)
         room = 0 if extra_q is None or extra_k is None else extra_q.shape[-1]
-        if compiled:  # the extra features written into the room the kernel leaves after each head's own
+        if compiled:  # the extra features written after each head's own
             sp, inv_mean = _softplus_means(z, heads)
             scale = None  # the kernels multiply 1/mean by τ as they go
+            dtype = torch.bfloat16 if bf16 else x.dtype
+            extras = [x.new_zeros(heads, t, 0, dtype=dtype) if e is None or not room
+                      else e.to(dtype).reshape(heads, t, -1) for e in (extra_q, extra_k)]
             q, key = native.features_forward(kind, list(parts), list(r), sp.view(b * t, -1), inv_mean.view(b * t, -1),
-                                             tau.to(x.dtype), heads, t, bf16, width + room)
-            if room:
-                q[..., width:], key[..., width:] = extra_q, extra_k
+                                             tau.to(x.dtype), *extras, heads, t, bf16, width + room)
         else:
             g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
             q, key = with_extra(*(y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype)),

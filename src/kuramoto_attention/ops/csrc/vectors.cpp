@@ -648,13 +648,13 @@ struct Features {
 };
 
 // x: c planes (B·T, n); r: the rotation's parts (T, n); sp = softplus of the gate logits (B·T, 2n), 1/mean (B·T, 2H)
-// and τ (H,), contiguous (``TokenGates``). Returns q, k (B, H, T, width) as S, the columns after c·d zero (room for the layer's own
-// features)
+// and τ (H,), contiguous (``TokenGates``); the extra query and key features (H, T, width − c·d) as S. Returns q, k
+// (B, H, T, width) as S: each head's c·d features, then the extra ones
 template <typename T, typename S, typename Drift>
 std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vector<torch::Tensor>& xs,
                                             const std::vector<torch::Tensor>& rs, torch::Tensor soft,
-                                            torch::Tensor inv_t, torch::Tensor tau_t, int64_t heads, int64_t positions,
-                                            int64_t width) {
+                                            torch::Tensor inv_t, torch::Tensor tau_t, torch::Tensor extra_q,
+                                            torch::Tensor extra_k, int64_t heads, int64_t positions, int64_t width) {
   constexpr int C = Drift::c, R = Drift::parts;
   const Planes<T, C> x(xs);
   const Planes<T, R> r(rs);
@@ -662,6 +662,12 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
   const T *sp = soft.data_ptr<T>(), *inv_mean = inv_t.data_ptr<T>(), *tau = tau_t.data_ptr<T>();
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n, d = n / heads;
   TORCH_CHECK(width >= C * d, "vectors: the features' width must hold c·d columns");
+  const int64_t room = width - C * d;
+  extra_q = extra_q.contiguous(), extra_k = extra_k.contiguous();
+  TORCH_CHECK(extra_q.numel() == heads * positions * room && extra_k.numel() == extra_q.numel() &&
+              extra_q.scalar_type() == c10::CppTypeToScalarType<S>::value && extra_k.scalar_type() == extra_q.scalar_type(),
+              "vectors: the extra features must be (H, T, width − c·d) in the features' dtype");
+  const S *eq = extra_q.data_ptr<S>(), *ek = extra_k.data_ptr<S>();
   auto opts = xs[0].options().dtype(c10::CppTypeToScalarType<S>::value);
   const int64_t batch = positions ? tokens / positions : 0;
   torch::Tensor q_t = torch::empty({batch, heads, positions, width}, opts), k_t = torch::empty_like(q_t);
@@ -689,9 +695,9 @@ std::vector<torch::Tensor> features_forward(const Drift& drift, const std::vecto
           for (int i = 0; i < C; ++i) copy_run(qd + i * d, Q[i] + l0, run), copy_run(kd + i * d, K[i] + l0, run);
         });
       });
-      for (int64_t h = 0; h < heads; ++h) {
-        S *qh = q.at(bt, h), *kh = k.at(bt, h);
-        for (int64_t e = C * d; e < width; ++e) qh[e] = S(0), kh[e] = S(0);
+      for (int64_t h = 0; h < heads; ++h) {  // the extra features after each head's own, the same for every batch row
+        const int64_t from = (h * positions + t) * room;
+        std::copy(eq + from, eq + from + room, q.at(bt, h) + C * d), std::copy(ek + from, ek + from + room, k.at(bt, h) + C * d);
       }
     }
   });
@@ -980,13 +986,15 @@ void check_gates(const torch::Tensor& soft, const torch::Tensor& inv_mean, const
 
 std::vector<torch::Tensor> features_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
                                                 const std::vector<torch::Tensor>& rs, torch::Tensor soft,
-                                                torch::Tensor inv_mean, torch::Tensor tau, int64_t heads,
-                                                int64_t positions, bool bf16, int64_t width) {
+                                                torch::Tensor inv_mean, torch::Tensor tau, torch::Tensor extra_q,
+                                                torch::Tensor extra_k, int64_t heads, int64_t positions, bool bf16,
+                                                int64_t width) {
   check_gates(soft, inv_mean, tau, xs[0], heads);
   return by_kind<QuaternionDrift, PlaneDrift>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     using T = decltype(t);
     return by_features_dtype<T>(bf16, [&](auto s) {
-      return features_forward<T, decltype(s)>(k, xs, rs, soft, inv_mean, tau, heads, positions, width);
+      return features_forward<T, decltype(s)>(k, xs, rs, soft, inv_mean, tau, extra_q, extra_k, heads, positions,
+                                             width);
     });
   });
 }
