@@ -45,10 +45,11 @@ def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: in
     y, sq, h, norm = m.step_forward(quat, x, mean, value, 0.5)
     moved, moved_norm = m.move_forward(quat, x, w)
     extra = torch.randn(heads, context, width - 4 * n // heads, generator=gen).bfloat16()
-    gates = (soft, inv_mean, tau, extra, extra, heads, context)
+    gates = (soft, inv_mean, tau)
     return {
-        "features forward": lambda: m.features_forward(quat, x, rotation, *gates, True, width),
-        "features backward": lambda: m.features_backward(quat, dq, dk, x, rotation, *gates[:3], heads, context, True),
+        "features forward": lambda: m.features_forward(quat, x, rotation, *gates, extra, extra, heads, context, True,
+                                                       width),
+        "features backward": lambda: m.features_backward(quat, dq, dk, x, rotation, *gates, heads, context, True),
         "step forward": lambda: m.step_forward(quat, x, mean, value, 0.5),
         "step backward": lambda: m.step_backward(quat, dy, x, mean, value, 0.5, sq, h, norm, y),
         "move forward": lambda: m.move_forward(quat, x, w),

@@ -222,6 +222,25 @@ def test_whole_model_logits_and_gradients_equal_the_previous_path(preset, monkey
             assert diff <= max(1e-6 * size, 2 * rounding), (name, diff, size, rounding)
 
 
+def test_the_features_operators_pass_torch_library_opcheck(backend):
+    """Schema, fake tensors against the real ones and torch.compile's dispatch of both features operators (bf16
+    features with the extra columns, as under autocast)."""
+    from kuramoto_attention.ops import native
+
+    if backend != "compiled":
+        pytest.skip("the compiled kernels' operators")
+    gen = torch.Generator().manual_seed(0)
+    x = list(F.normalize(torch.randn(4, B, T, N, generator=gen), dim=0))
+    rotation = list(F.normalize(torch.randn(4, T, N, generator=gen), dim=0))
+    soft = torch.rand(B * T, 2 * N, generator=gen) + 0.1
+    gates = (soft, 1 / soft.view(B * T, 2 * H, -1).mean(-1), torch.rand(H, generator=gen) + 0.5)
+    width = 4 * N // H + 2
+    extra = torch.randn(H, T, 2, generator=gen).bfloat16()
+    torch.library.opcheck(native.features_forward, ("quaternion", x, rotation, *gates, extra, extra, H, T, True, width))
+    grads = [torch.randn(B, H, T, width, generator=gen).bfloat16() for _ in "qk"]
+    torch.library.opcheck(native.features_backward, ("quaternion", *grads, x, rotation, *gates, H, T, True))
+
+
 def test_the_features_kernel_takes_no_positions(backend):
     """T = 0 (an empty chunk given to the kernel): empty q and k of the asked width, no division by the zero length."""
     from kuramoto_attention.ops import native

@@ -230,8 +230,8 @@ def test_step_under_bf16_autocast_is_close_to_fp32(case):
 @pytest.mark.parametrize("kind", ["lift", "heads"])
 def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_states_layout(kind, dtype, components):
     """The lift (B, T, n·c) and the values' heads layout (B, H, T, c·d), copied from component-major states (to bf16:
-    cast first, then moved; the heads' by the compiled kernels for 2, 4, 6 or 8 components): the plain copy's numbers
-    both ways, with autograd recording or not, and the gradient stored as the states are (no relayout later)."""
+    cast first, then moved; by the compiled kernels for 2, 4, 6 or 8 components): the plain copy's numbers both
+    ways, with autograd recording or not, and the gradient stored as the states are (no relayout later)."""
     state = torch.float32 if dtype == torch.bfloat16 else torch.float64
     x = torch.stack(torch.randn(B, T, 4, components, dtype=state).unbind(-1)).movedim(0, -1).requires_grad_()
     fused, plain = {
@@ -258,6 +258,16 @@ def test_the_layout_operators_pass_torch_library_opcheck(backend):
     torch.library.opcheck(native.lift_backward, (torch.randn(B, T, 24).bfloat16(), 6, torch.float32))
     torch.library.opcheck(native.heads_forward, (x, 2, T, True))
     torch.library.opcheck(native.heads_backward, (torch.randn(B, 2, T, 12).bfloat16(), 6, torch.float32))
+
+
+@pytest.mark.parametrize("kind", ["lift", "heads"])
+def test_a_layout_change_of_no_positions_keeps_the_batch(kind):
+    """T = 0: (B, 0, …) in, (B, …, 0, …) out (the plain copy's shape), its gradient of x's shape."""
+    x = torch.zeros(B, 0, 4, 4, dtype=torch.float64, requires_grad=True)
+    out = lift_states(x, torch.float64) if kind == "lift" else to_heads(x, 2, torch.float64)
+    assert out.shape == ((B, 0, 16) if kind == "lift" else (B, 2, 0, 8))
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    assert grad.shape == x.shape
 
 
 @pytest.mark.parametrize("kind", ["lift", "heads"])

@@ -1,4 +1,4 @@
-"""The compiled CPU kernels of ``vectors.py``'s moves (``csrc/vectors.cpp``), built on first use.
+"""The compiled CPU kernels of ``vectors.py``'s moves, features and layouts (``csrc/vectors.cpp``), built on first use.
 
 ``vectors.py``'s fused Functions written as PyTorch operators make one memory pass per scalar operation per
 component; on the CPU the kernels here do each move in one vectorised loop over every token's oscillators. They are

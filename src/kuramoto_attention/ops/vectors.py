@@ -302,7 +302,7 @@ class _Lift(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, x: Tensor, bf16: bool) -> Tensor:  # type: ignore[override]
         ctx.dtype, ctx.shape = x.dtype, x.shape
-        return native.lift_forward(list(x.unbind(-1)), bf16).view(*x.shape[:-2], -1)
+        return native.lift_forward(list(x.unbind(-1)), bf16).view(*x.shape[:-2], x.shape[-2] * x.shape[-1])
 
     @staticmethod
     @once_differentiable
@@ -312,11 +312,17 @@ class _Lift(torch.autograd.Function):
         return dx.view(c, *lead, n).movedim(0, -1), None
 
 
+def _kernel_dtype(dtype: torch.dtype, state: torch.dtype) -> bool:
+    """Whether the kernels write ``dtype`` from states of dtype ``state``: their own, or bfloat16 from float32."""
+    return dtype == state or (dtype == torch.bfloat16 and state == torch.float32)
+
+
 def _kernel_layout(x: Tensor, dtype: torch.dtype) -> bool:
-    """Whether the compiled kernels change x's layout: (B, T, n, c) states of 2, 4, 6 or 8 components on the CPU, into
-    their own dtype or, from float32, bfloat16."""
-    return x.dim() == 4 and (dtype == x.dtype or (dtype == torch.bfloat16 and x.dtype == torch.float32)) and \
-        _compiled(x.unbind(-1))
+    """Whether the compiled kernels change x's layout: while autograd records (as the other kernels; without it the
+    plain copy runs, and nothing builds the kernels), non-empty (B, T, n, c) states of 2, 4, 6 or 8 components on the
+    CPU, into a dtype ``_kernel_dtype`` allows."""
+    return (torch.is_grad_enabled() and x.dim() == 4 and x.numel() > 0 and _kernel_dtype(dtype, x.dtype)
+            and _compiled(x.unbind(-1)))
 
 
 def lift_states(x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -332,7 +338,7 @@ class _ToHeads(torch.autograd.Function):
     # coming back component-major (as the states are stored, and as their other gradients are)
     @staticmethod
     def forward(ctx: FunctionCtx, x: Tensor, heads: int, bf16: bool) -> Tensor:  # type: ignore[override]
-        ctx.dtype, ctx.n = x.dtype, x.shape[2]
+        ctx.dtype, ctx.n, ctx.c = x.dtype, x.shape[2], x.shape[3]
         return native.heads_forward(list(x.unbind(-1)), heads, x.shape[1], bf16)
 
     @staticmethod
@@ -340,7 +346,7 @@ class _ToHeads(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
         b, _, t, _ = grad.shape
         dx = native.heads_backward(grad, ctx.n, ctx.dtype)  # (c, B·T, n)
-        return dx.view(-1, b, t, ctx.n).movedim(0, -1), None, None
+        return dx.view(ctx.c, b, t, ctx.n).movedim(0, -1), None, None
 
 
 def to_heads(x: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
@@ -606,18 +612,18 @@ class _QueryKey(torch.autograd.Function):
         r, aux = rotation(pos, drift)
         parts = x.unbind(-1)
         # the compiled kernels: the gates from softplus(z), the rotation, the heads' layout and the dtype in one pass
-        bf16 = out_dtype == torch.bfloat16 and x.dtype == torch.float32
-        compiled = _at_least_fp32(z) == x.dtype and (out_dtype == x.dtype or bf16) and _compiled(parts)
+        bf16 = out_dtype != x.dtype
+        compiled = _at_least_fp32(z) == x.dtype and _kernel_dtype(out_dtype, x.dtype) and _compiled(parts)
         width = c * (n // heads)
         room = 0 if extra_q is None or extra_k is None else extra_q.shape[-1]
-        if compiled:  # the extra features written after each head's own
+        if compiled:  # the gates made and the extra features written in the same pass
             sp, inv_mean = _softplus_means(z, heads)
             scale = None  # the kernels multiply 1/mean by τ as they go
-            dtype = torch.bfloat16 if bf16 else x.dtype
-            extras = [x.new_zeros(heads, t, 0, dtype=dtype) if e is None or not room
-                      else e.to(dtype).reshape(heads, t, -1) for e in (extra_q, extra_k)]
-            q, key = native.features_forward(kind, list(parts), list(r), sp.view(b * t, -1), inv_mean.view(b * t, -1),
-                                             tau.to(x.dtype), *extras, heads, t, bf16, width + room)
+            extras = [e.to(out_dtype).reshape(heads, t, room) if room else x.new_zeros(heads, t, 0, dtype=out_dtype)
+                      for e in (extra_q, extra_k)]
+            q, key = native.features_forward(kind, list(parts), list(r), sp.view(b * t, 2 * n),
+                                             inv_mean.view(b * t, 2 * heads), tau.to(x.dtype), *extras, heads, t, bf16,
+                                             width + room)
         else:
             g, scale, inv_mean = _gates_forward(z, tau)  # (B, T, 2, H, d), at least float32
             q, key = with_extra(*(y.transpose(1, 2) for y in _gated(rotate(r, parts), g, heads, out_dtype)),
@@ -646,9 +652,9 @@ class _QueryKey(torch.autograd.Function):
             zs = z.to(x.dtype)
             need_drift, need_tau = ctx.needs_input_grad[1], ctx.needs_input_grad[4]
             dx, grad_sp, tau_dot, dr = native.features_backward(ctx.kind, grad_q, grad_k, list(parts), list(r),
-                                                                F.softplus(zs).view(b * t, -1),
-                                                                inv_mean.view(b * t, -1), tau.to(x.dtype), heads, t,
-                                                                need_drift)
+                                                                F.softplus(zs).view(b * t, 2 * n),
+                                                                inv_mean.view(b * t, 2 * heads), tau.to(x.dtype), heads,
+                                                                t, need_drift)
             grad_drift = drift_grad(dr.view(-1, b, t, n).sum(1).unbind(0), pos, aux) if need_drift else None
             grad_z = grad_sp.view(z.shape).mul_(torch.sigmoid(zs)).to(z.dtype)  # softplus' = sigmoid
             grad_tau = (tau_dot.sum(0) / tau).to(tau.dtype) if need_tau else None  # g^q is linear in τ

@@ -7,6 +7,7 @@
 //   step_*      y = normalise(x exp(h w)), w = v ⊙ ξ(x, G)     the attention's move, h the norm bound per token
 //   features_*  q = g^q ⊙ R x, k = g^k ⊙ R x                   the drifted, gated query/key features (the
 //                                                              gates from softplus(z), normalised per head)
+//   lift_*, heads_*                                            the states in the matmuls' and the values' layouts
 //
 // Layout: a state or a tangent vector is given as its components, each an evenly strided (N, n) plane (N tokens of
 // n oscillators: contiguous, or one component of an interleaved (N, n, c) tensor); states and their gradients are
@@ -306,8 +307,8 @@ KA_INLINE void set_lane(T (*buf)[kLanes], int l, const T* in) {
   for (int i = 0; i < C; ++i) buf[i][l] = in[i];
 }
 
-// The attention output G (B, H, T, C·d) in the heads' layout, stored as S (T, or bfloat16 under autocast), read and
-// written in place: component i of oscillator j = h·d + e of token b·T + t sits at ((b·H + h)·T + t)·C·d + i·d + e
+// A tensor in the heads' layout (B, H, T, C·d) (the attention output G, the values, their gradients), stored as S (T,
+// or bfloat16 under autocast), read and written in place: component i of oscillator j = h·d + e of token b·T + t sits at ((b·H + h)·T + t)·C·d + i·d + e
 template <typename S, int C>
 struct Heads {
   S* ptr;
@@ -1019,28 +1020,33 @@ std::vector<torch::Tensor> features_backward_any(const std::string& kind, torch:
 }
 
 torch::Tensor lift_forward_any(const std::vector<torch::Tensor>& xs, bool bf16) {
+  TORCH_CHECK(xs[0].dim() >= 1 && xs[0].size(-1) > 0, "vectors: the planes must be (…, n) with n ≥ 1");
   return by_width(xs.size(), xs[0].scalar_type(), bf16, [&](auto t, auto s, auto c) {
     return lift_forward<decltype(t), decltype(s), decltype(c)::value>(xs);
   });
 }
 
 torch::Tensor lift_backward_any(torch::Tensor grad, int64_t oscillators, torch::ScalarType dtype) {
-  TORCH_CHECK(grad.dim() >= 1 && grad.size(-1) % oscillators == 0, "vectors: the lift's gradient must be (…, n·c)");
+  TORCH_CHECK(oscillators > 0 && grad.dim() >= 1 && grad.size(-1) % oscillators == 0,
+              "vectors: the lift's gradient must be (…, n·c) with n ≥ 1");
   return by_width(grad.size(-1) / oscillators, dtype, grad.scalar_type() == torch::kBFloat16, [&](auto t, auto s, auto c) {
     return lift_backward<decltype(t), decltype(s), decltype(c)::value>(grad, oscillators);
   });
 }
 
 torch::Tensor heads_forward_any(const std::vector<torch::Tensor>& xs, int64_t heads, int64_t positions, bool bf16) {
-  TORCH_CHECK(heads > 0 && xs[0].size(-1) % heads == 0, "vectors: the oscillators must split evenly into the heads");
+  const int64_t n = xs[0].dim() ? xs[0].size(-1) : 0, tokens = n ? xs[0].numel() / n : 0;
+  TORCH_CHECK(heads > 0 && n > 0 && n % heads == 0, "vectors: the oscillators must split evenly into the heads");
+  TORCH_CHECK(positions > 0 ? tokens % positions == 0 : tokens == 0, "vectors: the tokens must be B rows of T positions");
   return by_width(xs.size(), xs[0].scalar_type(), bf16, [&](auto t, auto s, auto c) {
     return heads_forward<decltype(t), decltype(s), decltype(c)::value>(xs, heads, positions);
   });
 }
 
 torch::Tensor heads_backward_any(torch::Tensor grad, int64_t oscillators, torch::ScalarType dtype) {
-  TORCH_CHECK(grad.dim() == 4 && grad.size(-1) % (oscillators / grad.size(1)) == 0,
-              "vectors: the gradient must be (B, H, T, c·d)");
+  TORCH_CHECK(grad.dim() == 4 && grad.size(1) > 0 && oscillators > 0 && oscillators % grad.size(1) == 0 &&
+              grad.size(-1) % (oscillators / grad.size(1)) == 0,
+              "vectors: the gradient must be (B, H, T, c·d) with n oscillators splitting evenly into the H heads");
   const int64_t c = grad.size(-1) / (oscillators / grad.size(1));
   return by_width(c, dtype, grad.scalar_type() == torch::kBFloat16, [&](auto t, auto s, auto cc) {
     return heads_backward<decltype(t), decltype(s), decltype(cc)::value>(grad, oscillators);
