@@ -822,21 +822,26 @@ auto by_features_dtype(bool bf16, F&& f) {
 // ------------------------------------------------------------------------------------------------ layouts
 // The values the attention averages are the states themselves in the heads' layout: c planes (B·T, n) -> (B, H, T, c·d)
 // as S, and the gradient back into planes (c, B·T, n); one pass each, the runs of a head copied whole
+// every token's n oscillators read from one layout and written to another, a block of lanes at a time
+template <typename T, int C, typename From, typename To>
+void copy_tokens(const From& src, const To& dst, int64_t tokens, int64_t n) {
+  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      blocks(t * n, (t + 1) * n, [&](int64_t j0, int m) {
+        T X[C][kLanes];
+        load(src, j0, m, X), store(dst, j0, m, X);
+      });
+    }
+  });
+}
+
 template <typename T, typename S, int C>
 torch::Tensor heads_forward(const std::vector<torch::Tensor>& xs, int64_t heads, int64_t positions) {
   const Planes<T, C> x(xs);
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
   torch::Tensor out_t = torch::empty({positions ? tokens / positions : 0, heads, positions, C * (n / heads)},
                                      xs[0].options().dtype(c10::CppTypeToScalarType<S>::value));
-  const Heads<S, C> out(out_t, n);
-  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      blocks(t * n, (t + 1) * n, [&](int64_t j0, int m) {
-        T X[C][kLanes];
-        load(x, j0, m, X), store(out, j0, m, X);
-      });
-    }
-  });
+  copy_tokens<T, C>(x, Heads<S, C>(out_t, n), tokens, n);
   return out_t;
 }
 
@@ -846,15 +851,7 @@ torch::Tensor heads_backward(torch::Tensor grad, int64_t oscillators) {
   const Heads<S, C> g(grad, oscillators);
   const int64_t tokens = g.tokens;
   torch::Tensor dx_t = torch::empty({C, tokens, oscillators}, grad.options().dtype(c10::CppTypeToScalarType<T>::value));
-  const Planes<T, C> dx(dx_t);
-  at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      blocks(t * oscillators, (t + 1) * oscillators, [&](int64_t j0, int m) {
-        T G[C][kLanes];
-        load(g, j0, m, G), store(dx, j0, m, G);
-      });
-    }
-  });
+  copy_tokens<T, C>(g, Planes<T, C>(dx_t), tokens, oscillators);
   return dx_t;
 }
 
