@@ -260,6 +260,21 @@ def test_the_layout_operators_pass_torch_library_opcheck(backend):
     torch.library.opcheck(native.heads_backward, (torch.randn(B, 2, T, 12).bfloat16(), 6, torch.float32))
 
 
+def test_the_layout_operators_name_bad_arguments(backend):
+    """A direct call with shapes that do not fit raises one clear error (no read out of bounds, no division by 0)."""
+    if backend != "compiled":
+        pytest.skip("the compiled kernels' operators")
+    x = list(torch.randn(4, B * T, 6))
+    with pytest.raises(RuntimeError, match="split evenly into the heads"):
+        native.heads_forward(x, 4, T, False)
+    with pytest.raises(RuntimeError, match="B rows of T positions"):
+        native.heads_forward(x, 2, T + 1, False)
+    with pytest.raises(RuntimeError, match="splitting evenly into the H heads"):
+        native.heads_backward(torch.randn(B, 4, T, 12), 6, torch.float32)
+    with pytest.raises(RuntimeError, match=r"\(…, n·c\) with n ≥ 1"):
+        native.lift_backward(torch.randn(B, T, 25), 6, torch.float32)
+
+
 @pytest.mark.parametrize("kind", ["lift", "heads"])
 def test_a_layout_change_of_no_positions_keeps_the_batch(kind):
     """T = 0: (B, 0, …) in, (B, …, 0, …) out (the plain copy's shape), its gradient of x's shape."""
