@@ -29,6 +29,7 @@ from kuramoto_attention.layers.bound import NormBound
 from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.ops import native
 from kuramoto_attention.ops.fused import fused_applies
+from kuramoto_attention.ops.gather import select_rows
 from kuramoto_attention.ops.vectors import from_heads, lift_states, to_heads
 
 Parts = tuple[Tensor, ...]
@@ -134,7 +135,7 @@ class VectorGeometry(Geometry):
             return _exp_state(F.embedding(idx, table.view(vocab, n * k)).unflatten(-1, (n, k)))
         # the exponential acts row by row, so taking it of each row once and then reading gives the same numbers
         rows = torch.stack(exp_parts(split(table)))  # (c, vocab, n)
-        return rows.index_select(1, idx.flatten()).unflatten(1, idx.shape).movedim(0, -1)  # component-major
+        return select_rows(rows, 1, idx.flatten()).unflatten(1, idx.shape).movedim(0, -1)  # component-major
 
     def lift(self, x: Tensor) -> Tensor:
         return x.flatten(-2)
