@@ -42,8 +42,7 @@ def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: in
     value, dy = torch.rand(tokens, n, generator=gen), torch.randn(4, tokens, n, generator=gen)
     w = list((0.3 * torch.randn(tokens, n, 3, generator=gen)).bfloat16().unbind(-1))
     dq, dk = (torch.randn(batch, heads, context, width, generator=gen).bfloat16() for _ in "qk")
-    y, sq, h, norm = m.step_forward(quat, x, mean, value, 0.5)
-    moved, moved_norm = m.move_forward(quat, x, w)
+    _, sq, h = m.step_forward(quat, x, mean, value, 0.5)
     extra = torch.randn(heads, context, width - 4 * n // heads, generator=gen).bfloat16()
     gates = (soft, inv_mean, tau)
     return {
@@ -51,9 +50,9 @@ def calls(m: ModuleType, batch: int, context: int, n: int, heads: int, width: in
                                                        width),
         "features backward": lambda: m.features_backward(quat, dq, dk, x, rotation, *gates, heads, context, True),
         "step forward": lambda: m.step_forward(quat, x, mean, value, 0.5),
-        "step backward": lambda: m.step_backward(quat, dy, x, mean, value, 0.5, sq, h, norm, y),
-        "move forward": lambda: m.move_forward(quat, x, w),
-        "move backward": lambda: m.move_backward(quat, dy, x, w, moved_norm, moved),
+        "step backward": lambda: m.step_backward(quat, dy, x, mean, value, 0.5, sq, h),
+        "move forward": lambda: (m.move_forward(quat, x, w),),
+        "move backward": lambda: m.move_backward(quat, dy, x, w),
         "lift forward": lambda: (m.lift_forward(x, True),),
         "lift backward": lambda: (m.lift_backward(dy.view(-1, n * 4).bfloat16(), n, torch.float32),),
         "heads forward": lambda: (m.heads_forward(x, heads, context, True),),

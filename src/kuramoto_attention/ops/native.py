@@ -7,10 +7,10 @@ first time a float32 or float64 CPU tensor asks for them, and registered as the 
 that torch.compile sees them as single nodes. Where they cannot be built, or with ``KURAMOTO_NATIVE=0``, the Python
 functions run instead: the same numbers up to rounding, slower (the reason is printed once).
 
-    move_forward(kind, x, w)                    -> (y (c, N, n), |m| (N, n))
-    move_backward(kind, dy, x, w, |m|, y)       -> (dx (c, N, n), dw (N, n, tangent) in w's dtype)
-    step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))
-    step_backward(kind, dy, x, G, v, log r, ‖w‖², h, |m|, y)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
+    move_forward(kind, x, w)                    -> y (c, N, n)
+    move_backward(kind, dy, x, w)               -> (dx (c, N, n), dw (N, n, tangent) in w's dtype)
+    step_forward(kind, x, G, v, log r)          -> (y (c, N, n), ‖w‖² (N, 1), h (N, 1))
+    step_backward(kind, dy, x, G, v, log r, ‖w‖², h)  -> (dx (c, N, n), dG, dv (N, n), dL/dlog r (1,))
 
     lift_forward(x, bf16)                       -> the lift (N, n·c), oscillator-major (what the matmuls read)
     lift_backward(dφ, n, dtype)                 -> dx (c, N, n)
@@ -100,55 +100,52 @@ def _planes(x: list[Tensor], count: int) -> Tensor:
 
 
 @torch.library.custom_op("kuramoto::move_forward", mutates_args=())
-def move_forward(kind: str, x: list[Tensor], w: list[Tensor]) -> tuple[Tensor, Tensor]:
-    out, norm = _module().move_forward(kind, x, w)
-    return out, norm
+def move_forward(kind: str, x: list[Tensor], w: list[Tensor]) -> Tensor:
+    return _module().move_forward(kind, x, w)
 
 
 @move_forward.register_fake
-def _(kind: str, x: list[Tensor], w: list[Tensor]) -> tuple[Tensor, Tensor]:
-    return _planes(x, len(x)), _planes(x, 1)[0]
+def _(kind: str, x: list[Tensor], w: list[Tensor]) -> Tensor:
+    return _planes(x, len(x))
 
 
 @torch.library.custom_op("kuramoto::move_backward", mutates_args=())
-def move_backward(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], norm: Tensor,
-                  out: Tensor) -> tuple[Tensor, Tensor]:
-    dx, dw = _module().move_backward(kind, grad, x, w, norm, out)
+def move_backward(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor]) -> tuple[Tensor, Tensor]:
+    dx, dw = _module().move_backward(kind, grad, x, w)
     return dx, dw
 
 
 @move_backward.register_fake
-def _(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor], norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor]:
+def _(kind: str, grad: Tensor, x: list[Tensor], w: list[Tensor]) -> tuple[Tensor, Tensor]:
     n = x[0].shape[-1]
     return _planes(x, len(x)), w[0].new_empty(x[0].numel() // n, n, len(w))
 
 
 @torch.library.custom_op("kuramoto::step_forward", mutates_args=())
 def step_forward(kind: str, x: list[Tensor], g: Tensor, value: Tensor,
-                 log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                 log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     radius = float(log_radius.exp().to(x[0].dtype))
-    out, sq, h, norm = _module().step_forward(kind, x, g, value, radius)
-    return out, sq, h, norm
+    out, sq, h = _module().step_forward(kind, x, g, value, radius)
+    return out, sq, h
 
 
 @step_forward.register_fake
-def _(kind: str, x: list[Tensor], g: Tensor, value: Tensor,
-      log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _(kind: str, x: list[Tensor], g: Tensor, value: Tensor, log_radius: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     tokens = x[0].numel() // x[0].shape[-1]
-    return _planes(x, len(x)), x[0].new_empty(tokens, 1), x[0].new_empty(tokens, 1), _planes(x, 1)[0]
+    return _planes(x, len(x)), x[0].new_empty(tokens, 1), x[0].new_empty(tokens, 1)
 
 
 @torch.library.custom_op("kuramoto::step_backward", mutates_args=())
 def step_backward(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_radius: Tensor,
-                  sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                  sq: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     radius = float(log_radius.exp().to(x[0].dtype))
-    dx, dg, dv, per_token = _module().step_backward(kind, grad, x, g, value, radius, sq, h, norm, out)
+    dx, dg, dv, per_token = _module().step_backward(kind, grad, x, g, value, radius, sq, h)
     return dx, dg, dv, per_token.sum().reshape(log_radius.shape).to(log_radius.dtype)
 
 
 @step_backward.register_fake
 def _(kind: str, grad: Tensor, x: list[Tensor], g: Tensor, value: Tensor, log_radius: Tensor,
-      sq: Tensor, h: Tensor, norm: Tensor, out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+      sq: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _planes(x, len(x)), g.new_empty(g.shape), _planes(x, 1)[0], log_radius.new_empty(log_radius.shape)
 
 

@@ -183,10 +183,10 @@ def _stacked(parts: Parts | Tensor, like: Tensor) -> Tensor:
 
 class _Move(torch.autograd.Function):
     # takes the state and the step whole and gives their gradients back as the kernels write them (the state's
-    # component-major, the step's oscillator-major, as each is stored: no stacking pass); saves the inputs, |m| and
-    # the output (stacked: the layer's next state, which its readers save anyway); what the
-    # move's backward needs besides (cos, sinc, …) is recomputed from the inputs, which is cheaper than keeping it.
-    # On the CPU the compiled kernels (``native.py``) do each direction in one loop
+    # component-major, the step's oscillator-major, as each is stored: no stacking pass); saves the inputs, and for
+    # the Python functions |m| and the output (stacked: the layer's next state, which its readers save anyway); what
+    # the move's backward needs besides is recomputed from the inputs, which is cheaper than keeping it. On the CPU
+    # the compiled kernels (``native.py``) do each direction in one loop, the backward making the output and |m| again
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
         ctx.step_dtype = w.dtype  # w read in x's dtype, or in bf16 (the feed-forward's, as it is); else cast first
@@ -194,15 +194,14 @@ class _Move(torch.autograd.Function):
             w = w.to(x.dtype)
         xs, ws = x.unbind(-1), w.unbind(-1)
         if compiled := _compiled(xs, *ws):
-            out, norm = native.move_forward(kind, list(xs), list(ws))
-            out, norm = out.view(len(xs), *xs[0].shape), norm.view(xs[0].shape)
+            out, norm = native.move_forward(kind, list(xs), list(ws)).view(len(xs), *xs[0].shape), None
         else:
             ws = w.to(x.dtype).unbind(-1)
             move, _, _, _, aux = _KINDS[kind]
             y, norm = _normalise(move(xs, ws, aux(xs, ws)))
             out = torch.stack(y)
         ctx.kind, ctx.compiled = kind, compiled
-        ctx.save_for_backward(x, w, norm, out)
+        ctx.save_for_backward(x, w, norm, None if compiled else out)
         return out
 
     @staticmethod
@@ -210,7 +209,7 @@ class _Move(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         x, w, norm, out = ctx.saved_tensors
         if ctx.compiled:  # dw comes back as w is stored, oscillator-major, in w's dtype
-            dx, dw = native.move_backward(ctx.kind, grad, list(x.unbind(-1)), list(w.unbind(-1)), norm, out)
+            dx, dw = native.move_backward(ctx.kind, grad, list(x.unbind(-1)), list(w.unbind(-1)))
             return None, _stacked(dx, x), dw.view(w.shape).to(ctx.step_dtype)
         xs, ws = x.unbind(-1), w.to(x.dtype).unbind(-1)
         _, move_backward, _, _, aux = _KINDS[ctx.kind]
@@ -387,17 +386,18 @@ def _compiled_step(x: Parts, mean: Tensor, value: Tensor) -> bool:
 
 
 class _Step(torch.autograd.Function):
-    # saves as _Move does: the inputs, the bound's per-token numbers, |m| and the stacked output; ξ, w and the move's
-    # (cos, sinc, …) are recomputed in the backward. On the CPU the compiled kernels do each direction in two loops
-    # over every token's oscillators (the bound's sum, then the move), reading G where the attention left it
+    # saves as _Move does: the inputs, the bound's per-token numbers, and for the Python functions |m| and the stacked
+    # output; ξ, w and the move's (cos, sinc, …) are recomputed in the backward. On the CPU the compiled kernels do
+    # each direction in two loops over every token's oscillators (the bound's sum, then the move), reading G where
+    # the attention left it
     @staticmethod
     def forward(ctx: FunctionCtx, kind: str, value: Tensor, log_radius: Tensor,  # type: ignore[override]
                 mean: Tensor, state: Tensor) -> Tensor:
         x, dim = state.unbind(-1), state.shape[-1]
         if compiled := _compiled_step(x, mean, value):
-            out, sq, h, norm = native.step_forward(kind, list(x), mean, value, log_radius)
+            out, sq, h = native.step_forward(kind, list(x), mean, value, log_radius)
             token = (*x[0].shape[:-1], 1)
-            out, sq, h, norm = out.view(dim, *x[0].shape), sq.view(token), h.view(token), norm.view(x[0].shape)
+            out, sq, h, norm = out.view(dim, *x[0].shape), sq.view(token), h.view(token), None
         else:
             move, _, tangent, _, aux = _KINDS[kind]
             xi = tangent(x, from_heads(mean, dim, x[0].dtype))
@@ -408,7 +408,7 @@ class _Step(torch.autograd.Function):
             y, norm = _normalise(move(x, step, aux(x, step)))
             out = torch.stack(y)
         ctx.kind, ctx.compiled = kind, compiled
-        ctx.save_for_backward(value, log_radius, sq, h, norm, mean, state, out)
+        ctx.save_for_backward(value, log_radius, sq, h, norm, mean, state, None if compiled else out)
         return out
 
     @staticmethod
@@ -418,7 +418,7 @@ class _Step(torch.autograd.Function):
         x = state.unbind(-1)
         if ctx.compiled:
             dx, dmean, grad_value, grad_radius = native.step_backward(ctx.kind, grad, list(x), mean, value,
-                                                                      log_radius, sq, h, norm, out)
+                                                                      log_radius, sq, h)
             return (None, grad_value.view(value.shape) if ctx.needs_input_grad[1] else None,
                     grad_radius if ctx.needs_input_grad[2] else None, dmean, _stacked(dx, state))
         _, move_backward, tangent, tangent_backward, aux = _KINDS[ctx.kind]

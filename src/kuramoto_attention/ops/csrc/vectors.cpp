@@ -62,8 +62,10 @@ constexpr int64_t kGrain = 16;   // tokens per parallel task
 // the quadrant k mod 4 choosing signs and roles
 template <typename T>
 KA_INLINE void sin_cos(T a, T& sin, T& cos) {
-  const int q = int(a * T(0.63661977236758134308) + T(0.5));  // a ≥ 0: truncation rounds (and vectorises)
-  const T k = T(q);
+  // a ≥ 0: floor rounds. k is not made as T(int(…)): GCC can fold that pair into a truncation that it then treats
+  // as able to throw, which stopped step_backward's loop from vectorising (4× slower)
+  const T k = std::floor(a * T(0.63661977236758134308) + T(0.5));
+  const int q = int(k);
   const T r = ((a - k * T(1.57079632673412561417)) - k * T(6.07710050630396597660e-11)) -
               k * T(2.02226624879595063154e-21);
   const T r2 = r * r;
@@ -83,6 +85,7 @@ KA_INLINE void sin_cos(T a, T& sin, T& cos) {
 template <typename T>
 struct CosSinc {
   T cos, sinc, dsinc;
+  CosSinc() = default;
   KA_INLINE explicit CosSinc(T a2) {
     const bool small = a2 < T(1e-2);
     const T big = small ? T(1) : a2, a = std::sqrt(big);
@@ -114,10 +117,13 @@ KA_INLINE void hamilton(const T* p, const T* q, T* out, bool conj_p = false, boo
 }
 
 // A kind: c components, `tangent` components of a step; per oscillator the tangent part ξ of G at x, the move
-// m = x exp(s) (unnormalised) and both backwards.
+// m = x exp(s) (unnormalised) and both backwards. `Aux` is what the move and its backward both compute from (x, s)
+// (cos, sinc, … of the step's length), made once when a loop needs both.
 template <typename T>
 struct Quaternion {
   static constexpr int c = 4, tangent = 3;
+  using Aux = CosSinc<T>;  // of |s|
+  KA_INLINE Aux aux(const T*, const T* s) const { return Aux(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]); }
   KA_INLINE void xi(const T* q, const T* g, T* out) const {  // Im(conj(q) G)
     T m[4];
     hamilton(q, g, m, true);
@@ -129,13 +135,11 @@ struct Quaternion {
     hamilton(q, d, dg);              // q D
     for (int i = 0; i < 4; ++i) dq[i] += a[i];
   }
-  KA_INLINE void move(const T* q, const T* s, T* m) const {  // q exp(s)
-    CosSinc<T> k(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]);
+  KA_INLINE void move(const Aux& k, const T* q, const T* s, T* m) const {  // q exp(s)
     T e[4] = {k.cos, k.sinc * s[0], k.sinc * s[1], k.sinc * s[2]};
     hamilton(q, e, m);
   }
-  KA_INLINE void move_backward(const T* dm, const T* q, const T* s, T* dq, T* ds) const {  // writes dq and ds
-    CosSinc<T> k(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]);
+  KA_INLINE void move_backward(const Aux& k, const T* dm, const T* q, const T* s, T* dq, T* ds) const {  // writes both
     T e[4] = {k.cos, k.sinc * s[0], k.sinc * s[1], k.sinc * s[2]}, de[4];
     hamilton(dm, e, dq, false, true);  // dm conj(e)
     hamilton(q, dm, de, true);         // conj(q) dm
@@ -147,6 +151,17 @@ struct Quaternion {
 template <typename T, int D>
 struct Sphere {
   static constexpr int c = D, tangent = D;
+  struct Aux {  // ⟨s, x⟩, u = P_x s and (cos, sinc, …) of |u|
+    T along, u[D];
+    CosSinc<T> k;
+  };
+  KA_INLINE Aux aux(const T* x, const T* s) const {
+    Aux a;
+    a.along = dot(s, x, c);
+    for (int i = 0; i < c; ++i) a.u[i] = s[i] - a.along * x[i];
+    a.k = CosSinc<T>(dot(a.u, a.u, c));
+    return a;
+  }
   KA_INLINE void xi(const T* x, const T* g, T* out) const {  // P_x G
     T along = dot(g, x, c);
     for (int i = 0; i < c; ++i) out[i] = g[i] - along * x[i];
@@ -158,21 +173,17 @@ struct Sphere {
       dg[i] = dxi[i] - dxi_x * x[i];
     }
   }
-  KA_INLINE void move(const T* x, const T* s, T* m) const {  // cos|u| x + sinc|u| u, u = P_x s
-    T along = dot(s, x, c), u[D];
-    for (int i = 0; i < c; ++i) u[i] = s[i] - along * x[i];
-    CosSinc<T> k(dot(u, u, c));
-    for (int i = 0; i < c; ++i) m[i] = k.cos * x[i] + k.sinc * u[i];
+  KA_INLINE void move(const Aux& a, const T* x, const T*, T* m) const {  // cos|u| x + sinc|u| u
+    for (int i = 0; i < c; ++i) m[i] = a.k.cos * x[i] + a.k.sinc * a.u[i];
   }
-  KA_INLINE void move_backward(const T* dm, const T* x, const T* s, T* dx, T* ds) const {
-    T along = dot(s, x, c), u[D], du[D];
-    for (int i = 0; i < c; ++i) u[i] = s[i] - along * x[i];
-    CosSinc<T> k(dot(u, u, c));
-    T da2 = 2 * (k.dsinc * dot(dm, u, c) - k.sinc / 2 * dot(dm, x, c));
-    for (int i = 0; i < c; ++i) du[i] = k.sinc * dm[i] + da2 * u[i];
+  KA_INLINE void move_backward(const Aux& a, const T* dm, const T* x, const T* s, T* dx, T* ds) const {
+    const T* u = a.u;
+    T du[D];
+    T da2 = 2 * (a.k.dsinc * dot(dm, u, c) - a.k.sinc / 2 * dot(dm, x, c));
+    for (int i = 0; i < c; ++i) du[i] = a.k.sinc * dm[i] + da2 * u[i];
     T du_x = dot(du, x, c);
     for (int i = 0; i < c; ++i) {
-      dx[i] = -along * du[i] - du_x * s[i] + k.cos * dm[i];
+      dx[i] = -a.along * du[i] - du_x * s[i] + a.k.cos * dm[i];
       ds[i] = du[i] - du_x * x[i];
     }
   }
@@ -359,66 +370,76 @@ inline void blocks(int64_t lo, int64_t hi, const F& f) {
 template <typename T>
 T norm_floor() { return std::max(T(1e-12), std::numeric_limits<T>::min()); }
 
-// dm of y = m/|m| from dy
-template <typename T, int C>
-KA_INLINE void normalise_backward(const T* dy, const T* y, T len, T* dm) {
-  const T along = dot(dy, y, C);
+// y = m/|m| of the move m = x exp(s) given its Aux; returns |m|
+template <typename T, typename Kind>
+KA_INLINE T normalised_move(const Kind& kind, const typename Kind::Aux& k, const T* x, const T* s, T* y) {
+  T m[Kind::c];
+  kind.move(k, x, s, m);
+  const T len = std::sqrt(dot(m, m, Kind::c));
+  for (int i = 0; i < Kind::c; ++i) y[i] = m[i] / len;
+  return len;
+}
+
+// (dx, ds) of y = normalise(x exp(s)) from dy. y and |m| are made again, in the forward's operations (the same numbers),
+// which costs less than writing them in the forward and reading them back here
+template <typename T, typename Kind>
+KA_INLINE void normalised_move_backward(const Kind& kind, const T* dy, const T* x, const T* s, T* dx, T* ds) {
+  constexpr int C = Kind::c;
+  const typename Kind::Aux k = kind.aux(x, s);
+  T y[C], dm[C];
+  const T len = normalised_move(kind, k, x, s, y);
+  const T along = dot(dy, y, C);  // dm = (dy − ⟨dy, y⟩ y)/|m|
   for (int i = 0; i < C; ++i) dm[i] = (dy[i] - along * y[i]) / len;
+  kind.move_backward(k, dm, x, s, dx, ds);
 }
 
 // ----------------------------------------------------------------------------------------------------------- moves
 // w stored as Wt (T, or bfloat16 under autocast), read as it is
 template <typename T, typename Wt, typename Kind>
-std::vector<torch::Tensor> move_forward(const Kind& kind, const std::vector<torch::Tensor>& xs,
-                                        const std::vector<torch::Tensor>& ws) {
+torch::Tensor move_forward(const Kind& kind, const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ws) {
   constexpr int C = Kind::c, K = Kind::tangent;
   const Planes<T, C> x(xs);
   const Planes<Wt, K> w(ws);
   const int64_t n = xs[0].size(-1), size = xs[0].numel();
-  torch::Tensor out = torch::empty({C, size / n, n}, xs[0].options()), len_t = torch::empty({size / n, n}, xs[0].options());
+  torch::Tensor out = torch::empty({C, size / n, n}, xs[0].options());
   const Planes<T, C> y(out);
-  const Planes<T, 1> len(len_t);
   at::parallel_for(0, size, kGrain * n, [&](int64_t lo, int64_t hi) {
     blocks(lo, hi, [&](int64_t j0, int m) {
-      T X[C][kLanes], W[K][kLanes], Y[C][kLanes], N[1][kLanes];
+      T X[C][kLanes], W[K][kLanes], Y[C][kLanes];
       load(x, j0, m, X), load(w, j0, m, W);
       for (int l = 0, L = lanes(m); l < L; ++l) {
-        T a[C], s[K], mv[C];
+        T a[C], s[K], b[C];
         lane<T, C>(X, l, a), lane<T, K>(W, l, s);
-        kind.move(a, s, mv);
-        const T r = std::sqrt(dot(mv, mv, C));
-        for (int i = 0; i < C; ++i) Y[i][l] = mv[i] / r;
-        N[0][l] = r;
+        normalised_move(kind, kind.aux(a, s), a, s, b);
+        set_lane<T, C>(Y, l, b);
       }
-      store(y, j0, m, Y), store(len, j0, m, N);
+      store(y, j0, m, Y);
     });
   });
-  return {out, len_t};
+  return out;
 }
 
 // dw comes back as w is stored: oscillator-major (N, n, tangent), in w's dtype
 template <typename T, typename Wt, typename Kind>
 std::vector<torch::Tensor> move_backward(const Kind& kind, torch::Tensor grad, const std::vector<torch::Tensor>& xs,
-                                         const std::vector<torch::Tensor>& ws, torch::Tensor norm, torch::Tensor out) {
-  grad = grad.contiguous(), norm = norm.contiguous();
+                                         const std::vector<torch::Tensor>& ws) {
+  grad = grad.contiguous();
   constexpr int C = Kind::c, K = Kind::tangent;
-  const Planes<T, C> x(xs), dy(grad), y(out);
+  const Planes<T, C> x(xs), dy(grad);
   const Planes<Wt, K> w(ws);
-  const Planes<T, 1> len(norm);
   const int64_t n = xs[0].size(-1), size = xs[0].numel();
-  torch::Tensor dx_t = torch::empty({C, size / n, n}, out.options());
+  torch::Tensor dx_t = torch::empty({C, size / n, n}, xs[0].options());
   torch::Tensor dw_t = torch::empty({size / n, n, K}, ws[0].options());
   const Planes<T, C> dx(dx_t);
   const Planes<Wt, K> dw(dw_t.unbind(-1));
   at::parallel_for(0, size, kGrain * n, [&](int64_t lo, int64_t hi) {
     blocks(lo, hi, [&](int64_t j0, int m) {
-      T X[C][kLanes], W[K][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes], DX[C][kLanes], DW[K][kLanes];
-      load(x, j0, m, X), load(w, j0, m, W), load(dy, j0, m, DY), load(y, j0, m, Y), load(len, j0, m, N);
+      T X[C][kLanes], W[K][kLanes], DY[C][kLanes], DX[C][kLanes], DW[K][kLanes];
+      load(x, j0, m, X), load(w, j0, m, W), load(dy, j0, m, DY);
       for (int l = 0, L = lanes(m); l < L; ++l) {
-        T a[C], s[K], g[C], b[C], dm[C], da[C], ds[K];
-        lane<T, C>(X, l, a), lane<T, K>(W, l, s), lane<T, C>(DY, l, g), lane<T, C>(Y, l, b);
-        normalise_backward<T, C>(g, b, N[0][l], dm);
-        kind.move_backward(dm, a, s, da, ds);
+        T a[C], s[K], g[C], da[C], ds[K];
+        lane<T, C>(X, l, a), lane<T, K>(W, l, s), lane<T, C>(DY, l, g);
+        normalised_move_backward(kind, g, a, s, da, ds);
         set_lane<T, C>(DX, l, da), set_lane<T, K>(DW, l, ds);
       }
       store(dx, j0, m, DX), store(dw, j0, m, DW);
@@ -439,10 +460,9 @@ std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torc
   const Planes<T, 1> v(value);
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
   auto opts = xs[0].options();
-  torch::Tensor out = torch::empty({C, tokens, n}, opts), len_t = torch::empty({tokens, n}, opts);
+  torch::Tensor out = torch::empty({C, tokens, n}, opts);
   torch::Tensor sq_t = torch::empty({tokens, 1}, opts), h_t = torch::empty({tokens, 1}, opts);
   const Planes<T, C> y(out);
-  const Planes<T, 1> len(len_t);
   const T r = T(radius), floor = norm_floor<T>();
   T *sq = sq_t.data_ptr<T>(), *h = h_t.data_ptr<T>();
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
@@ -464,40 +484,39 @@ std::vector<torch::Tensor> step_forward(const Kind& kind, const std::vector<torc
       const T nn = std::sqrt(std::max(acc, floor)), ht = r * (std::tanh(nn) / nn);
       sq[t] = acc, h[t] = ht;
       blocks(t * n, (t + 1) * n, [&, ht](int64_t j0, int m) {
-        T X[C][kLanes], G[C][kLanes], V[1][kLanes], Y[C][kLanes], N[1][kLanes];
+        T X[C][kLanes], G[C][kLanes], V[1][kLanes], Y[C][kLanes];
         load(x, j0, m, X, false), load(g, j0, m, G, false), load(v, j0, m, V, false);
         for (int l = 0, L = lanes(m); l < L; ++l) {
-          T a[C], b[C], xi[K], mv[C];
+          T a[C], b[C], xi[K], yj[C];
           lane<T, C>(X, l, a), lane<T, C>(G, l, b);
           kind.xi(a, b, xi);
           for (int i = 0; i < K; ++i) xi[i] = ht * (V[0][l] * xi[i]);
-          kind.move(a, xi, mv);
-          const T k = std::sqrt(dot(mv, mv, C));
-          for (int i = 0; i < C; ++i) Y[i][l] = mv[i] / k;
-          N[0][l] = k;
+          normalised_move(kind, kind.aux(a, xi), a, xi, yj);
+          set_lane<T, C>(Y, l, yj);
         }
-        store(y, j0, m, Y), store(len, j0, m, N);
+        store(y, j0, m, Y);
       });
     }
   });
-  return {out, sq_t, h_t, len_t};
+  return {out, sq_t, h_t};
 }
 
 // (dx, dG, dv, ⟨dstep, w⟩ h per token): dL/d log r is the last one's sum
 template <typename T, typename Mt, typename Kind>
 std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, const std::vector<torch::Tensor>& xs,
                                          torch::Tensor mean, torch::Tensor value, double radius,
-                                         torch::Tensor sq_t, torch::Tensor h_t, torch::Tensor norm, torch::Tensor out) {
-  grad = grad.contiguous(), value = value.contiguous(), norm = norm.contiguous(), mean = mean.contiguous();
+                                         torch::Tensor sq_t, torch::Tensor h_t) {
+  grad = grad.contiguous(), value = value.contiguous(), mean = mean.contiguous();
   constexpr int C = Kind::c, K = Kind::tangent;
-  const Planes<T, C> x(xs), dy(grad), y(out);
+  const Planes<T, C> x(xs), dy(grad);
   const Heads<Mt, C> g(mean, xs[0].size(-1));
   torch::Tensor dmean = torch::empty_like(mean);
   const Heads<Mt, C> dgo(dmean, xs[0].size(-1));
-  const Planes<T, 1> v(value), len(norm);
+  const Planes<T, 1> v(value);
   const int64_t n = xs[0].size(-1), tokens = xs[0].numel() / n;
-  torch::Tensor dx_t = torch::empty({C, tokens, n}, out.options());
-  torch::Tensor dv_t = torch::empty({tokens, n}, out.options()), radius_t = torch::empty({tokens}, out.options());
+  auto opts = xs[0].options();
+  torch::Tensor dx_t = torch::empty({C, tokens, n}, opts);
+  torch::Tensor dv_t = torch::empty({tokens, n}, opts), radius_t = torch::empty({tokens}, opts);
   const Planes<T, C> dx(dx_t);
   const Planes<T, 1> dv(dv_t);
   const T *sq = sq_t.data_ptr<T>(), *h = h_t.data_ptr<T>();
@@ -506,24 +525,22 @@ std::vector<torch::Tensor> step_backward(const Kind& kind, torch::Tensor grad, c
   at::parallel_for(0, tokens, kGrain, [&](int64_t lo, int64_t hi) {
     // what pass 1 leaves pass 2, one token at a time: dx of the move, dstep, and G as computed on (read from the heads'
     // layout once); a few KB, which stay in cache between the passes
-    const torch::Tensor park = torch::empty({3, C, n}, out.options());
+    const torch::Tensor park = torch::empty({3, C, n}, opts);
     const Planes<T, C> park_dx(park[0]), park_ds(park[1]), park_g(park[2]);
     for (int64_t t = lo; t < hi; ++t) {
       const T ht = h[t];
       // pass 1: the move's backward; dx_move, dstep and G parked; ⟨dstep, w⟩ summed over the token
       T along = 0;
       blocks(t * n, (t + 1) * n, [&, ht](int64_t j0, int m) {
-        T X[C][kLanes], G[C][kLanes], V[1][kLanes], DY[C][kLanes], Y[C][kLanes], N[1][kLanes];
+        T X[C][kLanes], G[C][kLanes], V[1][kLanes], DY[C][kLanes];
         T DX[C][kLanes], DG[C][kLanes], S[kLanes];
-        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dy, j0, m, DY), load(y, j0, m, Y);
-        load(len, j0, m, N);
+        load(x, j0, m, X), load(g, j0, m, G), load(v, j0, m, V), load(dy, j0, m, DY);
         for (int l = 0, L = lanes(m); l < L; ++l) {
-          T a[C], b[C], xi[K], s[K], dyj[C], yj[C], dm[C], da[C], ds[C];
-          lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DY, l, dyj), lane<T, C>(Y, l, yj);
+          T a[C], b[C], xi[K], s[K], dyj[C], da[C], ds[C];
+          lane<T, C>(X, l, a), lane<T, C>(G, l, b), lane<T, C>(DY, l, dyj);
           kind.xi(a, b, xi);
           for (int i = 0; i < K; ++i) s[i] = ht * (V[0][l] * xi[i]);
-          normalise_backward<T, C>(dyj, yj, N[0][l], dm);
-          kind.move_backward(dm, a, s, da, ds);
+          normalised_move_backward(kind, dyj, a, s, da, ds);
           T sum = 0;
           for (int i = 0; i < K; ++i) sum += ds[i] * (V[0][l] * xi[i]);
           for (int i = K; i < C; ++i) ds[i] = 0;
@@ -915,8 +932,8 @@ auto by_width(int64_t c, torch::ScalarType dtype, bool bf16, F&& f) {
   return dtype == torch::kFloat ? with(float{}) : with(double{});
 }
 
-std::vector<torch::Tensor> move_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
-                                            const std::vector<torch::Tensor>& ws) {
+torch::Tensor move_forward_any(const std::string& kind, const std::vector<torch::Tensor>& xs,
+                               const std::vector<torch::Tensor>& ws) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     using T = decltype(t);
     return by_features_dtype<T>(ws[0].scalar_type() == torch::kBFloat16, [&](auto s) {
@@ -927,12 +944,11 @@ std::vector<torch::Tensor> move_forward_any(const std::string& kind, const std::
 
 std::vector<torch::Tensor> move_backward_any(const std::string& kind, torch::Tensor grad,
                                              const std::vector<torch::Tensor>& xs,
-                                             const std::vector<torch::Tensor>& ws, torch::Tensor norm,
-                                             torch::Tensor out) {
+                                             const std::vector<torch::Tensor>& ws) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     using T = decltype(t);
     return by_features_dtype<T>(ws[0].scalar_type() == torch::kBFloat16, [&](auto s) {
-      return move_backward<T, decltype(s)>(k, grad, xs, ws, norm, out);
+      return move_backward<T, decltype(s)>(k, grad, xs, ws);
     });
   });
 }
@@ -959,13 +975,12 @@ std::vector<torch::Tensor> step_forward_any(const std::string& kind, const std::
 
 std::vector<torch::Tensor> step_backward_any(const std::string& kind, torch::Tensor grad,
                                              const std::vector<torch::Tensor>& xs, torch::Tensor mean,
-                                             torch::Tensor value, double radius, torch::Tensor sq, torch::Tensor h,
-                                             torch::Tensor norm, torch::Tensor out) {
+                                             torch::Tensor value, double radius, torch::Tensor sq, torch::Tensor h) {
   return by_kind<Quaternion, Sphere>(kind, xs.size(), xs[0].scalar_type(), [&](auto t, const auto& k) {
     using T = decltype(t);
     return by_mean_dtype(mean, xs[0].scalar_type(), [&](auto s) {
       using Mt = std::conditional_t<std::is_same_v<decltype(s), at::BFloat16>, at::BFloat16, T>;
-      return step_backward<T, Mt>(k, grad, xs, mean, value, radius, sq, h, norm, out);
+      return step_backward<T, Mt>(k, grad, xs, mean, value, radius, sq, h);
     });
   });
 }
@@ -1053,9 +1068,9 @@ torch::Tensor heads_backward_any(torch::Tensor grad, int64_t oscillators, torch:
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("move_forward", &move_forward_any, "normalise(move(x, w)): (out (c, N, n), |m| (N, n))");
+  m.def("move_forward", &move_forward_any, "normalise(move(x, w)): out (c, N, n)");
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (N, n, tangent) as w)");
-  m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1), |m| (N, n))");
+  m.def("step_forward", &step_forward_any, "G (B, H, T, c·d) -> (out (c, N, n), ‖w‖² (N, 1), h (N, 1))");
   m.def("step_backward", &step_backward_any, "(dx (c, N, n), dG as G, dv (N, n), ⟨dstep, w⟩ h (N,))");
   m.def("lift_forward", &lift_forward_any, "c planes (N, n) -> (N, n·c)");
   m.def("lift_backward", &lift_backward_any, "(…, n·c) -> (c, N, n)");
