@@ -2,8 +2,8 @@
 shapes of a training step (default: ka-su2-1m-tuned's, batch 32 × context 256 tokens of 80 oscillators in 4 heads,
 query/key rows of 96, bf16 features and attention output as under autocast), each one's minimum over interleaved
 repeats. ``--against FILE`` builds a second vectors.cpp (an older one: ``git show REV:src/kuramoto_attention/ops/
-csrc/vectors.cpp > old.cpp``, whose kernels take the same arguments), times it beside the current one and
-checks that every output is identical. Timings are fair only on an idle machine; writes nothing.
+csrc/vectors.cpp > old.cpp``, REV 84200c4 or later: the kernels must take the same arguments), times it beside the
+current one and checks that every output is identical. Timings are fair only on an idle machine; writes nothing.
 """
 
 from __future__ import annotations

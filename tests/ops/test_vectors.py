@@ -248,12 +248,20 @@ def test_layout_changes_equal_the_plain_copies_and_send_gradients_back_in_the_st
     assert torch.equal(grad, grad_ref) and grad.stride() == x.stride()
 
 
-def test_the_layout_operators_pass_torch_library_opcheck(backend):
+def test_the_layout_and_move_operators_pass_torch_library_opcheck(backend):
     """Schema, fake tensors against the real ones and torch.compile's dispatch of the lift's and the heads' layout
-    operators."""
+    operators, and of the moves' and the steps'."""
     if backend != "compiled":
         pytest.skip("the compiled kernels' operators")
     x = list(torch.randn(4, B * T, 6))
+    x = list(torch.stack(x) / torch.stack(x).norm(dim=0))  # unit quaternions
+    w, dy = list(0.3 * torch.randn(3, B * T, 6)), torch.randn(4, B * T, 6)
+    torch.library.opcheck(native.move_forward, ("quaternion", x, w))
+    torch.library.opcheck(native.move_backward, ("quaternion", dy, x, w))
+    mean, value, log_radius = torch.randn(B, 2, T, 12).bfloat16(), torch.rand(B * T, 6), torch.zeros(1)
+    _, sq, h = native.step_forward("quaternion", x, mean, value, log_radius)
+    torch.library.opcheck(native.step_forward, ("quaternion", x, mean, value, log_radius))
+    torch.library.opcheck(native.step_backward, ("quaternion", dy, x, mean, value, log_radius, sq, h))
     torch.library.opcheck(native.lift_forward, (x, True))
     torch.library.opcheck(native.lift_backward, (torch.randn(B, T, 24).bfloat16(), 6, torch.float32))
     torch.library.opcheck(native.heads_forward, (x, 2, T, True))

@@ -4,7 +4,8 @@ A state (..., n, c) is given whole, in any layout, and read as its c component p
 ``Parts``; the stored layout is component-major, so that each plane is contiguous). A move by a tangent step written
 as plain operations materialises a dozen (..., n) tensors forward and as many again in
 autograd's backward; each function here computes the whole move in one forward and writes its backward out, saving
-only the inputs, a few per-oscillator scalars and the output (returned as one component-major state).
+only the inputs and a few per-token scalars (the Python functions also |m| and the output, returned as one
+component-major state; the compiled kernels make those again in the backward).
 
     quaternion_move:  y = normalise(q exp(w))                           q unit quaternion, w ∈ R³ (pure quaternion)
     sphere_move:      y = normalise(cos|u| x + sinc|u| u),  u = w − ⟨w, x⟩ x      x unit vector of R^D, w ∈ R^D

@@ -62,8 +62,8 @@ constexpr int64_t kGrain = 16;   // tokens per parallel task
 // the quadrant k mod 4 choosing signs and roles
 template <typename T>
 KA_INLINE void sin_cos(T a, T& sin, T& cos) {
-  // a ≥ 0: floor rounds. k is not made as T(int(…)): GCC can fold that pair into a truncation that it then treats
-  // as able to throw, which stopped step_backward's loop from vectorising (4× slower)
+  // a ≥ 0: floor rounds. Not T(int(…)): GCC may fold that pair into a truncation it treats as able to throw, and a
+  // loop holding one does not vectorise
   const T k = std::floor(a * T(0.63661977236758134308) + T(0.5));
   const int q = int(k);
   const T r = ((a - k * T(1.57079632673412561417)) - k * T(6.07710050630396597660e-11)) -
@@ -85,7 +85,7 @@ KA_INLINE void sin_cos(T a, T& sin, T& cos) {
 template <typename T>
 struct CosSinc {
   T cos, sinc, dsinc;
-  CosSinc() = default;
+  CosSinc() = default;  // (a Sphere::Aux fills its own in)
   KA_INLINE explicit CosSinc(T a2) {
     const bool small = a2 < T(1e-2);
     const T big = small ? T(1) : a2, a = std::sqrt(big);
