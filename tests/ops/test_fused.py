@@ -61,10 +61,11 @@ def test_query_key_equals_plain(lag_shape):
 
 
 @pytest.mark.parametrize("lag_shape", [None, (K,)])
-def test_torus_plain_path_equals_the_fused_kernel(lag_shape, monkeypatch):
-    """What runs under torch.compile (Torus.query_key's plain expressions, token-major) is the fused kernel's
-    function: values and gradients."""
-    from kuramoto_attention.layers.groups import torus
+def test_torus_plain_path_equals_the_fused_kernel(lag_shape):
+    """What runs without autograd (the geometry's plain expressions, token-major) is the fused kernel's function:
+    values and gradients."""
+    from kuramoto_attention.layers.groups.base import Geometry
+    from kuramoto_attention.layers.groups.torus import Torus
 
     f64 = torch.float64
     theta, omega, z, tau = leaves(random_phases(B, T, K), torch.rand(K, dtype=f64),
@@ -73,10 +74,65 @@ def test_torus_plain_path_equals_the_fused_kernel(lag_shape, monkeypatch):
     pos = torch.arange(3, 3 + T, dtype=f64)
     inputs = [x for x in (theta, omega, lag, z, tau) if x is not None]
     fused = query_key(theta, omega, pos, lag, z, tau, f64)
-    monkeypatch.setattr(torus, "fused_applies", lambda: False)
     extras = torch.nn.Module()
     extras.lag, extras.query_mix = lag, None
-    assert_same(fused, torus.Torus().gated_query_key(theta, pos, omega, z, H, tau, f64, extras), inputs)
+    assert_same(fused, Geometry.gated_query_key(Torus(), theta, pos, omega, z, H, tau, f64, extras), inputs)
+
+
+def query_key_case(lag_shape, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    theta = (torch.rand(B, T, K, generator=gen) * 6 - 3).requires_grad_()
+    omega, tau = torch.rand(K, generator=gen).requires_grad_(), (torch.rand(H, generator=gen) + 0.5).requires_grad_()
+    z = torch.randn(B, T, 2 * K, generator=gen).to(dtype).requires_grad_()
+    lag = None if lag_shape is None else torch.randn(lag_shape, generator=gen).requires_grad_()
+    return theta, omega, torch.arange(T, dtype=torch.float32), lag, z, tau
+
+
+@pytest.mark.parametrize("lag_shape", [None, (K,)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_query_key_runs_the_operators_to_the_bit(lag_shape, dtype):
+    """Under torch.compile (one graph) the query and key are the two custom operators, not inductor's own loops over
+    them: eager's values and gradients to the bit."""
+    case = query_key_case(lag_shape, dtype)
+    inputs = [x for x in case if isinstance(x, torch.Tensor) and x.requires_grad]
+    weights = [torch.randn(B, H, T, 2 * D, generator=torch.Generator().manual_seed(s)) for s in (1, 2)]
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def run(*args):
+        return query_key(*args, dtype)
+
+    results = []
+    for fn in (run, torch.compile(run, backend=backend, fullgraph=True)):
+        out = fn(*case)
+        loss = sum((o.float() * w).sum() for o, w in zip(out, weights, strict=True))
+        results.append((out, torch.autograd.grad(loss, inputs)))
+    (want, want_grads), (got, got_grads) = results
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads, strict=True))
+    targets = [str(node.target) for gm in graphs for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
+               for node in module.graph.nodes if node.op == "call_function"]
+    assert any("query_key_forward" in t for t in targets) and any("query_key_backward" in t for t in targets)
+    assert not any(name in t for t in targets for name in ("cos", "sin", "softplus"))
+
+
+@pytest.mark.parametrize("lag_shape", [None, (K,)])
+def test_query_key_operators_pass_opcheck(lag_shape):
+    """Schema, fake tensors (shapes and strides as the real kernels give them), autograd registration and
+    torch.compile's dispatch, as ``torch.library.opcheck`` checks them."""
+    from kuramoto_attention.ops.fused import query_key_backward, query_key_forward
+
+    theta, omega, pos, lag, z, tau = (x.detach() if isinstance(x, torch.Tensor) else x
+                                      for x in query_key_case(lag_shape, torch.bfloat16))
+    torch.library.opcheck(query_key_forward, (theta, omega, pos, lag, z, tau, torch.bfloat16))
+    q, k, *saved = query_key_forward(theta, omega, pos, lag, z, tau, torch.bfloat16)
+    grads = (torch.randn(q.shape).bfloat16(), torch.randn(k.shape).bfloat16())
+    torch.library.opcheck(query_key_backward, (*grads, *saved, z, pos, tau, None if lag is None else list(lag.shape),
+                                               True, True))
 
 
 def test_query_key_casts_on_store():

@@ -118,3 +118,22 @@ def test_fast_primitives_equal_the_paper_in_one_file():
     x, r = torch.randn(3, 5, 8, dtype=torch.float64) * 3, torch.tensor(2.5, dtype=torch.float64)
     torch.testing.assert_close(bound_norm(x, r), naive.bound_norm(x, r), rtol=1e-13, atol=1e-14)
     torch.testing.assert_close(bound_elementwise(x, r), naive.bound_elementwise(x, r), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_norm_factor_backward_is_autograds_to_the_bit(dtype):
+    """The written-out backward of the bound's factor (what the fused steps use) runs autograd's operations: the same
+    numbers, at s = 0, at and below the floor, and across magnitudes; dL/dlog r for a radius of either dtype."""
+    from kuramoto_attention.ops.torus import norm_factor, norm_factor_backward
+
+    gen = torch.Generator().manual_seed(0)
+    sq = (10 ** (torch.rand(6, 40, 1, generator=gen, dtype=torch.float64) * 18 - 14)).to(dtype)
+    sq[0, :3] = 0.0
+    sq[1, :2] = 1e-12
+    along = torch.randn(6, 40, 1, generator=gen, dtype=dtype)
+    for log_radius in (torch.randn(1, generator=gen), torch.randn(1, generator=gen, dtype=dtype)):
+        s, lr = sq.clone().requires_grad_(), log_radius.clone().requires_grad_()
+        want = torch.autograd.grad(norm_factor(s, lr.exp().to(dtype)), (s, lr), grad_outputs=along)
+        got = norm_factor_backward(along, sq, log_radius, need_radius=True)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        assert torch.equal(norm_factor_backward(along, sq, log_radius, need_radius=False)[0], want[0])

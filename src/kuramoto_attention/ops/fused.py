@@ -1,12 +1,14 @@
-"""Hand-fused elementwise stretches of Kuramoto attention's fused path (eager mode).
+"""Hand-fused elementwise stretches of Kuramoto attention's fused path (eager mode; the query and key in compiled
+training too).
 
 Eager PyTorch pays one pass over memory per operator, and autograd's generic backward of a
 chain of views, casts and broadcasts adds zero-fills, copies and reductions of its own: in a
 training step of ``ka-1m`` these, not the matmuls, were most of the time (BENCHMARKS.md). Each
 function here computes one stretch of the layer with its backward written out, in the fewest
 passes over (B, T, k) tensors. The math is the layer's (layer.py); the plain expressions there
-are what ``torch.compile`` traces (it fuses them itself), what runs without autograd (decoding one
-token per call pays per operator call, where these save nothing), and what the tests compare these with.
+are what ``torch.compile`` traces (it fuses them itself; not the query and key, see ``query_key_forward``), what
+runs without autograd (decoding one token per call pays per operator call, where these save nothing), and what the
+tests compare these with.
 
 Shapes: θ, φ (B, T, k) with k = H·d, seen per head as (B, T, H, d) views (no transposes: the
 attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memory).
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from kuramoto_attention.ops.torus import norm_factor
+from kuramoto_attention.ops.torus import norm_factor, norm_factor_backward
 
 
 def fused_applies() -> bool:
@@ -108,13 +110,14 @@ def _gates_backward(grad_g: Tensor, g: Tensor, scale: Tensor, inv_mean: Tensor, 
     return grad_z, grad_tau
 
 
-class _QueryKey(torch.autograd.Function):
-    @staticmethod
-    @_no_autocast
-    def forward(ctx: FunctionCtx, theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None,
-                z: Tensor, tau: Tensor, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        b, t, k = theta.shape
-        heads = tau.shape[0]
+def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: Tensor, tau: Tensor,
+                       out_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                                        Tensor, Tensor]:
+    """(q, k) as ``query_key`` returns them, then what the backward reads: cos φ, sin φ, cos and sin of φ + β (empty
+    without a lag), g, scale, 1/mean."""
+    b, t, k = theta.shape
+    heads = tau.shape[0]
+    with torch.autocast(theta.device.type, enabled=False):  # the dtypes are chosen here (``_no_autocast``)
         phi = theta + omega * pos[:, None]  # (B, T, k)
         cos, sin = torch.cos(phi), torch.sin(phi)
         if lag is not None:
@@ -126,29 +129,62 @@ class _QueryKey(torch.autograd.Function):
         rows = g.view(b, t, 2, k)  # g^q, g^k as (B, T, k) rows
         q = _features((cos_q, sin_q), rows[:, :, 0], heads, out_dtype)
         key = _features((cos, sin), rows[:, :, 1], heads, out_dtype)
-        ctx.save_for_backward(cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau)
-        ctx.has_lag, ctx.lag_shape = lag is not None, None if lag is None else lag.shape
-        return q.transpose(1, 2), key.transpose(1, 2)
+    if lag is None:  # an operator's outputs may not be one another
+        cos_q, sin_q = cos.new_empty(0), sin.new_empty(0)
+    return q.transpose(1, 2), key.transpose(1, 2), cos, sin, cos_q, sin_q, g, scale, inv_mean
+
+
+def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, cos_q: Tensor, sin_q: Tensor,
+                        g: Tensor, scale: Tensor, inv_mean: Tensor, z: Tensor, pos: Tensor, tau: Tensor,
+                        lag_shape: list[int] | None, need_omega: bool,
+                        need_tau: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dL/dθ, dL/dω, dL/dβ, dL/dz, dL/dτ) from dL/dq and dL/dk (``lag_shape``: β's, None without a lag); those not
+    needed (no lag, ``need_*`` false) empty."""
+    b, t, k = cos.shape
+    if lag_shape is None:
+        cos_q, sin_q = cos, sin
+    rows = g.view(b, t, 2, k)
+    grad_g = torch.empty_like(g)
+    grad_rows = grad_g.view(b, t, 2, k)
+    # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
+    phi_grads = []
+    for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
+        dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
+        torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
+        phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
+    grad_lag = phi_grads[0].sum_to_size(lag_shape) if lag_shape is not None else cos.new_empty(0)
+    grad_phi = phi_grads[0] + phi_grads[1] if lag_shape is not None else phi_grads[0].add_(phi_grads[1])
+    grad_omega = pos @ grad_phi.sum(0) if need_omega else cos.new_empty(0)  # Σ_{b,t} t · dφ
+    grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, need_tau)
+    return grad_phi, grad_omega, grad_lag, grad_z, cos.new_empty(0) if grad_tau is None else grad_tau
+
+
+# custom operators, so that torch.compile calls them as they are: its own fusion of this chain (and of its plain
+# expressions) indexes the heads' (B, H, T, 2d) layout per element, a scalar loop that evaluates cos and sin again
+# for each output (python -m benchmarks' compile rows)
+query_key_forward = torch.library.custom_op("kuramoto::query_key_forward", _query_key_forward, mutates_args=())
+query_key_forward.register_fake(_query_key_forward)
+query_key_backward = torch.library.custom_op("kuramoto::query_key_backward", _query_key_backward, mutates_args=())
+query_key_backward.register_fake(_query_key_backward)
+
+
+class _QueryKey(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None,
+                z: Tensor, tau: Tensor, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        q, key, *saved = query_key_forward(theta, omega, pos, lag, z, tau, out_dtype)
+        ctx.save_for_backward(*saved, z, pos, tau)
+        ctx.lag_shape = None if lag is None else list(lag.shape)
+        return q, key
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
-        cos, sin, cos_q, sin_q, g, scale, inv_mean, z, pos, tau = ctx.saved_tensors
-        b, t, k = cos.shape
-        rows = g.view(b, t, 2, k)
-        grad_g = torch.empty_like(g)
-        grad_rows = grad_g.view(b, t, 2, k)
-        # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
-        phi_grads = []
-        for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
-            dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
-            torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
-            phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
-        grad_lag = phi_grads[0].sum_to_size(ctx.lag_shape) if ctx.has_lag and ctx.needs_input_grad[3] else None
-        grad_phi = phi_grads[0] + phi_grads[1] if grad_lag is not None else phi_grads[0].add_(phi_grads[1])
-        grad_omega = pos @ grad_phi.sum(0) if ctx.needs_input_grad[1] else None  # Σ_{b,t} t · dφ
-        grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, ctx.needs_input_grad[5])
-        return grad_phi, grad_omega, None, grad_lag, grad_z, grad_tau, None
+        need = ctx.needs_input_grad
+        grads = query_key_backward(grad_q, grad_k, *ctx.saved_tensors, ctx.lag_shape, need[1], need[5])
+        grad_phi, grad_omega, grad_lag, grad_z, grad_tau = grads
+        return (grad_phi, grad_omega if need[1] else None, None, grad_lag if need[3] else None,
+                grad_z, grad_tau if need[5] else None, None)
 
 
 def query_key(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: Tensor, tau: Tensor,
@@ -168,17 +204,11 @@ def _bound_factor(sq_norm: Tensor, log_radius: Tensor) -> Tensor:
 
 def _bound_backward(grad: Tensor, x: Tensor, sq_norm: Tensor, log_radius: Tensor,
                     need_radius: bool) -> tuple[Tensor, Tensor | None]:
-    """(dL/dx, dL/dlog r) of θ' = θ + h(‖x‖²) x. The per-token chain s -> h is differentiated by autograd
-    (it is (B, T, 1), cheap); the (B, T, k) work is written out: dx = h ⊙ dθ' + 2 x (dθ'·x) h'(s)."""
-    with torch.enable_grad():
-        s = sq_norm.detach().requires_grad_()
-        lr = log_radius.detach().requires_grad_(need_radius)
-        h = _bound_factor(s, lr)
+    """(dL/dx, dL/dlog r) of θ' = θ + h(‖x‖²) x: dx = h ⊙ dθ' + 2 x (dθ'·x) h'(s)."""
     along = torch.linalg.vecdot(grad, x).unsqueeze(-1)  # dL/dh per token
-    inputs = (s, lr) if need_radius else (s,)
-    grads = torch.autograd.grad(h, inputs, grad_outputs=along)
-    grad_x = torch.mul(grad, h.detach()).addcmul_(x, grads[0], value=2.0)
-    return grad_x, grads[1] if need_radius else None
+    grad_s, grad_radius = norm_factor_backward(along, sq_norm, log_radius, need_radius)
+    grad_x = torch.mul(grad, _bound_factor(sq_norm, log_radius)).addcmul_(x, grad_s, value=2.0)
+    return grad_x, grad_radius
 
 
 def _interleave(rows: Tensor, heads: int, dtype: torch.dtype) -> Tensor:

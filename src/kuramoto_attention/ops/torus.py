@@ -77,8 +77,13 @@ def tanh_ratio(sq_norm: Tensor) -> Tensor:
     at a handful of elementwise operations (cached decoding pays per operation, not per element).
     In float16, where 1e-12 underflows to 0, the floor is the smallest normal number instead.
     """
-    n = sq_norm.clamp_min(max(1e-12, torch.finfo(sq_norm.dtype).tiny)).sqrt()
+    n = sq_norm.clamp_min(ratio_floor(sq_norm.dtype)).sqrt()
     return torch.tanh(n) / n
+
+
+def ratio_floor(dtype: torch.dtype) -> float:
+    """The s below which ``tanh_ratio`` is held constant: 1e-12, or the dtype's smallest normal number."""
+    return max(1e-12, torch.finfo(dtype).tiny)
 
 
 def bound_norm(x: Tensor, radius: Tensor) -> Tensor:
@@ -95,6 +100,25 @@ def norm_factor(sq_norm: Tensor, radius: Tensor) -> Tensor:
     """The norm bound as a rescaling, bound(x) = x · r tanh(‖x‖)/‖x‖, from s = ‖x‖² (..., 1): cheap, and the caller
     may hold x in any layout."""
     return radius * tanh_ratio(sq_norm)
+
+
+def norm_factor_backward(along: Tensor, sq_norm: Tensor, log_radius: Tensor,
+                         need_radius: bool) -> tuple[Tensor, Tensor | None]:
+    """(dL/ds, dL/dlog r) of ``norm_factor(s, exp(log r))`` per token, given dL/dh (..., 1). The operations are
+    those autograd runs for it, in its order, so the numbers are its own to the bit; written out, because an autograd
+    call inside a backward breaks torch.compile's graph. h = r q with q = tanh(n)/n and n = √max(s, floor):
+    dq = r dh, dn = tanh'·dq/n − dq·q/n, ds = dn/(2n) above the floor (the clamp makes s constant below it)."""
+    floor = ratio_floor(sq_norm.dtype)
+    radius = log_radius.exp()
+    r = radius.to(sq_norm.dtype)
+    n = sq_norm.clamp_min(floor).sqrt()
+    t = torch.tanh(n)
+    grad_q = along * r
+    grad_n = torch.ops.aten.tanh_backward(grad_q / n, t) + (-grad_q) * ((t / n) / n)
+    grad_s = torch.where(sq_norm >= floor, grad_n / (2 * n), 0.0)
+    if not need_radius:
+        return grad_s, None
+    return grad_s, (along * (t / n)).sum_to_size(r.shape).to(log_radius.dtype) * radius
 
 
 def bound_elementwise(x: Tensor, radius: Tensor) -> Tensor:

@@ -28,7 +28,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from kuramoto_attention.ops import native
 from kuramoto_attention.ops.attention import with_extra
 from kuramoto_attention.ops.fused import _at_least_fp32, _gates_backward, _gates_forward, _no_autocast, _softplus_means
-from kuramoto_attention.ops.torus import norm_factor
+from kuramoto_attention.ops.torus import norm_factor, norm_factor_backward
 
 Parts = tuple[Tensor, ...]
 _SERIES = 1e-2  # |w|² below which cos, sinc and sinc' use their Taylor series (as planes.cos_sinc)
@@ -232,20 +232,6 @@ def sphere_move(x: Tensor | Parts, w: Tensor | Parts) -> Tensor:
     return _Move.apply("sphere", _whole(x), _whole(w)).movedim(0, -1)
 
 
-def _bound_backward(along: Tensor, sq: Tensor, h: Tensor, log_radius: Tensor,
-                    need_radius: bool) -> tuple[Tensor, Tensor | None]:
-    """(dL/ds, dL/dlog r) of h = r tanh(n)/n with n = √s per token, given dL/dh, written out (an autograd call
-    inside a backward breaks torch.compile's graph): dh/ds = r (sech²(n)/n − tanh(n)/n²)/(2n), dh/dlog r = h; below
-    ``tanh_ratio``'s floor s is a constant, as its clamp makes it."""
-    floor = max(1e-12, torch.finfo(sq.dtype).tiny)
-    n = sq.clamp_min(floor).sqrt()
-    t = torch.tanh(n)
-    slope = ((1 - t * t) / n - t / (n * n)) / (2 * n)
-    ds = torch.where(sq >= floor, along * log_radius.exp().to(sq.dtype) * slope, 0.0)
-    grad_radius = (along * h).sum().reshape(log_radius.shape).to(log_radius.dtype) if need_radius else None
-    return ds, grad_radius
-
-
 def _dense(x: Tensor) -> bool:
     """Whether x's strides lay its elements out without gaps or overlaps, in some order of its axes."""
     expect = 1
@@ -430,8 +416,8 @@ class _Step(torch.autograd.Function):
         dm = _normalise_backward(grad.unbind(0), out.unbind(0), norm)
         dx, dstep = move_backward(dm, x, step, aux(x, step))
         # step = h(‖w‖²) w:  dw = h dstep + 2 w dL/ds,  dL/dh = Σ ⟨dstep, w⟩ over the token
-        ds, grad_radius = _bound_backward(dot(dstep, w).sum(-1, keepdim=True), sq, h, log_radius,
-                                          ctx.needs_input_grad[2])
+        ds, grad_radius = norm_factor_backward(dot(dstep, w).sum(-1, keepdim=True), sq, log_radius,
+                                               ctx.needs_input_grad[2])
         dw = tuple(torch.addcmul(h * d, c, 2 * ds) for d, c in zip(dstep, w, strict=True))
         grad_value = dot(dw, xi) if ctx.needs_input_grad[1] else None
         dx_xi, dg = tangent_backward(tuple(value * d for d in dw), x, g)

@@ -95,7 +95,8 @@ class Torus(Geometry):
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                         dtype: torch.dtype, extras: nn.Module | None = None,
                         extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        if logits is not None and (extras is None or extras.query_mix is None) and fused_applies():
+        # the fused query and key run in compiled training too: they are operators torch.compile calls as they are
+        if logits is not None and (extras is None or extras.query_mix is None) and torch.is_grad_enabled():
             lag = None if extras is None or extras.lag is None else extras.lag.to(x.dtype)
             return with_extra(*query_key(x, drift, pos, lag, logits, tau, dtype), extra)
         return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, extra)
