@@ -124,6 +124,21 @@ def test_a_training_forward_is_one_compiled_graph(preset, monkeypatch):
     assert explanation.graph_break_count == 0, [str(b.reason)[:200] for b in explanation.break_reasons]
 
 
+@pytest.mark.parametrize(("preset", "operators"), [("ka-1m", False), ("ka-1m-tuned", True)])
+def test_compiled_torus_training_takes_the_faster_query_key(preset, operators):
+    """Compiled training on the CPU runs the gated query and key as their custom operators where a head's d is not a
+    multiple of 16 floats (40 in ka-1m-tuned), and leaves them to inductor where it is (32 in ka-1m)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = build_model(*get_preset(preset)).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explanation = torch._dynamo.explain(model)(torch.randint(0, 256, (2, 8)))
+    targets = [str(node.target) for gm in explanation.graphs for module in gm.modules()
+               if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes if node.op == "call_function"]
+    assert any("query_key_forward" in t for t in targets) == operators
+
+
 @pytest.mark.parametrize("model", [KuramotoLM(ka_cfg()), TransformerLM(TransformerConfig(**TINY_TF))])
 @pytest.mark.parametrize("bad", [256, -1])
 def test_ids_outside_the_bytes_are_one_value_error(model, bad):

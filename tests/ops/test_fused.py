@@ -1,4 +1,5 @@
-"""The hand-fused eager stretches (fused.py) equal their plain expressions, values and gradients (float64)."""
+"""The hand-fused stretches (fused.py) equal their plain expressions, values and gradients (float64); the query and
+key's custom operators pass opcheck and run whole under torch.compile; autocast does not reach inside."""
 
 import math
 
@@ -132,7 +133,7 @@ def test_query_key_operators_pass_opcheck(lag_shape):
     q, k, *saved = query_key_forward(theta, omega, pos, lag, z, tau, torch.bfloat16)
     grads = (torch.randn(q.shape).bfloat16(), torch.randn(k.shape).bfloat16())
     torch.library.opcheck(query_key_backward, (*grads, *saved, z, pos, tau, None if lag is None else list(lag.shape),
-                                               True, True))
+                                               True, True, True))
 
 
 def test_query_key_casts_on_store():
@@ -193,8 +194,16 @@ def test_autocast_does_not_reach_inside():
     theta, x = random_phases(B, T, K, dtype=torch.float32), torch.randn(B, T, K)
     log_radius = torch.tensor([0.5])
     out = torch.randn(B, H, T, 2 * D)
-    plain = bounded_step(theta, x, log_radius), gated_step(theta, lift(theta), out, x, log_radius)
+    case = query_key_case((K,))
+    inputs = [x for x in case if isinstance(x, torch.Tensor) and x.requires_grad]
+
+    def run():
+        q, k = query_key(*case, torch.bfloat16)
+        step = bounded_step(theta, x, log_radius), gated_step(theta, lift(theta), out, x, log_radius)
+        return (q, k, *step), torch.autograd.grad((q.float().sum() + k.float().sum()), inputs)
+
+    plain, plain_grads = run()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = bounded_step(theta, x, log_radius), gated_step(theta, lift(theta), out, x, log_radius)
-    for a, b in zip(plain, cast, strict=True):
+        cast, cast_grads = run()
+    for a, b in zip(plain + plain_grads, cast + cast_grads, strict=True):
         assert torch.equal(a, b)

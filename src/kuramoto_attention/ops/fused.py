@@ -35,9 +35,23 @@ from kuramoto_attention.ops.torus import norm_factor, norm_factor_backward
 
 
 def fused_applies() -> bool:
-    """Whether the hand-fused functions pay off: eager mode (torch.compile fuses the plain expressions
+    """Whether ``gated_step`` and ``bounded_step`` pay off: eager mode (torch.compile fuses the plain expressions
     itself) with autograd recording (without it, the plain expressions run with fewer Python calls)."""
     return torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def fused_query_key(theta: Tensor, heads: int) -> bool:
+    """Whether ``query_key`` pays off: in eager training, and in compiled training on the CPU where a head's d is not
+    a multiple of 16 floats (AVX-512's vector). There inductor's fusion of the plain expressions with their neighbours
+    indexes the heads' layout element by element, unvectorised, evaluating cos and sin again for each output; its
+    operators (``query_key_forward``) run as they are. Measured in-step, compile bf16 on AVX-512: faster at d = 40
+    (ka-1m-tuned, ka-5m-tuned), slower at d = 32 (ka-1m, ka-5m), where inductor's loops vectorise. On CUDA inductor
+    writes its own kernels."""
+    if not torch.is_grad_enabled():
+        return False
+    if not torch.compiler.is_compiling():
+        return True
+    return theta.device.type == "cpu" and (theta.shape[-1] // heads) % 16 != 0
 
 
 def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,7 +131,8 @@ def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | 
     without a lag), g, scale, 1/mean."""
     b, t, k = theta.shape
     heads = tau.shape[0]
-    with torch.autocast(theta.device.type, enabled=False):  # the dtypes are chosen here (``_no_autocast``)
+    # autocast reaches inside an operator's body; the dtypes here are chosen explicitly
+    with torch.autocast(theta.device.type, enabled=False):
         phi = theta + omega * pos[:, None]  # (B, T, k)
         cos, sin = torch.cos(phi), torch.sin(phi)
         if lag is not None:
@@ -136,32 +151,32 @@ def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | 
 
 def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, cos_q: Tensor, sin_q: Tensor,
                         g: Tensor, scale: Tensor, inv_mean: Tensor, z: Tensor, pos: Tensor, tau: Tensor,
-                        lag_shape: list[int] | None, need_omega: bool,
+                        lag_shape: list[int] | None, need_omega: bool, need_lag: bool,
                         need_tau: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dL/dθ, dL/dω, dL/dβ, dL/dz, dL/dτ) from dL/dq and dL/dk (``lag_shape``: β's, None without a lag); those not
     needed (no lag, ``need_*`` false) empty."""
     b, t, k = cos.shape
     if lag_shape is None:
         cos_q, sin_q = cos, sin
+    need_lag = need_lag and lag_shape is not None
     rows = g.view(b, t, 2, k)
     grad_g = torch.empty_like(g)
     grad_rows = grad_g.view(b, t, 2, k)
-    # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
-    phi_grads = []
-    for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
-        dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
-        torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
-        phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
-    grad_lag = phi_grads[0].sum_to_size(lag_shape) if lag_shape is not None else cos.new_empty(0)
-    grad_phi = phi_grads[0] + phi_grads[1] if lag_shape is not None else phi_grads[0].add_(phi_grads[1])
-    grad_omega = pos @ grad_phi.sum(0) if need_omega else cos.new_empty(0)  # Σ_{b,t} t · dφ
-    grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, need_tau)
+    with torch.autocast(cos.device.type, enabled=False):  # Σ t · dφ below is a matmul
+        # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
+        phi_grads = []
+        for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
+            dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
+            torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
+            phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
+        grad_lag = phi_grads[0].sum_to_size(lag_shape) if need_lag else cos.new_empty(0)  # type: ignore[arg-type]
+        grad_phi = phi_grads[0] + phi_grads[1] if need_lag else phi_grads[0].add_(phi_grads[1])
+        grad_omega = pos @ grad_phi.sum(0) if need_omega else cos.new_empty(0)  # Σ_{b,t} t · dφ
+        grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, need_tau)
     return grad_phi, grad_omega, grad_lag, grad_z, cos.new_empty(0) if grad_tau is None else grad_tau
 
 
-# custom operators, so that torch.compile calls them as they are: its own fusion of this chain (and of its plain
-# expressions) indexes the heads' (B, H, T, 2d) layout per element, a scalar loop that evaluates cos and sin again
-# for each output (python -m benchmarks' compile rows)
+# custom operators, so that torch.compile calls them as they are where its own loops are slower (``fused_query_key``)
 query_key_forward = torch.library.custom_op("kuramoto::query_key_forward", _query_key_forward, mutates_args=())
 query_key_forward.register_fake(_query_key_forward)
 query_key_backward = torch.library.custom_op("kuramoto::query_key_backward", _query_key_backward, mutates_args=())
@@ -181,7 +196,7 @@ class _QueryKey(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, ...]:
         need = ctx.needs_input_grad
-        grads = query_key_backward(grad_q, grad_k, *ctx.saved_tensors, ctx.lag_shape, need[1], need[5])
+        grads = query_key_backward(grad_q, grad_k, *ctx.saved_tensors, ctx.lag_shape, need[1], need[3], need[5])
         grad_phi, grad_omega, grad_lag, grad_z, grad_tau = grads
         return (grad_phi, grad_omega if need[1] else None, None, grad_lag if need[3] else None,
                 grad_z, grad_tau if need[5] else None, None)

@@ -10,7 +10,7 @@ The torus's own options, each a parameter of the layer held in ``TorusExtras``: 
 ``cross_coupling``: cross_coupling.py), higher harmonics of the coupling (``harmonics``: harmonics.py); and drift
 rates learned as log ω (``omega="log"``: a rate, which only the torus's drift is). In eager training the elementwise
 work around the attention runs hand-fused (``ops/fused.py``); under torch.compile and without autograd, the plain
-expressions here.
+expressions here, except the gated query and key where torch.compile's own loops are slower (``fused_query_key``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.layers.groups.cross_coupling import OscillatorMix
 from kuramoto_attention.layers.groups.harmonics import Harmonics
 from kuramoto_attention.ops.attention import rotary_angles, with_extra
-from kuramoto_attention.ops.fused import bounded_step, fused_applies, gated_step, query_key
+from kuramoto_attention.ops.fused import bounded_step, fused_applies, fused_query_key, gated_step, query_key
 from kuramoto_attention.ops.torus import lift, tangent_projection
 
 
@@ -95,8 +95,7 @@ class Torus(Geometry):
     def gated_query_key(self, x: Tensor, pos: Tensor, drift: Tensor, logits: Tensor | None, heads: int, tau: Tensor,
                         dtype: torch.dtype, extras: nn.Module | None = None,
                         extra: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        # the fused query and key run in compiled training too: they are operators torch.compile calls as they are
-        if logits is not None and (extras is None or extras.query_mix is None) and torch.is_grad_enabled():
+        if logits is not None and (extras is None or extras.query_mix is None) and fused_query_key(x, heads):
             lag = None if extras is None or extras.lag is None else extras.lag.to(x.dtype)
             return with_extra(*query_key(x, drift, pos, lag, logits, tau, dtype), extra)
         return super().gated_query_key(x, pos, drift, logits, heads, tau, dtype, extras, extra)
