@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kuramoto_attention.ops.operators import whole_operator
+
 
 def compute_dtype(x: Tensor) -> torch.dtype:
     """The dtype a matmul of x runs in: autocast's low precision when it is on, else x's own.
@@ -179,11 +181,9 @@ def _no_self_backward(grad: Tensor, q: Tensor, k: Tensor, keyed: Tensor, out: Te
     return dq, dk, dv
 
 
-# the same operators on fake tensors give torch.compile the outputs' shapes and strides
-no_self_forward = torch.library.custom_op("kuramoto::no_self_forward", _no_self_forward, mutates_args=())
-no_self_forward.register_fake(_no_self_forward)
-no_self_backward = torch.library.custom_op("kuramoto::no_self_backward", _no_self_backward, mutates_args=())
-no_self_backward.register_fake(_no_self_backward)
+# operators that torch.compile calls whole
+no_self_forward = whole_operator("no_self_forward", _no_self_forward)
+no_self_backward = whole_operator("no_self_backward", _no_self_backward)
 
 
 class _NoSelf(torch.autograd.Function):

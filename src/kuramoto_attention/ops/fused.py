@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from kuramoto_attention.ops.operators import whole_operator
 from kuramoto_attention.ops.torus import norm_factor, norm_factor_backward
 
 
@@ -176,11 +177,9 @@ def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor
     return grad_phi, grad_omega, grad_lag, grad_z, cos.new_empty(0) if grad_tau is None else grad_tau
 
 
-# custom operators, so that torch.compile calls them as they are where its own loops are slower (``fused_query_key``)
-query_key_forward = torch.library.custom_op("kuramoto::query_key_forward", _query_key_forward, mutates_args=())
-query_key_forward.register_fake(_query_key_forward)
-query_key_backward = torch.library.custom_op("kuramoto::query_key_backward", _query_key_backward, mutates_args=())
-query_key_backward.register_fake(_query_key_backward)
+# operators that torch.compile calls whole where its own loops are slower (``fused_query_key``)
+query_key_forward = whole_operator("query_key_forward", _query_key_forward)
+query_key_backward = whole_operator("query_key_backward", _query_key_backward)
 
 
 class _QueryKey(torch.autograd.Function):
