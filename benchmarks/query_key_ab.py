@@ -9,23 +9,31 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import types
 
 import torch
 
 from benchmarks.bench import _train_parts
+from kuramoto_attention.cli import OneLineParser, run_main
+from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.layers.groups.base import Geometry
 from kuramoto_attention.layers.groups.torus import Torus
 from kuramoto_attention.models.config import apply_overrides
 from kuramoto_attention.models.presets import build_model, get_preset
-from kuramoto_attention.training.allocator import keep_freed_memory
 
 
 def build(preset: str, overrides: dict[str, str], operators: bool) -> torch.nn.Module:
-    """The preset's model; with ``operators`` False its torus computes the query and key from the plain expressions."""
+    """The preset's model; with ``operators`` False its torus computes the query and key from the plain expressions.
+    A preset whose query and key never take the operators (not the torus, or no gates) is a ConfigError."""
     family, cfg = get_preset(preset)
-    model = build_model(family, apply_overrides(family, cfg, overrides) if overrides else cfg).train()
+    if overrides:
+        cfg = apply_overrides(family, cfg, overrides)
+    if family != "kuramoto" or cfg.attention.group != "torus" or not cfg.attention.gates:
+        raise ConfigError(f"{preset} has no gated torus query and key to compare; choose a torus preset such as "
+                          "ka-1m or ka-1m-tuned")
+    model = build_model(family, cfg).train()
     if not operators:
         for module in model.modules():
             for child in vars(module).values():
@@ -34,15 +42,16 @@ def build(preset: str, overrides: dict[str, str], operators: bool) -> torch.nn.M
     return model
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.query_key_ab", description=__doc__.splitlines()[0])
-    p.add_argument("preset", help="a torus preset with gates, e.g. ka-1m-tuned")
-    p.add_argument("overrides", nargs="*", help="config fields as name=value, e.g. clock=0 or dim=160")
-    p.add_argument("--pairs", type=int, default=16, help="alternating step pairs timed (default 16)")
-    p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
-    args = p.parse_args()
-    overrides = dict(item.split("=", 1) for item in args.overrides)
-    keep_freed_memory()
+def overrides_of(items: list[str]) -> dict[str, str]:
+    """``name=value`` arguments as a dict; anything else is a ConfigError."""
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise ConfigError(f"overrides are name=value, got {', '.join(map(repr, bad))} (e.g. clock=0)")
+    return dict(item.split("=", 1) for item in items)
+
+
+def run(args: argparse.Namespace) -> None:
+    overrides = overrides_of(args.overrides)
     torch.manual_seed(0)
     data = torch.randint(0, 256, (32, 257), generator=torch.Generator().manual_seed(0))
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
@@ -63,5 +72,15 @@ def main() -> None:
           f"{args.pairs} pairs {statistics.median(diffs):+.1f} ms (operators faster in {sum(d < 0 for d in diffs)})")
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m benchmarks.query_key_ab", description=__doc__.splitlines()[0])
+    p.add_argument("preset", help="a torus preset with gates, e.g. ka-1m-tuned")
+    p.add_argument("overrides", nargs="*", help="config fields as name=value, e.g. clock=0 or dim=160")
+    p.add_argument("--pairs", type=int, default=16, help="alternating step pairs timed (default 16)")
+    p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
+    p.set_defaults(func=run)
+    return p
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(build_parser()))

@@ -6,7 +6,7 @@ chain of views, casts and broadcasts adds zero-fills, copies and reductions of i
 training step of ``ka-1m`` these, not the matmuls, were most of the time (BENCHMARKS.md). Each
 function here computes one stretch of the layer with its backward written out, in the fewest
 passes over (B, T, k) tensors. The math is the layer's (layer.py); the plain expressions there
-are what ``torch.compile`` traces (it fuses them itself; not the query and key, see ``query_key_forward``), what
+are what ``torch.compile`` traces (it fuses them itself; the query and key where ``fused_query_key`` says), what
 runs without autograd (decoding one token per call pays per operator call, where these save nothing), and what the
 tests compare these with.
 
@@ -43,11 +43,10 @@ def fused_applies() -> bool:
 
 def fused_query_key(theta: Tensor, heads: int) -> bool:
     """Whether ``query_key`` pays off: in eager training, and in compiled training on the CPU where a head's d is not
-    a multiple of 16 floats (AVX-512's vector). There inductor's fusion of the plain expressions with their neighbours
-    indexes the heads' layout element by element, unvectorised, evaluating cos and sin again for each output; its
-    operators (``query_key_forward``) run as they are. Measured in-step, compile bf16 on AVX-512: faster at d = 40
-    (ka-1m-tuned, ka-5m-tuned), slower at d = 32 (ka-1m, ka-5m), where inductor's loops vectorise. On CUDA inductor
-    writes its own kernels."""
+    a multiple of 16 floats (an AVX-512 vector). There inductor's fusion of the plain expressions with their
+    neighbours indexes the heads' layout element by element, unvectorised, evaluating cos and sin again for each
+    output, and the operators, called whole, are faster; where d is a multiple its loops vectorise and beat them
+    (``python -m benchmarks.query_key_ab`` measures both). On CUDA inductor writes its own kernels."""
     if not torch.is_grad_enabled():
         return False
     if not torch.compiler.is_compiling():
