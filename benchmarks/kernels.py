@@ -22,7 +22,8 @@ from kuramoto_attention.ops import native
 
 def build(source: Path) -> ModuleType:
     digest = hashlib.sha1(source.read_bytes() + " ".join(native.compile_flags()).encode()).hexdigest()[:12]
-    return cpp_extension.load(f"kuramoto_vectors_bench_{digest}", [str(source)], extra_cflags=native.compile_flags(),
+    return cpp_extension.load(f"kuramoto_vectors_bench_{digest}", [str(source), *map(str, native.SOURCES[1:])],
+                              extra_cflags=native.compile_flags(), extra_include_paths=[str(native.CSRC)],
                               extra_ldflags=["-fopenmp"], verbose=False)
 
 

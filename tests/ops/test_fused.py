@@ -207,3 +207,35 @@ def test_autocast_does_not_reach_inside():
         cast, cast_grads = run()
     for a, b in zip(plain + plain_grads, cast + cast_grads, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("lag_shape", [None, (K,)])
+@pytest.mark.parametrize(("dtype", "out_dtype"), [(torch.float32, torch.bfloat16), (torch.float32, torch.float32),
+                                                  (torch.float64, torch.float64)])
+@pytest.mark.parametrize("grad_layout", ["heads-first", "tokens-first"])
+def test_native_products_equal_the_python_ones_to_the_bit(monkeypatch, lag_shape, dtype, out_dtype, grad_layout):
+    """The query and key's products with their gates and their backward (csrc/torus.cpp) give the Python body's
+    numbers to the bit: features, and every gradient, whatever the gradients' layout."""
+    from kuramoto_attention.ops import native
+
+    if not native.available(torch.zeros(1)):
+        pytest.skip("the compiled CPU kernels are not built here")
+    theta, omega, pos, lag, z, tau = query_key_case(lag_shape, seed=3)
+    theta, omega, z = (x.detach().to(dtype).requires_grad_() for x in (theta, omega, z))
+    pos = pos.to(dtype)
+    inputs = [x for x in (theta, omega, lag, z, tau) if x is not None]
+    gen = torch.Generator().manual_seed(4)
+    shape = (B, H, T, 2 * D) if grad_layout == "heads-first" else (B, T, H, 2 * D)
+    weights = [torch.randn(shape, generator=gen).to(out_dtype) for _ in "qk"]
+    weights = [w if grad_layout == "heads-first" else w.transpose(1, 2) for w in weights]
+
+    def run():
+        q, k = query_key(theta, omega, pos, lag, z, tau, out_dtype)
+        grads = torch.autograd.grad((q, k), inputs, weights)
+        return q, k, *grads
+
+    native_run = run()
+    monkeypatch.setenv(native.ENV, "0")
+    python_run = run()
+    assert native_run[0].dtype == out_dtype
+    assert all(torch.equal(a, b) for a, b in zip(native_run, python_run, strict=True))

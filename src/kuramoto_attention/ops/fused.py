@@ -10,6 +10,10 @@ are what ``torch.compile`` traces (it fuses them itself; the query and key where
 runs without autograd (decoding one token per call pays per operator call, where these save nothing), and what the
 tests compare these with.
 
+On the CPU the query and key's products with their gates, cast into the heads' layout, and the backward of those
+products are one pass each of ``csrc/torus.cpp`` (``native.torus_features_*``): the same numbers to the bit. The
+cosines, sines and gates around them stay PyTorch's operators, whose exact results a kernel of ours could not repeat.
+
 Shapes: θ, φ (B, T, k) with k = H·d, seen per head as (B, T, H, d) views (no transposes: the
 attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memory).
 
@@ -22,6 +26,7 @@ attention takes q, k and returns G as (B, H, T, 2d) views of (B, T, H, 2d) memor
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from kuramoto_attention.ops import native
 from kuramoto_attention.ops.operators import whole_operator
 from kuramoto_attention.ops.torus import norm_factor, norm_factor_backward
 
@@ -124,6 +130,31 @@ def _gates_backward(grad_g: Tensor, g: Tensor, scale: Tensor, inv_mean: Tensor, 
     return grad_z, grad_tau
 
 
+# set while an operator runs on fake tensors (torch.compile finding its outputs' shapes): no kernel reads their data
+_FAKE = contextvars.ContextVar("kuramoto_fake", default=False)
+
+
+def _on_fake_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as an operator's fake implementation: the Python products, the native kernels' shapes and strides."""
+
+    @functools.wraps(fn)
+    def fake(*args: Any) -> Any:
+        token = _FAKE.set(True)
+        try:
+            return fn(*args)
+        finally:
+            _FAKE.reset(token)
+
+    return fake
+
+
+def _native_products(rows: Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``native``'s torus kernels compute the products of the query and key with their gates: CPU rows in
+    float32 or float64, the features in their dtype or bfloat16 (float32 rows), the kernels built, real tensors."""
+    same = dtype == rows.dtype or (dtype == torch.bfloat16 and rows.dtype == torch.float32)
+    return same and not _FAKE.get() and native.available(rows)
+
+
 def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: Tensor, tau: Tensor,
                        out_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
                                                         Tensor, Tensor]:
@@ -141,12 +172,32 @@ def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | 
         else:
             cos_q, sin_q = cos, sin
         g, scale, inv_mean = _gates_forward(z, tau)
-        rows = g.view(b, t, 2, k)  # g^q, g^k as (B, T, k) rows
-        q = _features((cos_q, sin_q), rows[:, :, 0], heads, out_dtype)
-        key = _features((cos, sin), rows[:, :, 1], heads, out_dtype)
+        if g.dtype == theta.dtype and _native_products(theta, out_dtype):  # the products below in one pass
+            q, key = native.torus_features_forward(*(x.view(b * t, k) for x in (cos_q, sin_q, cos, sin)),
+                                                   g.view(b * t, 2, k), heads, t, out_dtype)
+        else:
+            rows = g.view(b, t, 2, k)  # g^q, g^k as (B, T, k) rows
+            q = _features((cos_q, sin_q), rows[:, :, 0], heads, out_dtype)
+            key = _features((cos, sin), rows[:, :, 1], heads, out_dtype)
     if lag is None:  # an operator's outputs may not be one another
         cos_q, sin_q = cos.new_empty(0), sin.new_empty(0)
     return q.transpose(1, 2), key.transpose(1, 2), cos, sin, cos_q, sin_q, g, scale, inv_mean
+
+
+def _products_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, cos_q: Tensor, sin_q: Tensor,
+                       g: Tensor) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """(dL/dg, dL/dφ, [the query's dL/dφ, the key's]) of q = g^q ψ(φ + β), k = g^k ψ(φ) from dL/dq and dL/dk: what
+    ``native.torus_features_backward`` computes in one pass."""
+    b, t, k = cos.shape
+    rows = g.view(b, t, 2, k)
+    grad_g = torch.empty_like(g)
+    grad_rows = grad_g.view(b, t, 2, k)
+    phi_grads = []
+    for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
+        dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
+        torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
+        phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
+    return grad_g, phi_grads[0] + phi_grads[1], phi_grads
 
 
 def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, cos_q: Tensor, sin_q: Tensor,
@@ -159,26 +210,25 @@ def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor
     if lag_shape is None:
         cos_q, sin_q = cos, sin
     need_lag = need_lag and lag_shape is not None
-    rows = g.view(b, t, 2, k)
-    grad_g = torch.empty_like(g)
-    grad_rows = grad_g.view(b, t, 2, k)
     with torch.autocast(cos.device.type, enabled=False):  # Σ t · dφ below is a matmul
         # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
-        phi_grads = []
-        for i, (grad, c, s) in enumerate(((grad_q, cos_q, sin_q), (grad_k, cos, sin))):
-            dc, ds = _halves(grad, g.dtype).unbind(2)  # (B, T, k) each, our own copy
-            torch.mul(dc, c, out=grad_rows[:, :, i]).addcmul_(ds, s)  # Re w
-            phi_grads.append(ds.mul_(c).addcmul_(dc, s, value=-1.0).mul_(rows[:, :, i]))  # g Im w
+        if g.dtype == cos.dtype and _native_products(cos, grad_q.dtype) and grad_q.stride(-1) == grad_k.stride(-1) == 1:
+            rows = (x.view(b * t, k) for x in (cos, sin, cos_q, sin_q))
+            gates = g.view(b * t, 2, k)
+            grad_g, grad_phi, grad_phi_q = native.torus_features_backward(grad_q, grad_k, *rows, gates, need_lag)
+            grad_g, grad_phi = grad_g.view(g.shape), grad_phi.view(b, t, k)
+            phi_grads = [grad_phi_q.view(b, t, k) if need_lag else grad_phi_q]
+        else:
+            grad_g, grad_phi, phi_grads = _products_backward(grad_q, grad_k, cos, sin, cos_q, sin_q, g)
         grad_lag = phi_grads[0].sum_to_size(lag_shape) if need_lag else cos.new_empty(0)  # type: ignore[arg-type]
-        grad_phi = phi_grads[0] + phi_grads[1] if need_lag else phi_grads[0].add_(phi_grads[1])
         grad_omega = pos @ grad_phi.sum(0) if need_omega else cos.new_empty(0)  # Σ_{b,t} t · dφ
         grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, need_tau)
     return grad_phi, grad_omega, grad_lag, grad_z, cos.new_empty(0) if grad_tau is None else grad_tau
 
 
 # operators that torch.compile calls whole where its own loops are slower (``fused_query_key``)
-query_key_forward = whole_operator("query_key_forward", _query_key_forward)
-query_key_backward = whole_operator("query_key_backward", _query_key_backward)
+query_key_forward = whole_operator("query_key_forward", _query_key_forward, _on_fake_tensors(_query_key_forward))
+query_key_backward = whole_operator("query_key_backward", _query_key_backward, _on_fake_tensors(_query_key_backward))
 
 
 class _QueryKey(torch.autograd.Function):

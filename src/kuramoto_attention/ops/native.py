@@ -1,4 +1,5 @@
-"""The compiled CPU kernels of ``vectors.py``'s moves, features and layouts (``csrc/vectors.cpp``), built on first use.
+"""The compiled CPU kernels of ``vectors.py``'s moves, features and layouts (``csrc/vectors.cpp``) and of the torus's
+query/key products (``csrc/torus.cpp``), built on first use.
 
 ``vectors.py``'s fused Functions written as PyTorch operators make one memory pass per scalar operation per
 component; on the CPU the kernels here do each move in one vectorised loop over every token's oscillators. They are
@@ -21,6 +22,12 @@ functions run instead: the same numbers up to rounding, slower (the reason is pr
     features_backward(kind, dq, dk, x, R, sp, 1/mean, τ, H, T, need_drift) -> (dx (c, N, n), dL/dsp (N, 2n),
                                                                             Σ dg^q g^q (N, H), dR (parts, N, n))
 
+    torus_features_forward(cos_q, sin_q, cos, sin, g, H, T, dtype) -> (q, k (B, T, H, 2d))
+    torus_features_backward(dq, dk, cos, sin, cos_q, sin_q, g, need_query) -> (dg, dφ, the query's dφ)
+
+(the torus's, called from ``fused.query_key``'s operators, which are already single nodes; rows (B·T, k), g
+(B·T, 2, k), the same numbers as the Python body's to the bit)
+
 x, w: lists of c (or tangent) planes of one shape (..., n), N the number of tokens; G the attention output in the
 heads' layout (B, H, T, c·d), in x's dtype or bfloat16 (read as stored; dG comes back so); kind "quaternion" or
 "sphere"; R the drift's rotation as parts (T, n); sp = softplus(z) of the gate logits (N, 2n: the query's, then the
@@ -32,6 +39,7 @@ rotation's gradient.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -41,7 +49,9 @@ import torch
 from torch import Tensor
 
 ENV = "KURAMOTO_NATIVE"  # "0": never use (or build) the compiled kernels
-SOURCE = Path(__file__).with_name("csrc") / "vectors.cpp"
+CSRC = Path(__file__).with_name("csrc")
+SOURCE = CSRC / "vectors.cpp"  # the module: the vector geometries' kernels, and it registers torus.cpp's
+SOURCES = (SOURCE, CSRC / "torus.cpp")
 # the instruction sets the loops are compiled for, by the CPU's capability as torch reads it; the build is named after
 # it, so that a cache shared by several machines never hands one a build its CPU cannot run
 _ISA = {"AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx2", "-mfma"], "AVX2": ["-mavx2", "-mfma"]}
@@ -54,8 +64,15 @@ def compile_flags() -> list[str]:
     # to any result: the kernels never read errno or floating-point exceptions); -fopenmp: ATen's parallel_for is
     # inlined from its headers, and without it runs on one thread; no contraction into FMAs: the features' forward
     # is then the Python one's to the bit
-    return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
+    return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", _headers_digest(),
             *_ISA.get(torch.backends.cpu.get_cpu_capability(), [])]
+
+
+def _headers_digest() -> str:
+    """A define naming the headers' contents: torch rebuilds an extension when its sources or flags change, and
+    reads no header, so an edited header changes the flags."""
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(CSRC.glob("*.h")))).hexdigest()[:12]
+    return f"-DKURAMOTO_HEADERS={digest}"
 
 
 def _build() -> ModuleType | None:
@@ -63,13 +80,14 @@ def _build() -> ModuleType | None:
 
     capability = torch.backends.cpu.get_cpu_capability()
     try:
-        return cpp_extension.load(f"kuramoto_vectors_{capability.lower()}", [str(SOURCE)], extra_cflags=compile_flags(),
+        return cpp_extension.load(f"kuramoto_vectors_{capability.lower()}", [str(p) for p in SOURCES],
+                                  extra_cflags=compile_flags(),
                                   extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the Python path still runs
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"kuramoto-attention: the compiled CPU kernels could not be built ({first}); the vector geometries "
-              f"run their Python kernels instead (slower, same numbers up to rounding). Set {ENV}=0 to skip the "
-              "build.", file=sys.stderr)
+              f"and the torus's query/key run their Python kernels instead (slower, same numbers up to rounding). "
+              f"Set {ENV}=0 to skip the build.", file=sys.stderr)
         return None
 
 
@@ -229,3 +247,15 @@ def _(kind: str, grad_q: Tensor, grad_k: Tensor, x: list[Tensor], rotation: list
     tokens = x[0].numel() // n
     return (x[0].new_empty(len(x), tokens, n), x[0].new_empty(tokens, 2 * n), x[0].new_empty(tokens, heads),
             x[0].new_empty(len(rotation) if need_drift else 0, tokens, n))
+
+
+def torus_features_forward(cos_q: Tensor, sin_q: Tensor, cos: Tensor, sin: Tensor, gates: Tensor, heads: int,
+                           positions: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    q, k = _module().torus_features_forward(cos_q, sin_q, cos, sin, gates, heads, positions, dtype)
+    return q, k
+
+
+def torus_features_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, cos_q: Tensor, sin_q: Tensor,
+                            gates: Tensor, need_query: bool) -> tuple[Tensor, Tensor, Tensor]:
+    dg, dphi, dphi_q = _module().torus_features_backward(grad_q, grad_k, cos, sin, cos_q, sin_q, gates, need_query)
+    return dg, dphi, dphi_q

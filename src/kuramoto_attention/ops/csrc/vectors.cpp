@@ -18,6 +18,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include "numbers.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,30 +31,7 @@
 
 namespace {
 
-// the per-oscillator helpers must be inlined into the block loops for those to vectorise
-#define KA_INLINE inline __attribute__((always_inline))
-
-// Stored <-> computed numbers: a plain conversion, and for bfloat16 the bit operations written out (c10's conversions
-// branch on NaN, which keeps the loops that read or write bfloat16 from vectorising): widening is exact; narrowing
-// rounds to nearest even as c10::BFloat16 does, a NaN staying a (quiet) NaN
-template <typename To, typename From>
-KA_INLINE To recast(From v) {
-  if constexpr (std::is_same_v<From, at::BFloat16>) {
-    const uint32_t bits = uint32_t(v.x) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return static_cast<To>(f);
-  } else if constexpr (std::is_same_v<To, at::BFloat16>) {
-    const float f = static_cast<float>(v);
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    const uint16_t rounded = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;  // a bit test: immune to -ffinite-math-only
-    return at::BFloat16(nan ? uint16_t(0x7FC0) : rounded, at::BFloat16::from_bits());
-  } else {
-    return static_cast<To>(v);
-  }
-}
+using kuramoto::recast;
 
 constexpr int kMax = 8;          // most components a sphere kernel takes (an even number: 2, 4, 6 or 8)
 constexpr int64_t kGrain = 16;   // tokens per parallel task
@@ -1067,6 +1046,10 @@ torch::Tensor heads_backward_any(torch::Tensor grad, int64_t oscillators, torch:
 
 }  // namespace
 
+namespace kuramoto {
+void register_torus(pybind11::module_& m);  // torus.cpp: built into this module
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_forward", &move_forward_any, "normalise(move(x, w)): out (c, N, n)");
   m.def("move_backward", &move_backward_any, "(dx (c, N, n), dw (N, n, tangent) as w)");
@@ -1079,4 +1062,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("features_forward", &features_forward_any, "(q, k (B, H, T, width))");
   m.def("features_backward", &features_backward_any,
         "(dx (c, N, n), dL/dsp (N, 2n), Σ dg^q g^q (N, H), dr (parts, N, n))");
+  kuramoto::register_torus(m);
 }
