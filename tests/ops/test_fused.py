@@ -121,7 +121,7 @@ def test_compiled_query_key_runs_the_operators_to_the_bit(lag_shape, dtype):
     assert not any(name in t for t in targets for name in ("cos", "sin", "softplus"))
 
 
-@pytest.mark.parametrize("lag_shape", [None, (K,)])
+@pytest.mark.parametrize("lag_shape", [None, (K,), (B, T, K)])
 def test_query_key_operators_pass_opcheck(lag_shape):
     """Schema, fake tensors (shapes and strides as the real kernels give them), autograd registration and
     torch.compile's dispatch, as ``torch.library.opcheck`` checks them."""
@@ -234,8 +234,46 @@ def test_native_products_equal_the_python_ones_to_the_bit(monkeypatch, lag_shape
         grads = torch.autograd.grad((q, k), inputs, weights)
         return q, k, *grads
 
+    calls = count_kernel_calls(monkeypatch)
     native_run = run()
+    assert sorted(set(calls)) == ["torus_features_backward", "torus_features_forward"]
     monkeypatch.setenv(native.ENV, "0")
+    calls.clear()
     python_run = run()
-    assert native_run[0].dtype == out_dtype
+    assert not calls and native_run[0].dtype == out_dtype
     assert all(torch.equal(a, b) for a, b in zip(native_run, python_run, strict=True))
+
+
+def count_kernel_calls(monkeypatch):
+    """The names of ``native``'s torus kernels as fused.py calls them, in a list that fills as it does."""
+    from kuramoto_attention.ops import native
+
+    calls = []
+
+    def counted(name, real):
+        def call(*args):
+            calls.append(name)
+            return real(*args)
+
+        return call
+
+    for name in ("torus_features_forward", "torus_features_backward"):
+        monkeypatch.setattr(native, name, counted(name, getattr(native, name)))
+    return calls
+
+
+@pytest.mark.parametrize(("theta_dtype", "z_dtype", "pos_dtype", "out_dtype"), [
+    (torch.float64, torch.float64, torch.float64, torch.bfloat16),  # bf16 features need float32 rows
+    (torch.float32, torch.float32, torch.float32, torch.float16),
+    (torch.float32, torch.bfloat16, torch.float32, torch.float16),
+])
+def test_query_key_falls_back_to_python_where_the_kernels_do_not_apply(monkeypatch, theta_dtype, z_dtype, pos_dtype,
+                                                                        out_dtype):
+    """Dtypes the kernels do not take run the Python products: no kernel call, no error, its numbers."""
+    theta, omega, pos, _, z, tau = query_key_case(None, seed=5)
+    theta, omega = (x.detach().to(theta_dtype).requires_grad_() for x in (theta, omega))
+    z, pos = z.detach().to(z_dtype).requires_grad_(), pos.to(pos_dtype)
+    calls = count_kernel_calls(monkeypatch)
+    q, k = query_key(theta, omega, pos, None, z, tau, out_dtype)
+    grads = torch.autograd.grad((q.float().sum() + k.float().sum()), (theta, omega, z, tau))
+    assert not calls and q.dtype == k.dtype == out_dtype and all(g.isfinite().all() for g in grads)

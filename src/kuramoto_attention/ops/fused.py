@@ -99,7 +99,7 @@ def _features(parts: tuple[Tensor, ...], gate: Tensor, heads: int, dtype: torch.
 
     The products are taken in the inputs' dtype on whole rows and then copied (and cast) into the
     head-interleaved layout: on the CPU an elementwise op whose output dtype differs from its inputs'
-    is not vectorised (in isolation a ``mul(out=bf16)`` of float32 inputs ran 4× slower than these three passes)."""
+    is not vectorised, and these three passes are faster than one such op."""
     b, t, k = parts[0].shape
     out = parts[0].new_empty(b, t, heads, len(parts), k // heads, dtype=dtype)
     view = (b, t, heads, k // heads)
@@ -111,7 +111,7 @@ def _features(parts: tuple[Tensor, ...], gate: Tensor, heads: int, dtype: torch.
 def _halves(grad: Tensor, dtype: torch.dtype, parts: int = 2) -> Tensor:
     """(B, H, T, c·d), any layout  ->  (B, T, c, k) in ``dtype`` (c = ``parts``): the cosine and the sine halves of
     every head (the c components of a vector feature) as whole rows (the inverse arrangement of ``_features``), in one
-    copy: on the CPU an elementwise op on d-long runs is ~1.6× slower than on whole rows, and the backward has many."""
+    copy: on the CPU an elementwise op on d-long runs is slower than on whole rows, and the backward has many."""
     b, heads, t, width = grad.shape
     out = grad.new_empty(b, t, parts, heads, width // parts, dtype=dtype)
     out.copy_(grad.transpose(1, 2).unflatten(-1, (parts, width // parts)).transpose(2, 3))
@@ -148,6 +148,11 @@ def _on_fake_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fake
 
 
+def _native_rows(g: Tensor, *rows: Tensor) -> bool:
+    """Whether the gates and the rows are as the kernels read them: contiguous, not empty, of one dtype."""
+    return g.numel() > 0 and all(r.dtype == g.dtype and r.is_contiguous() for r in (g, *rows))
+
+
 def _native_products(rows: Tensor, dtype: torch.dtype) -> bool:
     """Whether ``native``'s torus kernels compute the products of the query and key with their gates: CPU rows in
     float32 or float64, the features in their dtype or bfloat16 (float32 rows), the kernels built, real tensors."""
@@ -172,7 +177,7 @@ def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | 
         else:
             cos_q, sin_q = cos, sin
         g, scale, inv_mean = _gates_forward(z, tau)
-        if g.dtype == theta.dtype and _native_products(theta, out_dtype):  # the products below in one pass
+        if _native_rows(g, cos, sin, cos_q, sin_q) and _native_products(cos, out_dtype):  # the products, one pass
             q, key = native.torus_features_forward(*(x.view(b * t, k) for x in (cos_q, sin_q, cos, sin)),
                                                    g.view(b * t, 2, k), heads, t, out_dtype)
         else:
@@ -212,7 +217,8 @@ def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor
     need_lag = need_lag and lag_shape is not None
     with torch.autocast(cos.device.type, enabled=False):  # Σ t · dφ below is a matmul
         # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
-        if g.dtype == cos.dtype and _native_products(cos, grad_q.dtype) and grad_q.stride(-1) == grad_k.stride(-1) == 1:
+        rows_last = grad_q.stride(-1) == grad_k.stride(-1) == 1
+        if rows_last and _native_rows(g, cos, sin, cos_q, sin_q) and _native_products(cos, grad_q.dtype):
             rows = (x.view(b * t, k) for x in (cos, sin, cos_q, sin_q))
             gates = g.view(b * t, 2, k)
             grad_g, grad_phi, grad_phi_q = native.torus_features_backward(grad_q, grad_k, *rows, gates, need_lag)
@@ -220,7 +226,8 @@ def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor
             phi_grads = [grad_phi_q.view(b, t, k) if need_lag else grad_phi_q]
         else:
             grad_g, grad_phi, phi_grads = _products_backward(grad_q, grad_k, cos, sin, cos_q, sin_q, g)
-        grad_lag = phi_grads[0].sum_to_size(lag_shape) if need_lag else cos.new_empty(0)  # type: ignore[arg-type]
+        # contiguous: β of the full (B, T, k) shape would otherwise get a view whose strides depend on the path
+        grad_lag = phi_grads[0].sum_to_size(lag_shape).contiguous() if need_lag else cos.new_empty(0)  # type: ignore[arg-type]
         grad_omega = pos @ grad_phi.sum(0) if need_omega else cos.new_empty(0)  # Σ_{b,t} t · dφ
         grad_z, grad_tau = _gates_backward(grad_g, g, scale, inv_mean, z, tau, need_tau)
     return grad_phi, grad_omega, grad_lag, grad_z, cos.new_empty(0) if grad_tau is None else grad_tau

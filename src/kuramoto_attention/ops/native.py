@@ -54,7 +54,9 @@ SOURCE = CSRC / "vectors.cpp"  # the module: the vector geometries' kernels, and
 SOURCES = (SOURCE, CSRC / "torus.cpp")
 # the instruction sets the loops are compiled for, by the CPU's capability as torch reads it; the build is named after
 # it, so that a cache shared by several machines never hands one a build its CPU cannot run
-_ISA = {"AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx2", "-mfma"], "AVX2": ["-mavx2", "-mfma"]}
+# (KURAMOTO_FMA: torch's kernels for these are compiled with FMA contraction, which torus.cpp repeats)
+_ISA = {"AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx2", "-mfma", "-DKURAMOTO_FMA"],
+        "AVX2": ["-mavx2", "-mfma", "-DKURAMOTO_FMA"]}
 _loaded: dict[str, ModuleType | None] = {}
 
 
@@ -69,8 +71,8 @@ def compile_flags() -> list[str]:
 
 
 def _headers_digest() -> str:
-    """A define naming the headers' contents: torch rebuilds an extension when its sources or flags change, and
-    reads no header, so an edited header changes the flags."""
+    """A define naming the headers' contents, so that an edited header changes the build's flags, and with them the
+    build's name in torch's cache, whatever the cache's dependency tracking sees."""
     digest = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(CSRC.glob("*.h")))).hexdigest()[:12]
     return f"-DKURAMOTO_HEADERS={digest}"
 
@@ -86,8 +88,8 @@ def _build() -> ModuleType | None:
     except Exception as exc:  # no compiler, no ninja, a failed build: the Python path still runs
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"kuramoto-attention: the compiled CPU kernels could not be built ({first}); the vector geometries "
-              f"and the torus's query/key run their Python kernels instead (slower, same numbers up to rounding). "
-              f"Set {ENV}=0 to skip the build.", file=sys.stderr)
+              f"and the torus's query/key run their Python kernels instead (slower; the same numbers, up to rounding "
+              f"for the vector geometries). Set {ENV}=0 to skip the build.", file=sys.stderr)
         return None
 
 

@@ -3,8 +3,9 @@
 // dozen PyTorch operators (a pass over memory each, two of them strided copies) with one pass. The cosines, sines and
 // gates stay PyTorch's own operators, so that every number is the Python body's to the bit: each output element is
 // the same roundings of the same operands. The build does not contract a·b + c into a fused multiply-add
-// (-ffp-contract=off), but ATen's CPU addcmul, as compiled in torch's wheels, does: where the Python body calls it,
-// the kernel calls std::fma (the test compares the two to the bit).
+// (-ffp-contract=off), but torch's AVX2 and AVX-512 kernels are compiled with contraction, and their addcmul rounds
+// once: built for those (KURAMOTO_FMA, native.py), the kernel calls std::fma where the Python body calls addcmul
+// (the test compares the two to the bit).
 //
 //   features_forward   q_{h,(i,e)} = cast(ψ_i(φ + β)_j g^q_j),  k_{h,(i,e)} = cast(ψ_i(φ)_j g^k_j)
 //                      (j = h·d + e, ψ = (cos, sin), i = 0, 1)
@@ -62,14 +63,24 @@ void features_forward(const Shape& n, const T* cq, const T* sq, const T* c, cons
   });
 }
 
+// a·b + c as torch's addcmul computes it on this CPU
+template <typename T>
+KA_INLINE T multiply_add(T a, T b, T c) {
+#ifdef KURAMOTO_FMA
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // one of q, k: dg and dφ of its part; grad points at (b, h, t)'s row of 2d
 template <typename T, typename S>
 KA_INLINE void product_backward(const S* grad, int64_t d, const T* c, const T* s, const T* g, T* dg, T* dphi) {
   for (int64_t e = 0; e < d; ++e) {
     const T dc = recast<T>(grad[e]), ds = recast<T>(grad[d + e]);
-    // dc cos + ds sin and ds cos − dc sin, each a mul and an addcmul in the Python body: one FMA each
-    dg[e] = std::fma(ds, s[e], dc * c[e]);
-    dphi[e] = std::fma(-dc, s[e], ds * c[e]) * g[e];
+    // dc cos + ds sin and ds cos − dc sin, each a mul and an addcmul in the Python body
+    dg[e] = multiply_add(ds, s[e], dc * c[e]);
+    dphi[e] = multiply_add(-dc, s[e], ds * c[e]) * g[e];
   }
 }
 
@@ -77,6 +88,8 @@ template <typename T, typename S>
 void features_backward(const Shape& n, const torch::Tensor& grad_q, const torch::Tensor& grad_k, const T* c,
                        const T* s, const T* cq, const T* sq, const T* g, T* dg, T* dphi, T* dphi_q) {
   const S *pq = grad_q.data_ptr<S>(), *pk = grad_k.data_ptr<S>();
+  const int64_t qb = grad_q.stride(0), qh = grad_q.stride(1), qt = grad_q.stride(2);
+  const int64_t kb = grad_k.stride(0), kh = grad_k.stride(1), kt = grad_k.stride(2);
   at::parallel_for(0, n.tokens, kGrain, [&](int64_t lo, int64_t hi) {
     std::vector<T> buffer(dphi_q ? 0 : n.d);  // the query's dφ where it is not an output
     for (int64_t t = lo; t < hi; ++t) {
@@ -84,9 +97,9 @@ void features_backward(const Shape& n, const torch::Tensor& grad_q, const torch:
       for (int64_t h = 0; h < n.heads; ++h) {
         const int64_t j = row + h * n.d, jg = 2 * row + h * n.d;
         T* phi_q = dphi_q ? dphi_q + j : buffer.data();
-        product_backward(pq + b * grad_q.stride(0) + h * grad_q.stride(1) + p * grad_q.stride(2), n.d, cq + j, sq + j,
+        product_backward(pq + b * qb + h * qh + p * qt, n.d, cq + j, sq + j,
                          g + jg, dg + jg, phi_q);
-        product_backward(pk + b * grad_k.stride(0) + h * grad_k.stride(1) + p * grad_k.stride(2), n.d, c + j, s + j,
+        product_backward(pk + b * kb + h * kh + p * kt, n.d, c + j, s + j,
                          g + jg + n.k, dg + jg + n.k, dphi + j);
         for (int64_t e = 0; e < n.d; ++e) dphi[j + e] = phi_q[e] + dphi[j + e];
       }
