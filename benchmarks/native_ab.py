@@ -27,6 +27,7 @@ from kuramoto_attention.cli import OneLineParser, run_main
 from kuramoto_attention.errors import ConfigError
 from kuramoto_attention.models.presets import build_model, get_preset
 from kuramoto_attention.ops import native
+from kuramoto_attention.ops.fused import operators_when_compiled
 
 PRESETS = ("ka-su2-1m", "ka-su2-1m-tuned", "ka-sphere-1m")
 BACKENDS = {"compiled kernels": "1", "PyTorch operators": "0"}
@@ -65,7 +66,7 @@ def check_paired(preset: str, modes: list[str]) -> None:
     torus = family == "kuramoto" and cfg.attention.group == "torus"
     if torus and not cfg.attention.gates:
         raise ConfigError(f"{preset} has no gated query and key: the compiled kernels never run for it")
-    if "compile" in modes and not (torus and (cfg.dim // cfg.heads) % 16):
+    if "compile" in modes and not (torus and operators_when_compiled("cpu", cfg.dim // cfg.heads)):
         raise ConfigError(f"--paired under compile needs a torus preset whose compiled step calls the query and key's "
                           f"operators (head d not a multiple of 16, e.g. ka-1m-tuned); {preset} is not one: the "
                           "vector kernels are chosen when the graph is traced. Use --modes eager")

@@ -57,7 +57,12 @@ def fused_query_key(theta: Tensor, heads: int) -> bool:
         return False
     if not torch.compiler.is_compiling():
         return True
-    return theta.device.type == "cpu" and (theta.shape[-1] // heads) % 16 != 0
+    return operators_when_compiled(theta.device.type, theta.shape[-1] // heads)
+
+
+def operators_when_compiled(device_type: str, head_d: int) -> bool:
+    """``fused_query_key``'s rule under torch.compile: the CPU, a head's d not a multiple of 16."""
+    return device_type == "cpu" and head_d % 16 != 0
 
 
 def _no_autocast(forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -148,16 +153,13 @@ def _on_fake_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fake
 
 
-def _native_rows(g: Tensor, *rows: Tensor) -> bool:
-    """Whether the gates and the rows are as the kernels read them: contiguous, not empty, of one dtype."""
-    return g.numel() > 0 and all(r.dtype == g.dtype and r.is_contiguous() for r in (g, *rows))
-
-
-def _native_products(rows: Tensor, dtype: torch.dtype) -> bool:
-    """Whether ``native``'s torus kernels compute the products of the query and key with their gates: CPU rows in
-    float32 or float64, the features in their dtype or bfloat16 (float32 rows), the kernels built, real tensors."""
-    same = dtype == rows.dtype or (dtype == torch.bfloat16 and rows.dtype == torch.float32)
-    return same and not _FAKE.get() and native.available(rows)
+def _native_products(dtype: torch.dtype, g: Tensor, *rows: Tensor) -> bool:
+    """Whether ``native``'s torus kernels compute the products of the query and key with their gates g: real,
+    contiguous, non-empty CPU rows of g's dtype, float32 or float64, the features (``dtype``) in that dtype or
+    bfloat16 (float32 rows), and the kernels built."""
+    if _FAKE.get() or g.numel() == 0 or not all(r.dtype == g.dtype and r.is_contiguous() for r in (g, *rows)):
+        return False
+    return (dtype == g.dtype or (dtype == torch.bfloat16 and g.dtype == torch.float32)) and native.available(g)
 
 
 def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | None, z: Tensor, tau: Tensor,
@@ -177,7 +179,7 @@ def _query_key_forward(theta: Tensor, omega: Tensor, pos: Tensor, lag: Tensor | 
         else:
             cos_q, sin_q = cos, sin
         g, scale, inv_mean = _gates_forward(z, tau)
-        if _native_rows(g, cos, sin, cos_q, sin_q) and _native_products(cos, out_dtype):  # the products, one pass
+        if _native_products(out_dtype, g, cos, sin, cos_q, sin_q):  # the products below in one pass
             q, key = native.torus_features_forward(*(x.view(b * t, k) for x in (cos_q, sin_q, cos, sin)),
                                                    g.view(b * t, 2, k), heads, t, out_dtype)
         else:
@@ -218,7 +220,7 @@ def _query_key_backward(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor
     with torch.autocast(cos.device.type, enabled=False):  # Σ t · dφ below is a matmul
         # q = g e^{iφ} as a complex number per coordinate: w = e^{−iφ} dq gives dg = Re w and dφ = g Im w
         rows_last = grad_q.stride(-1) == grad_k.stride(-1) == 1
-        if rows_last and _native_rows(g, cos, sin, cos_q, sin_q) and _native_products(cos, grad_q.dtype):
+        if rows_last and _native_products(grad_q.dtype, g, cos, sin, cos_q, sin_q):
             rows = (x.view(b * t, k) for x in (cos, sin, cos_q, sin_q))
             gates = g.view(b * t, 2, k)
             grad_g, grad_phi, grad_phi_q = native.torus_features_backward(grad_q, grad_k, *rows, gates, need_lag)
